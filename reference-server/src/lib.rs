@@ -1,0 +1,5 @@
+//! Reference server: x402 content licensing (interface A) and a DRF-style asset registry (interface B).
+
+pub mod licensing;
+pub mod registry;
+pub mod store;

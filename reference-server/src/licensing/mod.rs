@@ -1,0 +1,1 @@
+//! Interface A: content licensing behind x402.

@@ -1,0 +1,1 @@
+//! Interface B: the asset registry listing.

@@ -1,0 +1,1 @@
+-- Interface A schema (articles, receipts, llms.txt hits).

@@ -1,0 +1,1 @@
+//! Shared test helpers: start the server, HTTP client.

@@ -1,0 +1,5 @@
+//! Integration tests: the real server on a free loopback port.
+
+mod common;
+mod licensing;
+mod registry;

@@ -1,0 +1,2 @@
+//! DRF-style limit/offset pagination for Tower services.
+#![warn(missing_docs)]

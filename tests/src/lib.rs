@@ -1,0 +1,1 @@
+//! Shared helpers for the workspace end-to-end tests.

@@ -1,0 +1,2 @@
+//! x402 payments for Tower services.
+#![warn(missing_docs)]

@@ -1,7 +1,330 @@
 //! Storage: the one module that talks to the database.
+//!
+//! Everything the handlers persist goes through [`Db`] and the per-domain query layers beside it
+//! (`store::articles` for interface A, `store::assets` for interface B). Handlers never see SQL or a
+//! connection, so a server database can replace SQLite later by rewriting this module only.
+//!
+//! # Model
+//!
+//! - One SQLite file in WAL mode: one **writer** connection (SQLite serialises writers anyway) and a small
+//!   pool of **reader** connections that read concurrently with the writer.
+//! - Every call runs on Tokio's blocking pool ([`tokio::task::spawn_blocking`]), so a slow query never
+//!   stalls the async workers.
+//! - `synchronous = FULL`: a committed write (a license receipt) survives a power cut, not only a crash.
+//! - Migrations from [`MIGRATIONS`] run once at open, recorded in `schema_migrations`.
+//!
+//! # Use from another module
+//!
+//! ```
+//! use reference_server::store::{Db, StoreError};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), StoreError> {
+//! let db = Db::open_in_memory()?;
+//! db.write(|conn| {
+//!     conn.execute("CREATE TABLE t (x INTEGER)", [])?;
+//!     conn.execute("INSERT INTO t (x) VALUES (?1)", [42])?;
+//!     Ok(())
+//! })
+//! .await?;
+//! let x: i64 = db.read(|conn| Ok(conn.query_row("SELECT x FROM t", [], |r| r.get(0))?)).await?;
+//! assert_eq!(x, 42);
+//! # Ok(()) }
+//! ```
+//!
+//! Write closures get a `&mut Connection`, so they can open a transaction
+//! (`conn.transaction()?` ... `tx.commit()?`) for multi-statement atomic work.
+
+pub mod articles;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
 
 /// Schema migrations, applied in order at start.
 pub const MIGRATIONS: &[(&str, &str)] = &[
-    ("0001_licensing", include_str!("migrations/0001_licensing.sql")),
-    ("0002_registry", include_str!("migrations/0002_registry.sql")),
+    (
+        "0001_licensing",
+        include_str!("migrations/0001_licensing.sql"),
+    ),
+    (
+        "0002_registry",
+        include_str!("migrations/0002_registry.sql"),
+    ),
 ];
+
+/// Number of reader connections for a file database (the machine has few cores; SQLite reads are fast).
+const READERS: usize = 4;
+
+/// How long a connection waits on a lock held by another connection before failing with `SQLITE_BUSY`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What can go wrong in storage.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database engine reported an error.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A migration failed to apply.
+    #[error("migration {name} failed: {source}")]
+    Migration {
+        /// Migration name, e.g. `0001_licensing`.
+        name: &'static str,
+        /// The underlying error.
+        source: rusqlite::Error,
+    },
+    /// The requested row does not exist.
+    #[error("not found")]
+    NotFound,
+    /// A uniqueness rule was violated (duplicate content, replayed receipt...).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Stored data could not be decoded (corrupt or written by a newer version).
+    #[error("invalid stored data: {0}")]
+    Invalid(String),
+    /// The blocking task running the query panicked or was cancelled.
+    #[error("storage task failed: {0}")]
+    Task(String),
+}
+
+impl StoreError {
+    /// True when the error is a SQLite uniqueness/primary-key violation.
+    pub fn is_unique_violation(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+                if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                    || e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+        ) || matches!(self, StoreError::Conflict(_))
+    }
+}
+
+/// Handle to the database: cheap to clone, shareable across tasks.
+#[derive(Clone)]
+pub struct Db {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    writer: Mutex<Connection>,
+    /// Empty for an in-memory database: reads then use the writer connection.
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("path", &self.inner.path)
+            .field("readers", &self.inner.readers.len())
+            .finish()
+    }
+}
+
+impl Db {
+    /// Open (creating if needed) a SQLite database file, switch it to WAL and apply pending migrations.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let writer = Connection::open(&path)?;
+        configure(&writer)?;
+        writer.pragma_update(None, "journal_mode", "WAL")?;
+        migrate(&writer)?;
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let conn = Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                    | OpenFlags::SQLITE_OPEN_URI,
+            )?;
+            configure(&conn)?;
+            readers.push(Mutex::new(conn));
+        }
+        Ok(Self::from_parts(writer, readers, Some(path)))
+    }
+
+    /// A private in-memory database (tests, benchmarks): one connection serves reads and writes.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        configure(&conn)?;
+        migrate(&conn)?;
+        Ok(Self::from_parts(conn, Vec::new(), None))
+    }
+
+    fn from_parts(
+        writer: Connection,
+        readers: Vec<Mutex<Connection>>,
+        path: Option<PathBuf>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                writer: Mutex::new(writer),
+                readers,
+                next_reader: AtomicUsize::new(0),
+                path,
+            }),
+        }
+    }
+
+    /// The database file, or `None` for an in-memory database.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// Run a read-only closure on a reader connection, on the blocking pool.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let db = self.clone();
+        run_blocking(move || db.read_blocking(f)).await
+    }
+
+    /// Run a closure on the single writer connection, on the blocking pool.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let db = self.clone();
+        run_blocking(move || db.write_blocking(f)).await
+    }
+
+    /// Synchronous form of [`Db::read`], for code already off the async workers (seeding, benches).
+    pub fn read_blocking<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let readers = &self.inner.readers;
+        if readers.is_empty() {
+            return f(&lock(&self.inner.writer));
+        }
+        // Prefer an idle reader; fall back to waiting on the round-robin one.
+        let start = self.inner.next_reader.fetch_add(1, Ordering::Relaxed);
+        for i in 0..readers.len() {
+            if let Ok(conn) = readers[(start + i) % readers.len()].try_lock() {
+                return f(&conn);
+            }
+        }
+        f(&lock(&readers[start % readers.len()]))
+    }
+
+    /// Synchronous form of [`Db::write`].
+    pub fn write_blocking<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        f(&mut lock(&self.inner.writer))
+    }
+}
+
+/// A poisoned lock only means another query panicked; the connection itself is still usable.
+fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
+}
+
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+/// Apply every migration of [`MIGRATIONS`] not yet recorded in `schema_migrations`, each in its own
+/// transaction.
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             name TEXT PRIMARY KEY,
+             applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+         )",
+    )?;
+    for &(name, sql) in MIGRATIONS {
+        let done: bool = conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE name = ?1)",
+            [name],
+            |r| r.get(0),
+        )?;
+        if done {
+            continue;
+        }
+        let apply = || -> Result<(), rusqlite::Error> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            let result = conn.execute_batch(sql).and_then(|()| {
+                conn.execute("INSERT INTO schema_migrations (name) VALUES (?1)", [name])
+            });
+            match result {
+                Ok(_) => conn.execute_batch("COMMIT"),
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            }
+        };
+        apply().map_err(|source| StoreError::Migration { name, source })?;
+        tracing::info!(migration = name, "applied schema migration");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn file_db_migrates_once_and_reads_its_writes() {
+        let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.sqlite");
+        {
+            let db = Db::open(&path).unwrap();
+            db.write(|c| {
+                Ok(c.execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7);")?)
+            })
+            .await
+            .unwrap();
+            let x: i64 = db
+                .read(|c| Ok(c.query_row("SELECT x FROM t", [], |r| r.get(0))?))
+                .await
+                .unwrap();
+            assert_eq!(x, 7);
+        }
+        let db = Db::open(&path).unwrap();
+        let n: i64 = db
+            .read(|c| Ok(c.query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(n as usize, MIGRATIONS.len());
+        let mode: String = db
+            .read(|c| Ok(c.query_row("PRAGMA journal_mode", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn readers_cannot_write() {
+        let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::open(dir.join("t.sqlite")).unwrap();
+        let err = db
+            .read(|c| Ok(c.execute_batch("CREATE TABLE nope (x INTEGER)")?))
+            .await;
+        assert!(err.is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,1 @@
+//! Query layer for interface A: articles, license receipts, llms.txt hits.

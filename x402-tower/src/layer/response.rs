@@ -1,0 +1,256 @@
+//! The answers the layer writes itself: the 402 (headers, v1 body, HTML page), receipts, 5xx.
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
+use http_body_util::Full;
+
+use crate::price::format_decimal;
+use crate::proto::{PaymentRequirementsV1, ResourceInfo, SCHEME_EXACT, SettleResponse};
+use crate::verify::CompiledOffer;
+
+/// `X-Payment-Required` (interfaces.md): Base64 of the v2 PaymentRequired.
+pub const X_PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("x-payment-required");
+/// `PAYMENT-REQUIRED` (x402 v2): the same value.
+pub const PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("payment-required");
+/// `X-PAYMENT` (x402 v1 payment).
+pub const X_PAYMENT: HeaderName = HeaderName::from_static("x-payment");
+/// `PAYMENT-SIGNATURE` (x402 v2 payment).
+pub const PAYMENT_SIGNATURE: HeaderName = HeaderName::from_static("payment-signature");
+/// `X-PAYMENT-RESPONSE` (v1 receipt).
+pub const X_PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("x-payment-response");
+/// `PAYMENT-RESPONSE` (v2 receipt).
+pub const PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("payment-response");
+/// The value the layer puts in `Access-Control-Expose-Headers` when asked to.
+pub const EXPOSE_HEADERS_VALUE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Payment-Required";
+
+/// What the layer knows about the request when it answers.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestInfo {
+    pub(crate) resource_url: String,
+    pub(crate) wants_html: bool,
+}
+
+/// Whether the `Accept` header prefers HTML (a person in a browser): the media range with the highest `q`
+/// (first wins on ties) is `text/html` or `application/xhtml+xml`.
+pub(crate) fn prefers_html(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let mut best: Option<(&str, u32)> = None;
+    for item in accept.split(',').take(32) {
+        let mut parts = item.split(';');
+        let media = parts.next().unwrap_or("").trim();
+        let q = parts
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .next()
+            .and_then(|q| q.trim().parse::<f32>().ok())
+            .map_or(1000, |q| (q.clamp(0.0, 1.0) * 1000.0) as u32);
+        if best.is_none_or(|(_, bq)| q > bq) {
+            best = Some((media, q));
+        }
+    }
+    matches!(best, Some((m, q)) if q > 0 && (m.eq_ignore_ascii_case("text/html") || m.eq_ignore_ascii_case("application/xhtml+xml")))
+}
+
+fn b64(bytes: &[u8]) -> HeaderValue {
+    let s = base64::engine::general_purpose::STANDARD.encode(bytes);
+    // Base64 is always a valid header value.
+    HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// The Base64 v2 PaymentRequired, assembled from the offers' pre-serialized requirements.
+pub(crate) fn payment_required_header(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> HeaderValue {
+    let first = offers.first().map(|o| &o.offer);
+    let resource = ResourceInfo {
+        url: info.resource_url.clone(),
+        description: first.map(|o| o.description.clone()),
+        mime_type: first.map(|o| o.mime_type.clone()),
+    };
+    let mut s = String::with_capacity(256 + offers.iter().map(|o| o.v2_json.len() + 1).sum::<usize>());
+    s.push_str(r#"{"x402Version":2,"error":"#);
+    s.push_str(&serde_json::to_string(error).unwrap_or_default());
+    s.push_str(r#","resource":"#);
+    s.push_str(&serde_json::to_string(&resource).unwrap_or_default());
+    s.push_str(r#","accepts":["#);
+    for (i, o) in offers.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&o.v2_json);
+    }
+    s.push_str("]}");
+    b64(s.as_bytes())
+}
+
+/// v1 requirements of an offer, or `None` when legacy v1 clients do not know its network.
+pub(crate) fn v1_requirements(o: &CompiledOffer, resource_url: &str) -> Option<PaymentRequirementsV1> {
+    let network = o.offer.network.v1_name()?;
+    Some(PaymentRequirementsV1 {
+        scheme: SCHEME_EXACT.to_owned(),
+        network: network.to_owned(),
+        max_amount_required: o.offer.amount.atomic_units(),
+        resource: resource_url.to_owned(),
+        description: o.offer.description.clone(),
+        mime_type: o.offer.mime_type.clone(),
+        output_schema: None,
+        pay_to: o.offer.pay_to,
+        max_timeout_seconds: o.offer.max_timeout_seconds,
+        asset: o.offer.token.address,
+        extra: o.v2.extra.clone(),
+    })
+}
+
+fn v1_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8> {
+    let accepts: Vec<_> = offers
+        .iter()
+        .filter(|o| o.offer.network.legacy_v1_name().is_some())
+        .filter_map(|o| v1_requirements(o, &info.resource_url))
+        .collect();
+    let body = crate::proto::PaymentRequiredV1 { x402_version: 1, error: error.to_owned(), accepts };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn html_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8> {
+    let mut rows = String::new();
+    for o in offers {
+        let o = &o.offer;
+        let symbol = if o.token.name.contains("USD") { "USDC" } else { "units of the token" };
+        rows.push_str(&format!(
+            "<li><strong>{} {}</strong> on {} (<code>{}</code>), paid to <code>{}</code></li>\n",
+            format_decimal(o.amount.atomic_units(), o.token.decimals),
+            symbol,
+            html_escape(o.network.v1_name().unwrap_or(o.network.caip2())),
+            html_escape(o.network.caip2()),
+            o.pay_to.to_checksum(None),
+        ));
+    }
+    let description = offers.first().map(|o| o.offer.description.as_str()).unwrap_or("");
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Payment required</title></head>\n<body>\n\
+         <h1>402 Payment required</h1>\n<p>{}</p>\n<p>This resource costs:</p>\n<ul>\n{}</ul>\n\
+         <p>Pay with an x402 client (for example <code>@x402/fetch</code> or the Python <code>x402</code> package): it reads \
+         the <code>PAYMENT-REQUIRED</code> header, signs an EIP-3009 authorization with your wallet and repeats the request.</p>\n\
+         <p>Resource: <code>{}</code></p>\n<p><small>Reason: {}</small></p>\n</body></html>\n",
+        html_escape(description),
+        rows,
+        html_escape(&info.resource_url),
+        html_escape(error),
+    )
+    .into_bytes()
+}
+
+/// The 402 answer: both headers, `Cache-Control: no-store`, a v1 JSON body (or an HTML page for a browser),
+/// and optionally a `success:false` receipt.
+pub(crate) fn payment_required(
+    offers: &[CompiledOffer],
+    info: &RequestInfo,
+    error: &str,
+    receipt: Option<(HeaderName, HeaderValue)>,
+    expose_headers: bool,
+) -> Response<Full<Bytes>> {
+    let header = payment_required_header(offers, info, error);
+    let (body, content_type) = if info.wants_html {
+        (html_body(offers, info, error), "text/html; charset=utf-8")
+    } else {
+        (v1_body(offers, info, error), "application/json")
+    };
+    let mut res = Response::new(Full::new(Bytes::from(body)));
+    *res.status_mut() = StatusCode::PAYMENT_REQUIRED;
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(PAYMENT_REQUIRED, header.clone());
+    h.insert(X_PAYMENT_REQUIRED, header);
+    if let Some((name, value)) = receipt {
+        h.insert(name, value);
+    }
+    if expose_headers {
+        add_expose_headers(h);
+    }
+    res
+}
+
+/// Adds the x402 headers to `Access-Control-Expose-Headers`.
+pub(crate) fn add_expose_headers(h: &mut HeaderMap) {
+    h.append(http::header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSE_HEADERS_VALUE));
+}
+
+/// The receipt header of the client's version.
+pub(crate) fn receipt(version: u8, settle: &SettleResponse) -> (HeaderName, HeaderValue) {
+    let name = if version == 1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE };
+    (name, b64(&serde_json::to_vec(settle).unwrap_or_default()))
+}
+
+/// Merges `private` into a paid response's `Cache-Control` (dropping `public`).
+pub(crate) fn make_private(h: &mut HeaderMap) {
+    let existing: Vec<String> = h
+        .get_all(CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|d| d.trim().to_owned())
+        .filter(|d| !d.is_empty() && !d.eq_ignore_ascii_case("public") && !d.eq_ignore_ascii_case("private"))
+        .collect();
+    let value = if existing.is_empty() { "private".to_owned() } else { format!("private, {}", existing.join(", ")) };
+    if let Ok(v) = HeaderValue::try_from(value) {
+        h.insert(CACHE_CONTROL, v);
+    }
+}
+
+/// A plain JSON error (502 when the settler failed, 503 when the replay store failed, 500 for a pricing bug).
+pub(crate) fn plain_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec(&serde_json::json!({ "error": message })).unwrap_or_default();
+    let mut res = Response::new(Full::new(Bytes::from(body)));
+    *res.status_mut() = status;
+    res.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(v: &str) -> bool {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        prefers_html(&h)
+    }
+
+    #[test]
+    fn accept_negotiation() {
+        assert!(accept("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"));
+        assert!(!accept("application/json"));
+        assert!(!accept("*/*"));
+        assert!(!accept("application/json, text/html;q=0.5"));
+        assert!(!accept("text/html;q=0"));
+        assert!(!prefers_html(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn private_merge() {
+        let mut h = HeaderMap::new();
+        make_private(&mut h);
+        assert_eq!(h[CACHE_CONTROL], "private");
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("public, max-age=60"));
+        make_private(&mut h);
+        assert_eq!(h[CACHE_CONTROL], "private, max-age=60");
+    }
+}

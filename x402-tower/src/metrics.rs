@@ -1,0 +1,76 @@
+//! Counters a server can export (to Prometheus, say): plain atomics, read as a [`MetricsSnapshot`].
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::verify::RejectReason;
+
+/// The layer's counters. Shared by every clone of the layer; read with [`X402Metrics::snapshot`].
+#[derive(Debug, Default)]
+pub struct X402Metrics {
+    payment_required: AtomicU64,
+    accepted: AtomicU64,
+    rejected: [AtomicU64; RejectReason::COUNT],
+    settlements_failed: AtomicU64,
+    settlements_unknown: AtomicU64,
+    upstream_errors: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetricsSnapshot {
+    /// 402 answers sent (for any reason, including rejections and failed settlements).
+    pub payment_required_sent: u64,
+    /// Payments verified and passed to the inner service.
+    pub payments_accepted: u64,
+    /// Rejected payments, by spec error string (every reason listed, zeros included).
+    pub rejected: Vec<(&'static str, u64)>,
+    /// Settlements that failed (the client got a 402 with `success:false`).
+    pub settlements_failed: u64,
+    /// Settlements whose outcome is unknown (timeout after broadcast; the client got a 502).
+    pub settlements_unknown: u64,
+    /// Settler or replay-store errors answered with 502/503.
+    pub upstream_errors: u64,
+}
+
+impl X402Metrics {
+    /// Reads all counters.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            payment_required_sent: self.payment_required.load(Relaxed),
+            payments_accepted: self.accepted.load(Relaxed),
+            rejected: RejectReason::ALL
+                .iter()
+                .map(|r| (r.as_str(), self.rejected[*r as usize].load(Relaxed)))
+                .collect(),
+            settlements_failed: self.settlements_failed.load(Relaxed),
+            settlements_unknown: self.settlements_unknown.load(Relaxed),
+            upstream_errors: self.upstream_errors.load(Relaxed),
+        }
+    }
+
+    pub(crate) fn payment_required(&self) {
+        self.payment_required.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn accepted(&self) {
+        self.accepted.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn rejected(&self, reason: RejectReason) {
+        self.rejected[reason as usize].fetch_add(1, Relaxed);
+    }
+    pub(crate) fn settlement_failed(&self) {
+        self.settlements_failed.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn settlement_unknown(&self) {
+        self.settlements_unknown.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn upstream_error(&self) {
+        self.upstream_errors.fetch_add(1, Relaxed);
+    }
+}
+
+impl MetricsSnapshot {
+    /// The count for one reason (`"invalid_exact_evm_payload_signature"`).
+    pub fn rejected_for(&self, reason: &str) -> u64 {
+        self.rejected.iter().find(|(r, _)| *r == reason).map_or(0, |(_, n)| *n)
+    }
+}

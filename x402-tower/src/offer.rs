@@ -1,0 +1,92 @@
+//! [`PaymentOffer`]: one way to pay for a route.
+
+use alloy_primitives::Address;
+
+use crate::network::{Network, Token};
+use crate::price::Price;
+
+/// The default `maxTimeoutSeconds` of an offer (the official v2 default).
+pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 300;
+
+/// One thing a route sells: an amount of one token on one network, paid to one address.
+///
+/// A route may offer several (USDC on Base and on Polygon, say): the client picks one.
+///
+/// ```
+/// use x402_tower::{network::Network, offer::PaymentOffer, price::Price};
+/// use alloy_primitives::address;
+///
+/// let offer = PaymentOffer::usdc(
+///     "base-sepolia".parse().unwrap(),
+///     address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+///     Price::from_usdc_decimal("0.01").unwrap(),
+/// )
+/// .unwrap()
+/// .description("Weather report")
+/// .mime_type("application/json");
+/// assert_eq!(offer.token.name, "USDC");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentOffer {
+    /// The network the payment is made on.
+    pub network: Network,
+    /// The token paid (its contract is the offer's `asset`).
+    pub token: Token,
+    /// The recipient.
+    pub pay_to: Address,
+    /// The amount, in the token's atomic units.
+    pub amount: Price,
+    /// How long a signed authorization should stay valid (clients set `validBefore = now + this`).
+    pub max_timeout_seconds: u64,
+    /// Description of the resource (`""` allowed).
+    pub description: String,
+    /// MIME type of the resource (`""` allowed).
+    pub mime_type: String,
+}
+
+/// An offer that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OfferError {
+    /// USDC is not in the network table for this network: give a [`Token`] explicitly.
+    #[error("no USDC known on {0}: give the token explicitly with PaymentOffer::new")]
+    NoUsdc(Network),
+}
+
+impl PaymentOffer {
+    /// An offer in USDC on a network of the table.
+    pub fn usdc(network: Network, pay_to: Address, amount: Price) -> Result<Self, OfferError> {
+        let token = Token::usdc(&network).ok_or_else(|| OfferError::NoUsdc(network.clone()))?;
+        Ok(Self::new(network, token, pay_to, amount))
+    }
+
+    /// An offer in any EIP-3009 token (a local chain, another stablecoin).
+    pub fn new(network: Network, token: Token, pay_to: Address, amount: Price) -> Self {
+        PaymentOffer {
+            network,
+            token,
+            pay_to,
+            amount,
+            max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
+            description: String::new(),
+            mime_type: String::new(),
+        }
+    }
+
+    /// Sets the description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Sets the MIME type.
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+        self.mime_type = mime_type.into();
+        self
+    }
+
+    /// Sets `maxTimeoutSeconds`.
+    pub fn max_timeout_seconds(mut self, seconds: u64) -> Self {
+        self.max_timeout_seconds = seconds;
+        self
+    }
+}

@@ -1,0 +1,410 @@
+//! x402 wire types, v1 and v2, exactly as the official implementations write them.
+//!
+//! This module knows nothing of HTTP or Tower. Amounts and times are base-10 strings on the wire and
+//! [`U256`] here; addresses are written checksummed and read case-insensitively; a nonce is `0x` + 64 hex.
+//! Deriving `PartialEq` on these typed forms gives the *semantic* comparison the protocol asks for: key
+//! order, address case and amount formatting (`"010"` vs `"10"`) do not matter.
+
+use alloy_primitives::{Address, B256, U256};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// serde helpers for the wire's string encodings.
+pub mod wire {
+    use super::*;
+    use serde::de::Error as _;
+    use serde::{Deserializer, Serializer};
+
+    /// Parses `0x` + 40 hex digits, any case.
+    pub fn parse_address(s: &str) -> Option<Address> {
+        let hex = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
+        if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        hex.parse().ok()
+    }
+
+    /// Parses a base-10 integer string (digits only, at most 78 of them).
+    pub fn parse_decimal(s: &str) -> Option<U256> {
+        if s.is_empty() || s.len() > 78 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        U256::from_str_radix(s, 10).ok()
+    }
+
+    /// Parses `0x` + 64 hex digits.
+    pub fn parse_b256(s: &str) -> Option<B256> {
+        let hex = s.strip_prefix("0x")?;
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        hex.parse().ok()
+    }
+
+    /// `#[serde(with = "address")]`: checksummed out, case-insensitive in.
+    pub mod address {
+        use super::*;
+        /// Serializes checksummed.
+        pub fn serialize<S: Serializer>(a: &Address, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(&a.to_checksum(None))
+        }
+        /// Deserializes `0x` + 40 hex.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Address, D::Error> {
+            let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+            parse_address(&s).ok_or_else(|| D::Error::custom("expected an address: 0x and 40 hex digits"))
+        }
+    }
+
+    /// `#[serde(with = "decimal")]`: a U256 as a base-10 string.
+    pub mod decimal {
+        use super::*;
+        /// Serializes as a base-10 string.
+        pub fn serialize<S: Serializer>(v: &U256, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(&v.to_string())
+        }
+        /// Deserializes a base-10 string.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<U256, D::Error> {
+            let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+            parse_decimal(&s).ok_or_else(|| D::Error::custom("expected a base-10 integer string"))
+        }
+    }
+
+    /// `#[serde(with = "bytes32")]`: `0x` + 64 hex.
+    pub mod bytes32 {
+        use super::*;
+        /// Serializes as `0x` + 64 lowercase hex.
+        pub fn serialize<S: Serializer>(v: &B256, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(&v.to_string())
+        }
+        /// Deserializes `0x` + 64 hex.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<B256, D::Error> {
+            let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+            parse_b256(&s).ok_or_else(|| D::Error::custom("expected 0x and 64 hex digits"))
+        }
+    }
+}
+
+/// The only scheme this crate speaks.
+pub const SCHEME_EXACT: &str = "exact";
+
+/// `extra` of an EIP-3009 offer: the token's EIP-712 domain name and version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Eip712Extra {
+    /// EIP-712 domain name.
+    pub name: String,
+    /// EIP-712 domain version.
+    pub version: String,
+}
+
+/// v1 PaymentRequirements (one element of the v1 `accepts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequirementsV1 {
+    /// `"exact"`.
+    pub scheme: String,
+    /// v1 network name (`"base-sepolia"`).
+    pub network: String,
+    /// Atomic units, base-10 string.
+    #[serde(with = "wire::decimal")]
+    pub max_amount_required: U256,
+    /// Absolute URL of the resource.
+    pub resource: String,
+    /// Description, `""` allowed, never null.
+    #[serde(default)]
+    pub description: String,
+    /// MIME type, `""` allowed, never null.
+    #[serde(default)]
+    pub mime_type: String,
+    /// Optional output schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Recipient.
+    #[serde(with = "wire::address")]
+    pub pay_to: Address,
+    /// Seconds a client should allow (`validBefore = now + maxTimeoutSeconds`).
+    pub max_timeout_seconds: u64,
+    /// Token contract.
+    #[serde(with = "wire::address")]
+    pub asset: Address,
+    /// EIP-712 domain name/version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Value>,
+}
+
+/// v2 PaymentRequirements (an element of `accepts`, and the `accepted` a client echoes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequirementsV2 {
+    /// `"exact"`.
+    pub scheme: String,
+    /// CAIP-2 network (`"eip155:84532"`).
+    pub network: String,
+    /// Atomic units, base-10 string.
+    #[serde(with = "wire::decimal")]
+    pub amount: U256,
+    /// Token contract.
+    #[serde(with = "wire::address")]
+    pub asset: Address,
+    /// Recipient.
+    #[serde(with = "wire::address")]
+    pub pay_to: Address,
+    /// Seconds a client should allow.
+    pub max_timeout_seconds: u64,
+    /// EIP-712 domain name/version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Value>,
+}
+
+/// v2 `resource` object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceInfo {
+    /// Absolute URL.
+    pub url: String,
+    /// Description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// MIME type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+/// The v1 402 body: `{x402Version:1, error, accepts}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequiredV1 {
+    /// Always 1.
+    pub x402_version: u8,
+    /// Why the payment is required (or what was wrong with the one sent).
+    pub error: String,
+    /// Offers.
+    pub accepts: Vec<PaymentRequirementsV1>,
+}
+
+/// The v2 PaymentRequired document (Base64 in `PAYMENT-REQUIRED`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequiredV2 {
+    /// Always 2.
+    pub x402_version: u8,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The resource sold.
+    pub resource: ResourceInfo,
+    /// Offers.
+    pub accepts: Vec<PaymentRequirementsV2>,
+    /// Extensions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Value>,
+}
+
+/// The EIP-3009 authorization a client signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Authorization {
+    /// Payer.
+    #[serde(with = "wire::address")]
+    pub from: Address,
+    /// Recipient.
+    #[serde(with = "wire::address")]
+    pub to: Address,
+    /// Amount, atomic units.
+    #[serde(with = "wire::decimal")]
+    pub value: U256,
+    /// Unix seconds.
+    #[serde(with = "wire::decimal")]
+    pub valid_after: U256,
+    /// Unix seconds.
+    #[serde(with = "wire::decimal")]
+    pub valid_before: U256,
+    /// 32-byte nonce.
+    #[serde(with = "wire::bytes32")]
+    pub nonce: B256,
+}
+
+/// `payload` of an exact/EVM payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExactEvmPayload {
+    /// `0x` + hex; 65 bytes for an ordinary wallet.
+    pub signature: String,
+    /// The signed authorization.
+    pub authorization: Authorization,
+}
+
+/// v1 PaymentPayload (Base64 in `X-PAYMENT`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentPayloadV1 {
+    /// 1.
+    pub x402_version: u8,
+    /// `"exact"`.
+    pub scheme: String,
+    /// v1 network name.
+    pub network: String,
+    /// Signature and authorization.
+    pub payload: ExactEvmPayload,
+}
+
+/// v2 PaymentPayload (Base64 in `PAYMENT-SIGNATURE`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentPayloadV2 {
+    /// 2.
+    pub x402_version: u8,
+    /// The resource as the client saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<ResourceInfo>,
+    /// The offer the client accepted, echoed.
+    pub accepted: PaymentRequirementsV2,
+    /// Signature and authorization.
+    pub payload: ExactEvmPayload,
+    /// Extensions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Value>,
+}
+
+/// A decoded payment of either version.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PaymentPayload {
+    /// x402 v1.
+    V1(PaymentPayloadV1),
+    /// x402 v2.
+    V2(PaymentPayloadV2),
+}
+
+impl PaymentPayload {
+    /// The protocol version (1 or 2).
+    pub fn x402_version(&self) -> u8 {
+        match self {
+            PaymentPayload::V1(_) => 1,
+            PaymentPayload::V2(_) => 2,
+        }
+    }
+
+    /// The exact/EVM payload.
+    pub fn exact(&self) -> &ExactEvmPayload {
+        match self {
+            PaymentPayload::V1(p) => &p.payload,
+            PaymentPayload::V2(p) => &p.payload,
+        }
+    }
+}
+
+/// PaymentRequirements of either version (what a facilitator receives next to the payload).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum PaymentRequirements {
+    /// x402 v1.
+    V1(PaymentRequirementsV1),
+    /// x402 v2.
+    V2(PaymentRequirementsV2),
+}
+
+/// The receipt (Base64 in `X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE`) and a facilitator's `/settle` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettleResponse {
+    /// Whether the payment settled.
+    pub success: bool,
+    /// Spec error string on failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<String>,
+    /// Human-readable detail on failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// Transaction hash; `""` on failure.
+    #[serde(default)]
+    pub transaction: String,
+    /// Network (v1 name or CAIP-2, as the client's version).
+    #[serde(default)]
+    pub network: String,
+    /// Payer address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+}
+
+/// Body of a facilitator's `/verify` and `/settle` requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FacilitatorRequest {
+    /// 1 or 2.
+    pub x402_version: u8,
+    /// The payload as the client sent it (decoded JSON).
+    pub payment_payload: Value,
+    /// The matched requirements, in the payload's version.
+    pub payment_requirements: Value,
+}
+
+/// A facilitator's `/verify` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyResponse {
+    /// Whether the payment is valid.
+    pub is_valid: bool,
+    /// Spec error string when invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_reason: Option<String>,
+    /// Detail when invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_message: Option<String>,
+    /// Payer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+}
+
+/// One kind a facilitator supports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedKind {
+    /// 1 or 2.
+    pub x402_version: u8,
+    /// `"exact"`.
+    pub scheme: String,
+    /// Network (v1 name or CAIP-2).
+    pub network: String,
+    /// Scheme-specific.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Value>,
+}
+
+/// A facilitator's `/supported` answer.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedResponse {
+    /// Supported kinds.
+    pub kinds: Vec<SupportedKind>,
+    /// Extensions.
+    #[serde(default)]
+    pub extensions: Vec<Value>,
+    /// Signer addresses by CAIP-2 pattern.
+    #[serde(default)]
+    pub signers: serde_json::Map<String, Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_example_from_spec_parses_and_compares_semantically() {
+        let json = r#"{"x402Version":2,"payload":{"authorization":{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"0","validBefore":"1795276652","nonce":"0xc973d34e26636a2c9af04857a90d9a5b2ea68a001c42e8a9d9608a975a87ff45"},"signature":"0xe3c2"},"resource":{"url":"http://127.0.0.1:4022/weather","description":"probe","mimeType":"application/json"},"accepted":{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":300,"extra":{"name":"USDC","version":"2"}}}"#;
+        let p: PaymentPayloadV2 = serde_json::from_str(json).unwrap();
+        let reordered = r#"{"extra":{"version":"2","name":"USDC"},"maxTimeoutSeconds":300,"payTo":"0x209693bc6afc0c5328ba36faf03c514ef312287c","asset":"0x036CBD53842C5426634E7929541EC2318F3DCF7E","amount":"0010000","network":"eip155:84532","scheme":"exact"}"#;
+        let r: PaymentRequirementsV2 = serde_json::from_str(reordered).unwrap();
+        assert_eq!(p.accepted, r);
+        // Written back checksummed, amounts as decimal strings.
+        let out = serde_json::to_value(&r).unwrap();
+        assert_eq!(out["payTo"], "0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
+        assert_eq!(out["amount"], "10000");
+    }
+
+    #[test]
+    fn strict_strings() {
+        assert!(wire::parse_decimal("0x10").is_none());
+        assert!(wire::parse_decimal("-1").is_none());
+        assert!(wire::parse_decimal(&"1".repeat(79)).is_none());
+        assert!(wire::parse_address("0x1234").is_none());
+        assert!(wire::parse_b256("0x00").is_none());
+    }
+}

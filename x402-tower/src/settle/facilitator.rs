@@ -1,0 +1,261 @@
+//! A remote x402 facilitator over HTTP.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderMap;
+use serde::de::DeserializeOwned;
+use tracing::{Instrument, info_span, warn};
+
+use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
+use crate::pricing::BoxFuture;
+use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse, wire};
+
+/// Which facilitator endpoint a request goes to (for the auth-headers hook).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FacilitatorEndpoint {
+    /// `POST /verify`.
+    Verify,
+    /// `POST /settle`.
+    Settle,
+    /// `GET /supported`.
+    Supported,
+}
+
+type HeadersHook = Arc<dyn Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync>;
+
+/// A [`Settler`] that calls a remote facilitator (`POST {base}/verify`, `POST {base}/settle`,
+/// `GET {base}/supported`).
+///
+/// A timeout or an answer that is not the protocol's makes the layer answer 502; a settle call that times
+/// out is [`SettleOutcome::Unknown`] (it may have been broadcast), so the replay key stays reserved.
+///
+/// TLS uses rustls with the `ring` provider, installed as the process default if none is installed yet.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use x402_tower::settle::FacilitatorSettler;
+///
+/// let settler = FacilitatorSettler::builder("https://x402.org/facilitator")
+///     .settle_timeout(Duration::from_secs(90))
+///     .auth_headers(|_endpoint| {
+///         let mut h = http::HeaderMap::new();
+///         h.insert("authorization", http::HeaderValue::from_static("Bearer secret"));
+///         h
+///     })
+///     .build()
+///     .unwrap();
+/// ```
+#[derive(Clone)]
+pub struct FacilitatorSettler {
+    base: String,
+    client: reqwest::Client,
+    verify_timeout: Duration,
+    settle_timeout: Duration,
+    headers: Option<HeadersHook>,
+}
+
+impl std::fmt::Debug for FacilitatorSettler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FacilitatorSettler")
+            .field("base", &self.base)
+            .field("verify_timeout", &self.verify_timeout)
+            .field("settle_timeout", &self.settle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builder of a [`FacilitatorSettler`].
+pub struct FacilitatorSettlerBuilder {
+    base: String,
+    verify_timeout: Duration,
+    settle_timeout: Duration,
+    connect_timeout: Duration,
+    headers: Option<HeadersHook>,
+}
+
+impl std::fmt::Debug for FacilitatorSettlerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FacilitatorSettlerBuilder").field("base", &self.base).finish_non_exhaustive()
+    }
+}
+
+/// A facilitator settler that cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum FacilitatorConfigError {
+    /// The base URL is not an absolute http(s) URL.
+    #[error("facilitator URL {0:?} is not an absolute http(s) URL")]
+    BadUrl(String),
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+impl FacilitatorSettlerBuilder {
+    /// Timeout of `/verify` and `/supported` (default 10 s).
+    pub fn verify_timeout(mut self, t: Duration) -> Self {
+        self.verify_timeout = t;
+        self
+    }
+
+    /// Timeout of `/settle` (default 90 s, as the official clients: settlement waits for the chain).
+    pub fn settle_timeout(mut self, t: Duration) -> Self {
+        self.settle_timeout = t;
+        self
+    }
+
+    /// TCP connect timeout (default 5 s).
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// Headers added to every call (authentication), computed per call.
+    pub fn auth_headers(mut self, hook: impl Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync + 'static) -> Self {
+        self.headers = Some(Arc::new(hook));
+        self
+    }
+
+    /// Builds the settler.
+    pub fn build(self) -> Result<FacilitatorSettler, FacilitatorConfigError> {
+        let base = self.base.trim_end_matches('/').to_owned();
+        let ok = match base.parse::<http::Uri>() {
+            Ok(u) => matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some(),
+            Err(_) => false,
+        };
+        if !ok {
+            return Err(FacilitatorConfigError::BadUrl(self.base));
+        }
+        // reqwest is built with `rustls-no-provider`: make ring the default if nothing else was chosen.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .build()
+            .map_err(FacilitatorConfigError::Client)?;
+        Ok(FacilitatorSettler {
+            base,
+            client,
+            verify_timeout: self.verify_timeout,
+            settle_timeout: self.settle_timeout,
+            headers: self.headers,
+        })
+    }
+}
+
+/// Largest facilitator answer read (bytes).
+const MAX_ANSWER: usize = 64 * 1024;
+
+impl FacilitatorSettler {
+    /// A builder for the facilitator at `base` (e.g. `https://x402.org/facilitator`).
+    pub fn builder(base: impl Into<String>) -> FacilitatorSettlerBuilder {
+        FacilitatorSettlerBuilder {
+            base: base.into(),
+            verify_timeout: Duration::from_secs(10),
+            settle_timeout: Duration::from_secs(90),
+            connect_timeout: Duration::from_secs(5),
+            headers: None,
+        }
+    }
+
+    fn body(req: &SettleRequest) -> FacilitatorRequest {
+        FacilitatorRequest {
+            x402_version: req.payload.x402_version(),
+            payment_payload: req.payload_json.clone(),
+            payment_requirements: serde_json::to_value(&req.requirements).unwrap_or_default(),
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        endpoint: FacilitatorEndpoint,
+        body: Option<&FacilitatorRequest>,
+        timeout: Duration,
+    ) -> Result<T, SettleError> {
+        let (method, path) = match endpoint {
+            FacilitatorEndpoint::Verify => (reqwest::Method::POST, "verify"),
+            FacilitatorEndpoint::Settle => (reqwest::Method::POST, "settle"),
+            FacilitatorEndpoint::Supported => (reqwest::Method::GET, "supported"),
+        };
+        let mut rb = self.client.request(method, format!("{}/{path}", self.base)).timeout(timeout);
+        if let Some(hook) = &self.headers {
+            rb = rb.headers(hook(endpoint));
+        }
+        if let Some(b) = body {
+            rb = rb.json(b);
+        }
+        let fut = async {
+            let resp = rb.send().await.map_err(map_err)?;
+            let status = resp.status();
+            if !status.is_success() {
+                return Err(SettleError::BadResponse(format!("HTTP {status}")));
+            }
+            if resp.content_length().is_some_and(|l| l > MAX_ANSWER as u64) {
+                return Err(SettleError::BadResponse("answer too large".into()));
+            }
+            let bytes = resp.bytes().await.map_err(map_err)?;
+            if bytes.len() > MAX_ANSWER {
+                return Err(SettleError::BadResponse("answer too large".into()));
+            }
+            serde_json::from_slice(&bytes).map_err(|e| SettleError::BadResponse(e.to_string()))
+        };
+        // Belt and braces: reqwest's timeout covers the body too, this covers everything else.
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(SettleError::Timeout),
+        }
+    }
+}
+
+fn map_err(e: reqwest::Error) -> SettleError {
+    if e.is_timeout() { SettleError::Timeout } else { SettleError::Transport(e.to_string()) }
+}
+
+impl Settler for FacilitatorSettler {
+    fn verify<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+        Box::pin(
+            async move {
+                let body = Self::body(request);
+                let r: VerifyResponse = self.call(FacilitatorEndpoint::Verify, Some(&body), self.verify_timeout).await?;
+                Ok(if r.is_valid {
+                    VerifyOutcome::Valid
+                } else {
+                    VerifyOutcome::Invalid {
+                        reason: r.invalid_reason.unwrap_or_else(|| "unexpected_verify_error".to_owned()),
+                        message: r.invalid_message,
+                    }
+                })
+            }
+            .instrument(info_span!("x402.facilitator.verify")),
+        )
+    }
+
+    fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
+        Box::pin(
+            async move {
+                let body = Self::body(request);
+                match self.call::<SettleResponse>(FacilitatorEndpoint::Settle, Some(&body), self.settle_timeout).await {
+                    Ok(r) if r.success => SettleOutcome::Settled {
+                        transaction: r.transaction,
+                        payer: r.payer.as_deref().and_then(wire::parse_address).unwrap_or_else(|| request.payer()),
+                        network: if r.network.is_empty() { request.wire_network() } else { r.network },
+                    },
+                    Ok(r) => SettleOutcome::Failed {
+                        reason: r.error_reason.unwrap_or_else(|| "unexpected_settle_error".to_owned()),
+                        message: r.error_message,
+                        // A facilitator that failed without a transaction did not spend the nonce.
+                        authorization_still_usable: r.transaction.is_empty(),
+                    },
+                    Err(e) => {
+                        warn!(error = %e, "facilitator settle failed");
+                        SettleOutcome::Unknown { message: e.to_string() }
+                    }
+                }
+            }
+            .instrument(info_span!("x402.facilitator.settle")),
+        )
+    }
+
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
+        Box::pin(self.call(FacilitatorEndpoint::Supported, None, self.verify_timeout))
+    }
+}

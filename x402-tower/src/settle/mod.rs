@@ -1,0 +1,159 @@
+//! Settlement: the [`Settler`] trait and its implementations.
+//!
+//! - [`VerifyOnlySettler`]: checks nothing beyond the layer's local verification and **moves no money**. Its
+//!   receipts carry `transaction: "verify-only"`. For demos and tests only.
+//! - [`FacilitatorSettler`] (feature `facilitator`, default): a remote x402 facilitator over HTTP
+//!   (`/verify`, `/settle`, `/supported`).
+//! - `onchain::OnchainSettler` (feature `onchain`): calls `transferWithAuthorization` over JSON-RPC.
+//!
+//! A settler receives the whole [`SettleRequest`]: the client's payload (typed and as sent), the requirements
+//! it matched in the client's version, and the offer (network with its chain id, token with its EIP-712
+//! domain), so a settler that talks to a chain has everything it needs.
+
+use alloy_primitives::{Address, Bytes};
+use serde_json::Value;
+
+use crate::offer::PaymentOffer;
+use crate::pricing::BoxFuture;
+use crate::proto::{PaymentPayload, PaymentRequirements, SupportedResponse};
+
+#[cfg(feature = "facilitator")]
+mod facilitator;
+#[cfg(feature = "facilitator")]
+pub use facilitator::{FacilitatorEndpoint, FacilitatorSettler, FacilitatorSettlerBuilder};
+
+#[cfg(feature = "onchain")]
+pub mod onchain;
+
+/// The receipt `transaction` of a [`VerifyOnlySettler`]: says plainly that nothing was settled.
+pub const VERIFY_ONLY_TRANSACTION: &str = "verify-only";
+
+/// Everything a settler may need about one payment. Built by the layer after local verification passed.
+#[derive(Debug, Clone)]
+pub struct SettleRequest {
+    /// The decoded payment, typed.
+    pub payload: PaymentPayload,
+    /// The decoded payment JSON exactly as the client sent it (what a facilitator receives).
+    pub payload_json: Value,
+    /// The requirements the payment matched, in the payment's version.
+    pub requirements: PaymentRequirements,
+    /// The offer the payment matched: network (chain id) and token (address, EIP-712 name/version).
+    pub offer: PaymentOffer,
+    /// The signature bytes (65 bytes `r‖s‖v` after local verification).
+    pub signature: Bytes,
+}
+
+impl SettleRequest {
+    /// The payer (`authorization.from`).
+    pub fn payer(&self) -> Address {
+        self.payload.exact().authorization.from
+    }
+
+    /// The network string in the client's version (v1 name or CAIP-2).
+    pub fn wire_network(&self) -> String {
+        match &self.requirements {
+            PaymentRequirements::V1(r) => r.network.clone(),
+            PaymentRequirements::V2(r) => r.network.clone(),
+        }
+    }
+}
+
+/// A settler's verdict on a payment before settlement (checks that need the chain).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerifyOutcome {
+    /// Valid.
+    Valid,
+    /// Invalid, with the spec's error string (passed to the client unchanged) and detail.
+    Invalid {
+        /// Spec error string (`"insufficient_funds"`).
+        reason: String,
+        /// Detail.
+        message: Option<String>,
+    },
+}
+
+/// The result of a settlement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleOutcome {
+    /// The payment settled.
+    Settled {
+        /// Transaction hash (or [`VERIFY_ONLY_TRANSACTION`]).
+        transaction: String,
+        /// Payer.
+        payer: Address,
+        /// Network in the client's wire form.
+        network: String,
+    },
+    /// The payment did not settle; the client gets 402 with a `success:false` receipt.
+    Failed {
+        /// Spec error string (`"insufficient_funds"`, `"unexpected_settle_error"`).
+        reason: String,
+        /// Detail.
+        message: Option<String>,
+        /// Whether the authorization may still be used on chain (nothing was broadcast, or it reverted before
+        /// the nonce was spent). Decides whether the replay reservation is released.
+        authorization_still_usable: bool,
+    },
+    /// Nobody knows (timeout after broadcast, garbage answer): the client gets 502 and the key stays reserved.
+    Unknown {
+        /// What happened.
+        message: String,
+    },
+}
+
+/// A settler could not answer (transport error, timeout, garbage): the layer answers 502.
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    /// The call timed out.
+    #[error("settler timed out")]
+    Timeout,
+    /// Transport failure.
+    #[error("settler transport error: {0}")]
+    Transport(String),
+    /// An answer that is not what the protocol says.
+    #[error("settler answered garbage: {0}")]
+    BadResponse(String),
+}
+
+/// Verifies (with the chain) and settles payments. Dyn-compatible: the layer holds an `Arc<dyn Settler>`.
+pub trait Settler: Send + Sync + 'static {
+    /// Checks that need the chain (balance, nonce state, smart wallets). Called after the layer's local
+    /// verification passed and the replay key was reserved.
+    fn verify<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>>;
+    /// Moves the money.
+    fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome>;
+    /// The kinds this settler supports.
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>>;
+}
+
+/// A settler that moves no money: every locally verified payment counts as "settled" with the transaction
+/// [`VERIFY_ONLY_TRANSACTION`]. For demos and tests only: the payer keeps the funds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VerifyOnlySettler;
+
+impl Settler for VerifyOnlySettler {
+    fn verify<'a>(&'a self, _request: &'a SettleRequest) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+        Box::pin(std::future::ready(Ok(VerifyOutcome::Valid)))
+    }
+
+    fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
+        Box::pin(std::future::ready(SettleOutcome::Settled {
+            transaction: VERIFY_ONLY_TRANSACTION.to_owned(),
+            payer: request.payer(),
+            network: request.wire_network(),
+        }))
+    }
+
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
+        let kinds = crate::network::NETWORKS
+            .iter()
+            .map(|n| crate::proto::SupportedKind {
+                x402_version: 2,
+                scheme: crate::proto::SCHEME_EXACT.to_owned(),
+                network: n.caip2.to_owned(),
+                extra: None,
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(SupportedResponse { kinds, ..Default::default() })))
+    }
+}

@@ -1,0 +1,386 @@
+//! Local verification of an exact/EVM payment, in the spec's order, with USDC's own signature rules.
+//!
+//! This module knows nothing of Tower. [`domain_separator`] and [`check_signature`] are public so another
+//! settler (or a facilitator) can reuse them.
+
+use alloy_primitives::{Address, B256, Bytes, Signature, U256, keccak256};
+use alloy_sol_types::{Eip712Domain, SolStruct};
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::network::{Network, Token};
+use crate::offer::PaymentOffer;
+use crate::proto::{
+    Authorization, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequirementsV2, SCHEME_EXACT,
+};
+
+#[allow(missing_docs, unreachable_pub)]
+mod typed {
+    alloy_sol_types::sol! {
+        struct TransferWithAuthorization {
+            address from;
+            address to;
+            uint256 value;
+            uint256 validAfter;
+            uint256 validBefore;
+            bytes32 nonce;
+        }
+    }
+}
+
+/// `secp256k1n / 2`: USDC (and EIP-2) reject signatures with a larger `s`.
+pub const SECP256K1N_HALF: U256 =
+    alloy_primitives::uint!(0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0_U256);
+
+/// Seconds of slack required before `validBefore` (about one block).
+pub const VALID_BEFORE_MARGIN: u64 = 6;
+
+/// Why a payment was rejected. [`RejectReason::as_str`] is the spec's error string sent to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// The header is too long, not Base64, not JSON, or not a PaymentPayload.
+    InvalidPayload = 0,
+    /// `x402Version` is neither 1 nor 2.
+    InvalidX402Version,
+    /// The scheme is not `exact`.
+    InvalidScheme,
+    /// The network is unknown.
+    InvalidNetwork,
+    /// No offer matches the payment.
+    NoMatchingRequirements,
+    /// `authorization.to` is not the offer's `payTo`.
+    RecipientMismatch,
+    /// v1: `value` below `maxAmountRequired`.
+    ValueTooLow,
+    /// v2: `value` differs from `amount`.
+    ValueMismatch,
+    /// `validAfter` is in the future.
+    ValidAfter,
+    /// `validBefore` has passed (or is within the block margin).
+    ValidBefore,
+    /// The signature is malformed, not canonical, or not by `from`.
+    Signature,
+    /// The `(chainId, asset, from, nonce)` was already presented.
+    NonceAlreadyUsed,
+    /// The settler (facilitator) said invalid; the client gets the settler's own string.
+    SettlerRejected,
+}
+
+impl RejectReason {
+    /// Number of reasons.
+    pub const COUNT: usize = 13;
+    /// Every reason.
+    pub const ALL: [RejectReason; Self::COUNT] = [
+        Self::InvalidPayload,
+        Self::InvalidX402Version,
+        Self::InvalidScheme,
+        Self::InvalidNetwork,
+        Self::NoMatchingRequirements,
+        Self::RecipientMismatch,
+        Self::ValueTooLow,
+        Self::ValueMismatch,
+        Self::ValidAfter,
+        Self::ValidBefore,
+        Self::Signature,
+        Self::NonceAlreadyUsed,
+        Self::SettlerRejected,
+    ];
+
+    /// The spec's error string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidPayload => "invalid_payload",
+            Self::InvalidX402Version => "invalid_x402_version",
+            Self::InvalidScheme => "invalid_scheme",
+            Self::InvalidNetwork => "invalid_network",
+            Self::NoMatchingRequirements => "No matching payment requirements",
+            Self::RecipientMismatch => "invalid_exact_evm_payload_recipient_mismatch",
+            Self::ValueTooLow => "invalid_exact_evm_payload_authorization_value",
+            Self::ValueMismatch => "invalid_exact_evm_payload_authorization_value_mismatch",
+            Self::ValidAfter => "invalid_exact_evm_payload_authorization_valid_after",
+            Self::ValidBefore => "invalid_exact_evm_payload_authorization_valid_before",
+            Self::Signature => "invalid_exact_evm_payload_signature",
+            Self::NonceAlreadyUsed => "invalid_exact_evm_nonce_already_used",
+            Self::SettlerRejected => "settler_rejected",
+        }
+    }
+}
+
+impl std::fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The EIP-712 domain separator of a token on a chain (depends only on name, version, chain id, address).
+pub fn domain_separator(chain_id: u64, token: &Token) -> B256 {
+    Eip712Domain::new(
+        Some(token.name.clone().into()),
+        Some(token.version.clone().into()),
+        Some(U256::from(chain_id)),
+        Some(token.address),
+        None,
+    )
+    .separator()
+}
+
+/// The EIP-712 digest of an authorization under a precomputed domain separator.
+pub fn authorization_digest(auth: &Authorization, domain_separator: &B256) -> B256 {
+    let msg = typed::TransferWithAuthorization {
+        from: auth.from,
+        to: auth.to,
+        value: auth.value,
+        validAfter: auth.valid_after,
+        validBefore: auth.valid_before,
+        nonce: auth.nonce,
+    };
+    let mut buf = [0u8; 66];
+    buf[0] = 0x19;
+    buf[1] = 0x01;
+    buf[2..34].copy_from_slice(domain_separator.as_slice());
+    buf[34..].copy_from_slice(msg.eip712_hash_struct().as_slice());
+    keccak256(buf)
+}
+
+/// Checks a signature as USDC does for a payer without code: exactly 65 bytes `r‖s‖v`, `v` 27 or 28,
+/// `s <= n/2`, and the address recovered from the digest equals `auth.from`.
+pub fn check_signature(auth: &Authorization, signature: &[u8], domain_separator: &B256) -> Result<(), RejectReason> {
+    let sig: &[u8; 65] = signature.try_into().map_err(|_| RejectReason::Signature)?;
+    let v = sig[64];
+    if v != 27 && v != 28 {
+        return Err(RejectReason::Signature);
+    }
+    let r = U256::from_be_slice(&sig[..32]);
+    let s = U256::from_be_slice(&sig[32..64]);
+    if s > SECP256K1N_HALF || s.is_zero() || r.is_zero() {
+        return Err(RejectReason::Signature);
+    }
+    let digest = authorization_digest(auth, domain_separator);
+    let recovered =
+        Signature::new(r, s, v == 28).recover_address_from_prehash(&digest).map_err(|_| RejectReason::Signature)?;
+    if recovered == auth.from { Ok(()) } else { Err(RejectReason::Signature) }
+}
+
+/// An offer with everything that can be computed once: its v2 requirements (also as JSON) and the token's
+/// EIP-712 domain separator.
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledOffer {
+    pub(crate) offer: PaymentOffer,
+    pub(crate) v2: PaymentRequirementsV2,
+    pub(crate) v2_json: String,
+    pub(crate) domain_separator: B256,
+}
+
+impl CompiledOffer {
+    pub(crate) fn new(offer: PaymentOffer, domain_separator: B256) -> Self {
+        let v2 = PaymentRequirementsV2 {
+            scheme: SCHEME_EXACT.to_owned(),
+            network: offer.network.caip2().to_owned(),
+            amount: offer.amount.atomic_units(),
+            asset: offer.token.address,
+            pay_to: offer.pay_to,
+            max_timeout_seconds: offer.max_timeout_seconds,
+            extra: Some(serde_json::json!({"name": offer.token.name, "version": offer.token.version})),
+        };
+        let v2_json = serde_json::to_string(&v2).unwrap_or_default();
+        CompiledOffer { offer, v2, v2_json, domain_separator }
+    }
+}
+
+/// A payment that passed local verification.
+#[derive(Debug, Clone)]
+pub(crate) struct LocallyVerified {
+    pub(crate) payload: PaymentPayload,
+    pub(crate) payload_json: Value,
+    pub(crate) offer_index: usize,
+    pub(crate) signature: Bytes,
+}
+
+/// Base64 decoder: standard alphabet, padding optional.
+const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// A rejection with the detail that goes to the logs (and the HTML page).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rejection {
+    pub(crate) reason: RejectReason,
+    pub(crate) detail: &'static str,
+}
+
+fn reject(reason: RejectReason, detail: &'static str) -> Rejection {
+    Rejection { reason, detail }
+}
+
+/// Decodes a payment header (already length-capped) into its JSON and typed forms.
+pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value), Rejection> {
+    let trimmed = header.trim_ascii();
+    let bytes = B64.decode(trimmed).map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not Base64"))?;
+    let json: Value =
+        serde_json::from_slice(&bytes).map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
+    let version = json.get("x402Version").and_then(Value::as_u64);
+    let payload = match version {
+        Some(1) => PaymentPayload::V1(
+            PaymentPayloadV1::deserialize(&json)
+                .map_err(|_| reject(RejectReason::InvalidPayload, "not a v1 exact/EVM PaymentPayload"))?,
+        ),
+        Some(2) => PaymentPayload::V2(
+            PaymentPayloadV2::deserialize(&json)
+                .map_err(|_| reject(RejectReason::InvalidPayload, "not a v2 exact/EVM PaymentPayload"))?,
+        ),
+        _ => return Err(reject(RejectReason::InvalidX402Version, "x402Version must be 1 or 2")),
+    };
+    Ok((payload, json))
+}
+
+/// Parses `0x` + hex.
+fn parse_hex(s: &str) -> Option<Vec<u8>> {
+    let hex = s.strip_prefix("0x")?;
+    if hex.len() % 2 != 0 || hex.len() > 2 * 1024 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .collect()
+}
+
+/// Verifies a decoded payment against the offers, in the spec's order. `now` is unix seconds.
+pub(crate) fn verify(
+    payload: PaymentPayload,
+    payload_json: Value,
+    offers: &[CompiledOffer],
+    now: u64,
+) -> Result<LocallyVerified, Rejection> {
+    // 1. scheme, network, offer match.
+    let offer_index = match &payload {
+        PaymentPayload::V1(p) => {
+            if p.scheme != SCHEME_EXACT {
+                return Err(reject(RejectReason::InvalidScheme, "scheme is not exact"));
+            }
+            let network = Network::from_v1_name(&p.network)
+                .ok_or_else(|| reject(RejectReason::InvalidNetwork, "unknown v1 network"))?;
+            offers.iter().position(|o| o.offer.network == network)
+        }
+        PaymentPayload::V2(p) => {
+            if p.accepted.scheme != SCHEME_EXACT {
+                return Err(reject(RejectReason::InvalidScheme, "scheme is not exact"));
+            }
+            p.accepted
+                .network
+                .parse::<Network>()
+                .map_err(|_| reject(RejectReason::InvalidNetwork, "unknown CAIP-2 network"))?;
+            offers.iter().position(|o| o.v2 == p.accepted)
+        }
+    }
+    .ok_or_else(|| reject(RejectReason::NoMatchingRequirements, "the payment matches none of the offers"))?;
+    let compiled = &offers[offer_index];
+    let offer = &compiled.offer;
+    let auth = &payload.exact().authorization;
+    // 2. recipient.
+    if auth.to != offer.pay_to {
+        return Err(reject(RejectReason::RecipientMismatch, "authorization.to is not payTo"));
+    }
+    // 3. amount.
+    let amount = offer.amount.atomic_units();
+    match payload {
+        PaymentPayload::V1(_) if auth.value < amount => {
+            return Err(reject(RejectReason::ValueTooLow, "authorization.value is below the price"));
+        }
+        PaymentPayload::V2(_) if auth.value != amount => {
+            return Err(reject(RejectReason::ValueMismatch, "authorization.value differs from the price"));
+        }
+        _ => {}
+    }
+    // 4. time window.
+    if auth.valid_after > U256::from(now) {
+        return Err(reject(RejectReason::ValidAfter, "validAfter is in the future"));
+    }
+    if auth.valid_before < U256::from(now) + U256::from(VALID_BEFORE_MARGIN) {
+        return Err(reject(RejectReason::ValidBefore, "validBefore has passed or is too close"));
+    }
+    // 5. signature.
+    let signature = parse_hex(&payload.exact().signature)
+        .ok_or_else(|| reject(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
+    check_signature(auth, &signature, &compiled.domain_separator)
+        .map_err(|r| reject(r, "signature is not a canonical 65-byte signature by authorization.from"))?;
+    Ok(LocallyVerified { payload, payload_json, offer_index, signature: Bytes::from(signature) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_primitives::{address, b256};
+
+    pub(crate) fn message_m(from: Address) -> Authorization {
+        Authorization {
+            from,
+            to: address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+            value: U256::from(10_000u64),
+            valid_after: U256::from(1_740_672_089u64),
+            valid_before: U256::from(1_740_672_154u64),
+            nonce: b256!("0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"),
+        }
+    }
+
+    const ACCOUNT0: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+
+    fn domain_a() -> B256 {
+        domain_separator(84532, &Token::new(address!("0x036CbD53842c5426634e7929541eC2318f3dCF7e"), "USDC", "2", 6))
+    }
+    fn domain_b() -> B256 {
+        domain_separator(8453, &Token::new(address!("0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"), "USD Coin", "2", 6))
+    }
+    fn sig(s: &str) -> Vec<u8> {
+        parse_hex(s).unwrap()
+    }
+    const SIG_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
+
+    #[test]
+    fn vectors_domains_and_digests() {
+        assert_eq!(domain_a(), b256!("0x71f17a3b2ff373b803d70a5a07c046c1a2bc8e89c09ef722fcb047abe94c9818"));
+        assert_eq!(domain_b(), b256!("0x02fa7265e7c5d81118673727957699e4d68f74cd74b7db77da710fe8a2c7834f"));
+        let m = message_m(ACCOUNT0);
+        assert_eq!(authorization_digest(&m, &domain_a()), b256!("0x50708d3bf7216e1aeabe7bf22081b9f36c7c287530f92510318f13a03d89dc86"));
+        assert_eq!(authorization_digest(&m, &domain_b()), b256!("0x7e9613714edd92ad20fa5b252ec168245031911a3438dd20225f083b6a688f8a"));
+    }
+
+    #[test]
+    fn vector_a_and_its_broken_twins() {
+        let m = message_m(ACCOUNT0);
+        assert_eq!(check_signature(&m, &sig(SIG_A), &domain_a()), Ok(()));
+        let high_s = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3ea84b4bfcf0e4143ac2aa531ea3dc880bb5ec285cd633412a0c25db5e8a739121c";
+        assert_eq!(check_signature(&m, &sig(high_s), &domain_a()), Err(RejectReason::Signature));
+        let mut v01 = sig(SIG_A);
+        v01[64] = 0;
+        assert_eq!(check_signature(&m, &v01, &domain_a()), Err(RejectReason::Signature));
+        v01[64] = 1;
+        assert_eq!(check_signature(&m, &v01, &domain_a()), Err(RejectReason::Signature));
+        assert_eq!(check_signature(&m, &sig(SIG_A)[..64], &domain_a()), Err(RejectReason::Signature));
+        assert_eq!(check_signature(&m, &sig(SIG_A), &domain_b()), Err(RejectReason::Signature));
+    }
+
+    #[test]
+    fn vector_b_and_spec_example() {
+        let m = message_m(ACCOUNT0);
+        let sig_b = "0xa70a7d235fd4218a3ed6625525892efed6fd1ac6a193ba612bb9da921620bce74885a8f7f56d2dc2f46005b7d6a089ae3469455a911004b6c4a6ab600677f56c1c";
+        assert_eq!(check_signature(&m, &sig(sig_b), &domain_b()), Ok(()));
+        let spec_from = address!("0x857b06519E91e3A54538791bDbb0E22373e36b66");
+        let m2 = message_m(spec_from);
+        assert_eq!(authorization_digest(&m2, &domain_a()), b256!("0xf256992871671abcb27ff92885a7afa46218724e5fc0bac35d050115aa1d22e6"));
+        let spec_sig = "0x2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c";
+        assert_eq!(check_signature(&m2, &sig(spec_sig), &domain_a()), Ok(()));
+        assert_eq!(check_signature(&m2, &sig(spec_sig), &domain_b()), Err(RejectReason::Signature));
+    }
+
+    #[test]
+    fn decode_garbage_never_panics() {
+        for h in [&b""[..], b"!!!", b"bnVsbA==", b"e30=", b"eyJ4NDAyVmVyc2lvbiI6M30=", b"eyJ4NDAyVmVyc2lvbiI6MX0="] {
+            assert!(decode(h).is_err());
+        }
+        assert_eq!(decode(b"eyJ4NDAyVmVyc2lvbiI6M30=").unwrap_err().reason, RejectReason::InvalidX402Version);
+    }
+}

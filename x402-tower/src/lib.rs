@@ -1,6 +1,7 @@
 //! x402 payments for Tower services.
 #![warn(missing_docs)]
 
+pub mod layer;
 pub mod metrics;
 pub mod network;
 pub mod offer;
@@ -10,10 +11,10 @@ pub mod proto;
 pub mod replay;
 pub mod settle;
 pub mod verify;
-pub mod layer;
 
 pub use layer::{
-    ConfigError, ResponseBody, ResponseFuture, SettleTiming, VerifiedPayment, X402, X402Config, X402Layer,
+    ConfigError, ResponseBody, ResponseFuture, SettleTiming, VerifiedPayment, X402, X402Config,
+    X402Layer,
 };
 pub use metrics::{MetricsSnapshot, X402Metrics};
 pub use network::{NETWORKS, Network, Token};

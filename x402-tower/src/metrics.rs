@@ -71,6 +71,9 @@ impl X402Metrics {
 impl MetricsSnapshot {
     /// The count for one reason (`"invalid_exact_evm_payload_signature"`).
     pub fn rejected_for(&self, reason: &str) -> u64 {
-        self.rejected.iter().find(|(r, _)| *r == reason).map_or(0, |(_, n)| *n)
+        self.rejected
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map_or(0, |(_, n)| *n)
     }
 }

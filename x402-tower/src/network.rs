@@ -141,12 +141,19 @@ impl Network {
     /// The network with this chain id (known or not).
     pub fn from_chain_id(chain_id: u64) -> Self {
         let info = NETWORKS.iter().find(|n| n.chain_id == chain_id);
-        Network { chain_id, caip2: format!("eip155:{chain_id}"), info }
+        Network {
+            chain_id,
+            caip2: format!("eip155:{chain_id}"),
+            info,
+        }
     }
 
     /// Looks a known network up by its v1 name (`"base"`).
     pub fn from_v1_name(name: &str) -> Option<Self> {
-        NETWORKS.iter().find(|n| n.v1_name == name).map(|n| Self::from_chain_id(n.chain_id))
+        NETWORKS
+            .iter()
+            .find(|n| n.v1_name == name)
+            .map(|n| Self::from_chain_id(n.chain_id))
     }
 
     /// The EVM chain id.
@@ -183,7 +190,9 @@ impl fmt::Display for Network {
 
 /// A network string that is neither a known v1 name nor `eip155:<chain id>`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown network {0:?}: expected a v1 name such as \"base\" or a CAIP-2 id such as \"eip155:8453\"")]
+#[error(
+    "unknown network {0:?}: expected a v1 name such as \"base\" or a CAIP-2 id such as \"eip155:8453\""
+)]
 pub struct UnknownNetwork(pub String);
 
 impl FromStr for Network {
@@ -230,8 +239,18 @@ impl Token {
     }
 
     /// Any EIP-3009 token, for example USDC deployed on a local chain.
-    pub fn new(address: Address, name: impl Into<String>, version: impl Into<String>, decimals: u8) -> Token {
-        Token { address, name: name.into(), version: version.into(), decimals }
+    pub fn new(
+        address: Address,
+        name: impl Into<String>,
+        version: impl Into<String>,
+        decimals: u8,
+    ) -> Token {
+        Token {
+            address,
+            name: name.into(),
+            version: version.into(),
+            decimals,
+        }
     }
 }
 
@@ -251,7 +270,15 @@ mod tests {
 
     #[test]
     fn parse_rejects_garbage() {
-        for bad in ["", "eip155:", "eip155:+1", "eip155:0", "eip155:01", "solana", "eip155:99999999999999999999999"] {
+        for bad in [
+            "",
+            "eip155:",
+            "eip155:+1",
+            "eip155:0",
+            "eip155:01",
+            "solana",
+            "eip155:99999999999999999999999",
+        ] {
             assert!(bad.parse::<Network>().is_err(), "{bad}");
         }
         assert_eq!("eip155:31337".parse::<Network>().unwrap().chain_id(), 31337);

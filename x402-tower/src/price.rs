@@ -57,18 +57,30 @@ impl Price {
             None => (text, ""),
         };
         let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-        if int.is_empty() || !digits(int) || !digits(frac) || (text.contains('.') && frac.is_empty()) {
+        if int.is_empty()
+            || !digits(int)
+            || !digits(frac)
+            || (text.contains('.') && frac.is_empty())
+        {
             return Err(syntax());
         }
         let trimmed = frac.trim_end_matches('0');
         if trimmed.len() > usize::from(decimals) {
-            return Err(PriceError::TooPrecise { text: text.to_owned(), decimals });
+            return Err(PriceError::TooPrecise {
+                text: text.to_owned(),
+                decimals,
+            });
         }
         let mut all = String::with_capacity(int.len() + usize::from(decimals));
         all.push_str(int);
         all.push_str(trimmed);
-        all.extend(std::iter::repeat_n('0', usize::from(decimals) - trimmed.len()));
-        U256::from_str_radix(&all, 10).map(Price).map_err(|_| PriceError::Overflow(text.to_owned()))
+        all.extend(std::iter::repeat_n(
+            '0',
+            usize::from(decimals) - trimmed.len(),
+        ));
+        U256::from_str_radix(&all, 10)
+            .map(Price)
+            .map_err(|_| PriceError::Overflow(text.to_owned()))
     }
 
     /// The amount in atomic units.
@@ -103,10 +115,18 @@ pub(crate) fn format_decimal(units: U256, decimals: u8) -> String {
     if d == 0 {
         return s;
     }
-    let padded = if s.len() <= d { format!("{}{}", "0".repeat(d + 1 - s.len()), s) } else { s };
+    let padded = if s.len() <= d {
+        format!("{}{}", "0".repeat(d + 1 - s.len()), s)
+    } else {
+        s
+    };
     let (int, frac) = padded.split_at(padded.len() - d);
     let frac = frac.trim_end_matches('0');
-    if frac.is_empty() { int.to_owned() } else { format!("{int}.{frac}") }
+    if frac.is_empty() {
+        int.to_owned()
+    } else {
+        format!("{int}.{frac}")
+    }
 }
 
 #[cfg(test)]
@@ -121,11 +141,22 @@ mod tests {
         assert_eq!(p("0.000001"), Ok(1));
         assert_eq!(p("12"), Ok(12_000_000));
         assert_eq!(p("1.500000000"), Ok(1_500_000));
-        for bad in ["", ".5", "5.", "-1", "1e3", " 1", "0x10", "1.2.3", "+1", "0,5"] {
-            assert!(matches!(Price::from_usdc_decimal(bad), Err(PriceError::Syntax(_))), "{bad}");
+        for bad in [
+            "", ".5", "5.", "-1", "1e3", " 1", "0x10", "1.2.3", "+1", "0,5",
+        ] {
+            assert!(
+                matches!(Price::from_usdc_decimal(bad), Err(PriceError::Syntax(_))),
+                "{bad}"
+            );
         }
-        assert!(matches!(Price::from_usdc_decimal("0.0000001"), Err(PriceError::TooPrecise { .. })));
-        assert!(matches!(Price::from_usdc_decimal(&"9".repeat(80)), Err(PriceError::Overflow(_))));
+        assert!(matches!(
+            Price::from_usdc_decimal("0.0000001"),
+            Err(PriceError::TooPrecise { .. })
+        ));
+        assert!(matches!(
+            Price::from_usdc_decimal(&"9".repeat(80)),
+            Err(PriceError::Overflow(_))
+        ));
     }
 
     #[test]

@@ -51,7 +51,8 @@ pub mod wire {
         /// Deserializes `0x` + 40 hex.
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Address, D::Error> {
             let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-            parse_address(&s).ok_or_else(|| D::Error::custom("expected an address: 0x and 40 hex digits"))
+            parse_address(&s)
+                .ok_or_else(|| D::Error::custom("expected an address: 0x and 40 hex digits"))
         }
     }
 

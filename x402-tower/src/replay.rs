@@ -64,7 +64,12 @@ pub enum StoreError {
 pub trait ReplayStore: Send + Sync + 'static {
     /// Reserves `key` until `expires_at` (unix seconds, the authorization's `validBefore`); `now` is the
     /// layer's clock, so a store can drop expired entries.
-    fn reserve<'a>(&'a self, key: &'a ReplayKey, expires_at: u64, now: u64) -> BoxFuture<'a, Result<Reservation, StoreError>>;
+    fn reserve<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Reservation, StoreError>>;
     /// Forgets a reservation: the authorization may be presented again.
     fn release<'a>(&'a self, key: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Marks a reservation as used for good (kept until it expires).
@@ -97,7 +102,10 @@ impl Default for InMemoryReplayStore {
 impl InMemoryReplayStore {
     /// A store holding at most `capacity` unexpired keys.
     pub fn with_capacity(capacity: usize) -> Self {
-        InMemoryReplayStore { capacity: capacity.max(1), map: Mutex::new(HashMap::new()) }
+        InMemoryReplayStore {
+            capacity: capacity.max(1),
+            map: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Number of entries held (expired ones included until purged).
@@ -120,7 +128,12 @@ impl InMemoryReplayStore {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn reserve_now(&self, key: &ReplayKey, expires_at: u64, now: u64) -> Result<Reservation, StoreError> {
+    fn reserve_now(
+        &self,
+        key: &ReplayKey,
+        expires_at: u64,
+        now: u64,
+    ) -> Result<Reservation, StoreError> {
         let mut map = self.lock();
         if let Some(e) = map.get(key) {
             if e.expires_at >= now {
@@ -133,13 +146,24 @@ impl InMemoryReplayStore {
                 return Err(StoreError::Full(map.len()));
             }
         }
-        map.insert(*key, Entry { expires_at, used: false });
+        map.insert(
+            *key,
+            Entry {
+                expires_at,
+                used: false,
+            },
+        );
         Ok(Reservation::Reserved)
     }
 }
 
 impl ReplayStore for InMemoryReplayStore {
-    fn reserve<'a>(&'a self, key: &'a ReplayKey, expires_at: u64, now: u64) -> BoxFuture<'a, Result<Reservation, StoreError>> {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
         let r = self.reserve_now(key, expires_at, now);
         Box::pin(std::future::ready(r))
     }
@@ -165,23 +189,49 @@ mod tests {
     use super::*;
 
     fn key(n: u8) -> ReplayKey {
-        ReplayKey { chain_id: 1, asset: Address::ZERO, from: Address::ZERO, nonce: B256::repeat_byte(n) }
+        ReplayKey {
+            chain_id: 1,
+            asset: Address::ZERO,
+            from: Address::ZERO,
+            nonce: B256::repeat_byte(n),
+        }
     }
 
     #[test]
     fn reserve_release_use_expire_capacity() {
         let s = InMemoryReplayStore::with_capacity(2);
-        assert_eq!(s.reserve_now(&key(1), 100, 10).unwrap(), Reservation::Reserved);
-        assert_eq!(s.reserve_now(&key(1), 100, 10).unwrap(), Reservation::AlreadyUsed);
+        assert_eq!(
+            s.reserve_now(&key(1), 100, 10).unwrap(),
+            Reservation::Reserved
+        );
+        assert_eq!(
+            s.reserve_now(&key(1), 100, 10).unwrap(),
+            Reservation::AlreadyUsed
+        );
         drop(s.release(&key(1)));
-        assert_eq!(s.reserve_now(&key(1), 100, 10).unwrap(), Reservation::Reserved);
+        assert_eq!(
+            s.reserve_now(&key(1), 100, 10).unwrap(),
+            Reservation::Reserved
+        );
         drop(s.mark_used(&key(1)));
         drop(s.release(&key(1))); // used keys are not released
-        assert_eq!(s.reserve_now(&key(1), 100, 10).unwrap(), Reservation::AlreadyUsed);
-        assert_eq!(s.reserve_now(&key(2), 50, 10).unwrap(), Reservation::Reserved);
-        assert!(matches!(s.reserve_now(&key(3), 100, 10), Err(StoreError::Full(2))));
+        assert_eq!(
+            s.reserve_now(&key(1), 100, 10).unwrap(),
+            Reservation::AlreadyUsed
+        );
+        assert_eq!(
+            s.reserve_now(&key(2), 50, 10).unwrap(),
+            Reservation::Reserved
+        );
+        assert!(matches!(
+            s.reserve_now(&key(3), 100, 10),
+            Err(StoreError::Full(2))
+        ));
         // Once key 2 expired, there is room again; key 1 is still live.
-        assert_eq!(s.reserve_now(&key(3), 100, 60).unwrap(), Reservation::Reserved);
+        assert_eq!(
+            s.reserve_now(&key(3), 100, 60).unwrap(),
+            Reservation::Reserved
+        );
         assert!(s.contains(&key(1), 60));
         assert!(!s.contains(&key(2), 60));
     }

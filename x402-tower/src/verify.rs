@@ -3,7 +3,7 @@
 //! This module knows nothing of Tower. [`domain_separator`] and [`check_signature`] are public so another
 //! settler (or a facilitator) can reuse them.
 
-use alloy_primitives::{Address, B256, Bytes, Signature, U256, keccak256};
+use alloy_primitives::{B256, Bytes, Signature, U256, keccak256};
 use alloy_sol_types::{Eip712Domain, SolStruct};
 use base64::Engine as _;
 use serde::Deserialize;
@@ -12,7 +12,8 @@ use serde_json::Value;
 use crate::network::{Network, Token};
 use crate::offer::PaymentOffer;
 use crate::proto::{
-    Authorization, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequirementsV2, SCHEME_EXACT,
+    Authorization, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequirementsV2,
+    SCHEME_EXACT,
 };
 
 #[allow(missing_docs, unreachable_pub)]
@@ -30,8 +31,9 @@ mod typed {
 }
 
 /// `secp256k1n / 2`: USDC (and EIP-2) reject signatures with a larger `s`.
-pub const SECP256K1N_HALF: U256 =
-    alloy_primitives::uint!(0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0_U256);
+pub const SECP256K1N_HALF: U256 = alloy_primitives::uint!(
+    0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0_U256
+);
 
 /// Seconds of slack required before `validBefore` (about one block).
 pub const VALID_BEFORE_MARGIN: u64 = 6;
@@ -146,7 +148,11 @@ pub fn authorization_digest(auth: &Authorization, domain_separator: &B256) -> B2
 
 /// Checks a signature as USDC does for a payer without code: exactly 65 bytes `r‖s‖v`, `v` 27 or 28,
 /// `s <= n/2`, and the address recovered from the digest equals `auth.from`.
-pub fn check_signature(auth: &Authorization, signature: &[u8], domain_separator: &B256) -> Result<(), RejectReason> {
+pub fn check_signature(
+    auth: &Authorization,
+    signature: &[u8],
+    domain_separator: &B256,
+) -> Result<(), RejectReason> {
     let sig: &[u8; 65] = signature.try_into().map_err(|_| RejectReason::Signature)?;
     let v = sig[64];
     if v != 27 && v != 28 {
@@ -158,9 +164,14 @@ pub fn check_signature(auth: &Authorization, signature: &[u8], domain_separator:
         return Err(RejectReason::Signature);
     }
     let digest = authorization_digest(auth, domain_separator);
-    let recovered =
-        Signature::new(r, s, v == 28).recover_address_from_prehash(&digest).map_err(|_| RejectReason::Signature)?;
-    if recovered == auth.from { Ok(()) } else { Err(RejectReason::Signature) }
+    let recovered = Signature::new(r, s, v == 28)
+        .recover_address_from_prehash(&digest)
+        .map_err(|_| RejectReason::Signature)?;
+    if recovered == auth.from {
+        Ok(())
+    } else {
+        Err(RejectReason::Signature)
+    }
 }
 
 /// An offer with everything that can be computed once: its v2 requirements (also as JSON) and the token's
@@ -182,10 +193,17 @@ impl CompiledOffer {
             asset: offer.token.address,
             pay_to: offer.pay_to,
             max_timeout_seconds: offer.max_timeout_seconds,
-            extra: Some(serde_json::json!({"name": offer.token.name, "version": offer.token.version})),
+            extra: Some(
+                serde_json::json!({"name": offer.token.name, "version": offer.token.version}),
+            ),
         };
         let v2_json = serde_json::to_string(&v2).unwrap_or_default();
-        CompiledOffer { offer, v2, v2_json, domain_separator }
+        CompiledOffer {
+            offer,
+            v2,
+            v2_json,
+            domain_separator,
+        }
     }
 }
 
@@ -201,7 +219,8 @@ pub(crate) struct LocallyVerified {
 /// Base64 decoder: standard alphabet, padding optional.
 const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
     &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new().with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
 
 /// A rejection with the detail that goes to the logs (and the HTML page).
@@ -218,20 +237,31 @@ fn reject(reason: RejectReason, detail: &'static str) -> Rejection {
 /// Decodes a payment header (already length-capped) into its JSON and typed forms.
 pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value), Rejection> {
     let trimmed = header.trim_ascii();
-    let bytes = B64.decode(trimmed).map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not Base64"))?;
-    let json: Value =
-        serde_json::from_slice(&bytes).map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
+    let bytes = B64
+        .decode(trimmed)
+        .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not Base64"))?;
+    let json: Value = serde_json::from_slice(&bytes)
+        .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
     let version = json.get("x402Version").and_then(Value::as_u64);
     let payload = match version {
-        Some(1) => PaymentPayload::V1(
-            PaymentPayloadV1::deserialize(&json)
-                .map_err(|_| reject(RejectReason::InvalidPayload, "not a v1 exact/EVM PaymentPayload"))?,
-        ),
-        Some(2) => PaymentPayload::V2(
-            PaymentPayloadV2::deserialize(&json)
-                .map_err(|_| reject(RejectReason::InvalidPayload, "not a v2 exact/EVM PaymentPayload"))?,
-        ),
-        _ => return Err(reject(RejectReason::InvalidX402Version, "x402Version must be 1 or 2")),
+        Some(1) => PaymentPayload::V1(PaymentPayloadV1::deserialize(&json).map_err(|_| {
+            reject(
+                RejectReason::InvalidPayload,
+                "not a v1 exact/EVM PaymentPayload",
+            )
+        })?),
+        Some(2) => PaymentPayload::V2(PaymentPayloadV2::deserialize(&json).map_err(|_| {
+            reject(
+                RejectReason::InvalidPayload,
+                "not a v2 exact/EVM PaymentPayload",
+            )
+        })?),
+        _ => {
+            return Err(reject(
+                RejectReason::InvalidX402Version,
+                "x402Version must be 1 or 2",
+            ));
+        }
     };
     Ok((payload, json))
 }
@@ -244,7 +274,10 @@ fn parse_hex(s: &str) -> Option<Vec<u8>> {
     }
     (0..hex.len())
         .step_by(2)
-        .map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
         .collect()
 }
 
@@ -276,44 +309,73 @@ pub(crate) fn verify(
             offers.iter().position(|o| o.v2 == p.accepted)
         }
     }
-    .ok_or_else(|| reject(RejectReason::NoMatchingRequirements, "the payment matches none of the offers"))?;
+    .ok_or_else(|| {
+        reject(
+            RejectReason::NoMatchingRequirements,
+            "the payment matches none of the offers",
+        )
+    })?;
     let compiled = &offers[offer_index];
     let offer = &compiled.offer;
     let auth = &payload.exact().authorization;
     // 2. recipient.
     if auth.to != offer.pay_to {
-        return Err(reject(RejectReason::RecipientMismatch, "authorization.to is not payTo"));
+        return Err(reject(
+            RejectReason::RecipientMismatch,
+            "authorization.to is not payTo",
+        ));
     }
     // 3. amount.
     let amount = offer.amount.atomic_units();
     match payload {
         PaymentPayload::V1(_) if auth.value < amount => {
-            return Err(reject(RejectReason::ValueTooLow, "authorization.value is below the price"));
+            return Err(reject(
+                RejectReason::ValueTooLow,
+                "authorization.value is below the price",
+            ));
         }
         PaymentPayload::V2(_) if auth.value != amount => {
-            return Err(reject(RejectReason::ValueMismatch, "authorization.value differs from the price"));
+            return Err(reject(
+                RejectReason::ValueMismatch,
+                "authorization.value differs from the price",
+            ));
         }
         _ => {}
     }
     // 4. time window.
     if auth.valid_after > U256::from(now) {
-        return Err(reject(RejectReason::ValidAfter, "validAfter is in the future"));
+        return Err(reject(
+            RejectReason::ValidAfter,
+            "validAfter is in the future",
+        ));
     }
     if auth.valid_before < U256::from(now) + U256::from(VALID_BEFORE_MARGIN) {
-        return Err(reject(RejectReason::ValidBefore, "validBefore has passed or is too close"));
+        return Err(reject(
+            RejectReason::ValidBefore,
+            "validBefore has passed or is too close",
+        ));
     }
     // 5. signature.
     let signature = parse_hex(&payload.exact().signature)
         .ok_or_else(|| reject(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
-    check_signature(auth, &signature, &compiled.domain_separator)
-        .map_err(|r| reject(r, "signature is not a canonical 65-byte signature by authorization.from"))?;
-    Ok(LocallyVerified { payload, payload_json, offer_index, signature: Bytes::from(signature) })
+    check_signature(auth, &signature, &compiled.domain_separator).map_err(|r| {
+        reject(
+            r,
+            "signature is not a canonical 65-byte signature by authorization.from",
+        )
+    })?;
+    Ok(LocallyVerified {
+        payload,
+        payload_json,
+        offer_index,
+        signature: Bytes::from(signature),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloy_primitives::{address, b256};
+    use alloy_primitives::{Address, address, b256};
 
     pub(crate) fn message_m(from: Address) -> Authorization {
         Authorization {
@@ -329,10 +391,26 @@ mod tests {
     const ACCOUNT0: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
 
     fn domain_a() -> B256 {
-        domain_separator(84532, &Token::new(address!("0x036CbD53842c5426634e7929541eC2318f3dCF7e"), "USDC", "2", 6))
+        domain_separator(
+            84532,
+            &Token::new(
+                address!("0x036CbD53842c5426634e7929541eC2318f3dCF7e"),
+                "USDC",
+                "2",
+                6,
+            ),
+        )
     }
     fn domain_b() -> B256 {
-        domain_separator(8453, &Token::new(address!("0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"), "USD Coin", "2", 6))
+        domain_separator(
+            8453,
+            &Token::new(
+                address!("0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"),
+                "USD Coin",
+                "2",
+                6,
+            ),
+        )
     }
     fn sig(s: &str) -> Vec<u8> {
         parse_hex(s).unwrap()
@@ -341,11 +419,23 @@ mod tests {
 
     #[test]
     fn vectors_domains_and_digests() {
-        assert_eq!(domain_a(), b256!("0x71f17a3b2ff373b803d70a5a07c046c1a2bc8e89c09ef722fcb047abe94c9818"));
-        assert_eq!(domain_b(), b256!("0x02fa7265e7c5d81118673727957699e4d68f74cd74b7db77da710fe8a2c7834f"));
+        assert_eq!(
+            domain_a(),
+            b256!("0x71f17a3b2ff373b803d70a5a07c046c1a2bc8e89c09ef722fcb047abe94c9818")
+        );
+        assert_eq!(
+            domain_b(),
+            b256!("0x02fa7265e7c5d81118673727957699e4d68f74cd74b7db77da710fe8a2c7834f")
+        );
         let m = message_m(ACCOUNT0);
-        assert_eq!(authorization_digest(&m, &domain_a()), b256!("0x50708d3bf7216e1aeabe7bf22081b9f36c7c287530f92510318f13a03d89dc86"));
-        assert_eq!(authorization_digest(&m, &domain_b()), b256!("0x7e9613714edd92ad20fa5b252ec168245031911a3438dd20225f083b6a688f8a"));
+        assert_eq!(
+            authorization_digest(&m, &domain_a()),
+            b256!("0x50708d3bf7216e1aeabe7bf22081b9f36c7c287530f92510318f13a03d89dc86")
+        );
+        assert_eq!(
+            authorization_digest(&m, &domain_b()),
+            b256!("0x7e9613714edd92ad20fa5b252ec168245031911a3438dd20225f083b6a688f8a")
+        );
     }
 
     #[test]
@@ -353,14 +443,29 @@ mod tests {
         let m = message_m(ACCOUNT0);
         assert_eq!(check_signature(&m, &sig(SIG_A), &domain_a()), Ok(()));
         let high_s = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3ea84b4bfcf0e4143ac2aa531ea3dc880bb5ec285cd633412a0c25db5e8a739121c";
-        assert_eq!(check_signature(&m, &sig(high_s), &domain_a()), Err(RejectReason::Signature));
+        assert_eq!(
+            check_signature(&m, &sig(high_s), &domain_a()),
+            Err(RejectReason::Signature)
+        );
         let mut v01 = sig(SIG_A);
         v01[64] = 0;
-        assert_eq!(check_signature(&m, &v01, &domain_a()), Err(RejectReason::Signature));
+        assert_eq!(
+            check_signature(&m, &v01, &domain_a()),
+            Err(RejectReason::Signature)
+        );
         v01[64] = 1;
-        assert_eq!(check_signature(&m, &v01, &domain_a()), Err(RejectReason::Signature));
-        assert_eq!(check_signature(&m, &sig(SIG_A)[..64], &domain_a()), Err(RejectReason::Signature));
-        assert_eq!(check_signature(&m, &sig(SIG_A), &domain_b()), Err(RejectReason::Signature));
+        assert_eq!(
+            check_signature(&m, &v01, &domain_a()),
+            Err(RejectReason::Signature)
+        );
+        assert_eq!(
+            check_signature(&m, &sig(SIG_A)[..64], &domain_a()),
+            Err(RejectReason::Signature)
+        );
+        assert_eq!(
+            check_signature(&m, &sig(SIG_A), &domain_b()),
+            Err(RejectReason::Signature)
+        );
     }
 
     #[test]
@@ -370,17 +475,33 @@ mod tests {
         assert_eq!(check_signature(&m, &sig(sig_b), &domain_b()), Ok(()));
         let spec_from = address!("0x857b06519E91e3A54538791bDbb0E22373e36b66");
         let m2 = message_m(spec_from);
-        assert_eq!(authorization_digest(&m2, &domain_a()), b256!("0xf256992871671abcb27ff92885a7afa46218724e5fc0bac35d050115aa1d22e6"));
+        assert_eq!(
+            authorization_digest(&m2, &domain_a()),
+            b256!("0xf256992871671abcb27ff92885a7afa46218724e5fc0bac35d050115aa1d22e6")
+        );
         let spec_sig = "0x2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c";
         assert_eq!(check_signature(&m2, &sig(spec_sig), &domain_a()), Ok(()));
-        assert_eq!(check_signature(&m2, &sig(spec_sig), &domain_b()), Err(RejectReason::Signature));
+        assert_eq!(
+            check_signature(&m2, &sig(spec_sig), &domain_b()),
+            Err(RejectReason::Signature)
+        );
     }
 
     #[test]
     fn decode_garbage_never_panics() {
-        for h in [&b""[..], b"!!!", b"bnVsbA==", b"e30=", b"eyJ4NDAyVmVyc2lvbiI6M30=", b"eyJ4NDAyVmVyc2lvbiI6MX0="] {
+        for h in [
+            &b""[..],
+            b"!!!",
+            b"bnVsbA==",
+            b"e30=",
+            b"eyJ4NDAyVmVyc2lvbiI6M30=",
+            b"eyJ4NDAyVmVyc2lvbiI6MX0=",
+        ] {
             assert!(decode(h).is_err());
         }
-        assert_eq!(decode(b"eyJ4NDAyVmVyc2lvbiI6M30=").unwrap_err().reason, RejectReason::InvalidX402Version);
+        assert_eq!(
+            decode(b"eyJ4NDAyVmVyc2lvbiI6M30=").unwrap_err().reason,
+            RejectReason::InvalidX402Version
+        );
     }
 }

@@ -13,16 +13,16 @@ pin_project! {
     /// (a 402, a 502). `Error = B::Error`: the layer adds no error type of its own.
     #[project = ResponseBodyProj]
     #[derive(Debug)]
+    #[allow(missing_docs)] // the fields: `body`
+
     pub enum ResponseBody<B> {
         /// Written by the layer.
         Early {
-            /// The body.
             #[pin]
             body: Full<Bytes>,
         },
         /// The inner service's body, untouched.
         Inner {
-            /// The body.
             #[pin]
             body: B,
         },
@@ -46,7 +46,10 @@ where
     type Data = Bytes;
     type Error = B::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project() {
             ResponseBodyProj::Early { body } => match body.poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),

@@ -151,7 +151,9 @@ pub struct X402Layer {
 
 impl std::fmt::Debug for X402Layer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("X402Layer").field("base_url", &self.shared.base_url).finish_non_exhaustive()
+        f.debug_struct("X402Layer")
+            .field("base_url", &self.shared.base_url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -301,7 +303,9 @@ impl X402Config {
             base_url,
             pricing: Pricing::Static(Arc::from(Vec::new())),
             settler: self.settler.unwrap_or_else(|| Arc::new(VerifyOnlySettler)),
-            store: self.store.unwrap_or_else(|| Arc::new(InMemoryReplayStore::default())),
+            store: self
+                .store
+                .unwrap_or_else(|| Arc::new(InMemoryReplayStore::default())),
             timing: self.timing,
             expose_headers: self.expose_headers,
             max_header_len: self.max_header_len,
@@ -315,7 +319,9 @@ impl X402Config {
             (false, None) => Pricing::Static(shared.compile(self.offers)),
             (true, Some(s)) => Pricing::Dynamic(s),
         };
-        Ok(X402Layer { shared: Arc::new(shared) })
+        Ok(X402Layer {
+            shared: Arc::new(shared),
+        })
     }
 }
 
@@ -347,7 +353,9 @@ fn check_base_url(url: &str) -> Result<String, ConfigError> {
 }
 
 fn system_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]
@@ -356,9 +364,23 @@ mod tests {
 
     #[test]
     fn base_url_checked() {
-        for bad in ["", "/relative", "ftp://x", "http://", "https://a.b/?q=1", "https://a.b/#x", "not a url"] {
-            assert!(matches!(check_base_url(bad), Err(ConfigError::BadBaseUrl(_))), "{bad}");
+        for bad in [
+            "",
+            "/relative",
+            "ftp://x",
+            "http://",
+            "https://a.b/?q=1",
+            "https://a.b/#x",
+            "not a url",
+        ] {
+            assert!(
+                matches!(check_base_url(bad), Err(ConfigError::BadBaseUrl(_))),
+                "{bad}"
+            );
         }
-        assert_eq!(check_base_url("https://a.b/shop/").unwrap(), "https://a.b/shop");
+        assert_eq!(
+            check_base_url("https://a.b/shop/").unwrap(),
+            "https://a.b/shop"
+        );
     }
 }

@@ -45,7 +45,11 @@ pub(crate) enum PostOutcome {
 }
 
 /// The 402 for a request that carried no payment.
-pub(crate) fn no_payment(shared: &Shared, offers: &[CompiledOffer], info: &RequestInfo) -> Response<Full<Bytes>> {
+pub(crate) fn no_payment(
+    shared: &Shared,
+    offers: &[CompiledOffer],
+    info: &RequestInfo,
+) -> Response<Full<Bytes>> {
     shared.metrics.payment_required();
     payment_required(offers, info, NO_PAYMENT_ERROR, None, shared.expose_headers)
 }
@@ -78,7 +82,10 @@ pub(crate) async fn check(
     let local = {
         let _span = info_span!("x402.verify", header_len = header.len()).entered();
         if header.len() > shared.max_header_len {
-            Err(Rejection { reason: RejectReason::InvalidPayload, detail: "payment header too long" })
+            Err(Rejection {
+                reason: RejectReason::InvalidPayload,
+                detail: "payment header too long",
+            })
         } else {
             let decoded = {
                 let _d = info_span!("x402.decode").entered();
@@ -90,8 +97,19 @@ pub(crate) async fn check(
     let local = match local {
         Ok(v) => v,
         Err(r) => {
-            debug!(reason = r.reason.as_str(), detail = r.detail, "payment rejected");
-            return Checked::Respond(rejected(&shared, &offers, &info, r.reason, r.reason.as_str(), None));
+            debug!(
+                reason = r.reason.as_str(),
+                detail = r.detail,
+                "payment rejected"
+            );
+            return Checked::Respond(rejected(
+                &shared,
+                &offers,
+                &info,
+                r.reason,
+                r.reason.as_str(),
+                None,
+            ));
         }
     };
     let compiled = &offers[local.offer_index];
@@ -121,7 +139,10 @@ pub(crate) async fn check(
         Err(e) => {
             error!(error = %e, "replay store failed");
             shared.metrics.upstream_error();
-            return Checked::Respond(plain_error(StatusCode::SERVICE_UNAVAILABLE, "payment store unavailable"));
+            return Checked::Respond(plain_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "payment store unavailable",
+            ));
         }
     }
     let verified = VerifiedPayment {
@@ -149,18 +170,33 @@ pub(crate) async fn check(
         verified,
         receipt: None,
     });
-    match shared.settler.verify(&ctx.request).instrument(info_span!("x402.settler_verify")).await {
+    match shared
+        .settler
+        .verify(&ctx.request)
+        .instrument(info_span!("x402.settler_verify"))
+        .await
+    {
         Ok(VerifyOutcome::Valid) => {}
         Ok(VerifyOutcome::Invalid { reason, message }) => {
             debug!(%reason, ?message, "settler rejected the payment");
             release(&shared, &ctx.key).await;
-            return Checked::Respond(rejected(&shared, &offers, &ctx.info, RejectReason::SettlerRejected, &reason, None));
+            return Checked::Respond(rejected(
+                &shared,
+                &offers,
+                &ctx.info,
+                RejectReason::SettlerRejected,
+                &reason,
+                None,
+            ));
         }
         Err(e) => {
             warn!(error = %e, "settler verify failed");
             release(&shared, &ctx.key).await;
             shared.metrics.upstream_error();
-            return Checked::Respond(plain_error(StatusCode::BAD_GATEWAY, "payment verification unavailable"));
+            return Checked::Respond(plain_error(
+                StatusCode::BAD_GATEWAY,
+                "payment verification unavailable",
+            ));
         }
     }
     if shared.timing == SettleTiming::BeforeHandler {
@@ -191,10 +227,18 @@ async fn mark_used(shared: &Shared, key: &ReplayKey) {
 
 /// Settles and applies the keep/release rule (see [`crate::replay`]). `Err` is the response to send instead.
 async fn settle(shared: &Shared, ctx: &PaidCtx) -> Result<SettleResponse, Response<Full<Bytes>>> {
-    let outcome = shared.settler.settle(&ctx.request).instrument(info_span!("x402.settle")).await;
+    let outcome = shared
+        .settler
+        .settle(&ctx.request)
+        .instrument(info_span!("x402.settle"))
+        .await;
     let version = ctx.verified.x402_version;
     match outcome {
-        SettleOutcome::Settled { transaction, payer, network } => {
+        SettleOutcome::Settled {
+            transaction,
+            payer,
+            network,
+        } => {
             mark_used(shared, &ctx.key).await;
             Ok(SettleResponse {
                 success: true,
@@ -205,7 +249,11 @@ async fn settle(shared: &Shared, ctx: &PaidCtx) -> Result<SettleResponse, Respon
                 payer: Some(payer.to_checksum(None)),
             })
         }
-        SettleOutcome::Failed { reason, message, authorization_still_usable } => {
+        SettleOutcome::Failed {
+            reason,
+            message,
+            authorization_still_usable,
+        } => {
             warn!(%reason, ?message, "settlement failed");
             if authorization_still_usable {
                 release(shared, &ctx.key).await;
@@ -234,7 +282,10 @@ async fn settle(shared: &Shared, ctx: &PaidCtx) -> Result<SettleResponse, Respon
             error!(%message, "settlement outcome unknown");
             mark_used(shared, &ctx.key).await;
             shared.metrics.settlement_unknown();
-            Err(plain_error(StatusCode::BAD_GATEWAY, "payment settlement failed upstream"))
+            Err(plain_error(
+                StatusCode::BAD_GATEWAY,
+                "payment settlement failed upstream",
+            ))
         }
     }
 }

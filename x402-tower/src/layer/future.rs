@@ -16,7 +16,8 @@ use super::body::ResponseBody;
 use super::config::{SettleTiming, Shared, offer_problem};
 use super::flow::{self, Checked, PaidCtx, PostOutcome, Receipt};
 use super::response::{
-    PAYMENT_SIGNATURE, RequestInfo, X_PAYMENT, add_expose_headers, make_private, plain_error, prefers_html,
+    PAYMENT_SIGNATURE, RequestInfo, X_PAYMENT, add_expose_headers, make_private, plain_error,
+    prefers_html,
 };
 use crate::pricing::{BoxFuture, PriceDecision};
 use crate::verify::CompiledOffer;
@@ -70,8 +71,15 @@ fn start_check<B>(
     req: &Request<B>,
 ) -> Result<BoxFuture<'static, Checked>, Response<Full<Bytes>>> {
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let info = RequestInfo { resource_url: format!("{}{}", shared.base_url, path), wants_html: prefers_html(req.headers()) };
-    let header = req.headers().get(PAYMENT_SIGNATURE).or_else(|| req.headers().get(X_PAYMENT)).cloned();
+    let info = RequestInfo {
+        resource_url: format!("{}{}", shared.base_url, path),
+        wants_html: prefers_html(req.headers()),
+    };
+    let header = req
+        .headers()
+        .get(PAYMENT_SIGNATURE)
+        .or_else(|| req.headers().get(X_PAYMENT))
+        .cloned();
     match header {
         None => Err(flow::no_payment(shared, &offers, &info)),
         Some(h) => Ok(Box::pin(flow::check(shared.clone(), offers, info, h))),
@@ -84,10 +92,14 @@ where
 {
     pub(crate) fn new(shared: Arc<Shared>, inner: S, req: Request<ReqB>) -> Self {
         let state = match &shared.pricing {
-            super::config::Pricing::Static(offers) => match start_check(&shared, offers.clone(), &req) {
-                Ok(fut) => State::Checking { fut },
-                Err(response) => State::Early { response: Some(response) },
-            },
+            super::config::Pricing::Static(offers) => {
+                match start_check(&shared, offers.clone(), &req) {
+                    Ok(fut) => State::Checking { fut },
+                    Err(response) => State::Early {
+                        response: Some(response),
+                    },
+                }
+            }
             super::config::Pricing::Dynamic(source) => {
                 let (parts, body) = req.into_parts();
                 let fut = source.price(&parts);
@@ -114,7 +126,11 @@ where
     }
 }
 
-fn finish<B>(res: Response<B>, receipt: Option<Receipt>, expose: bool) -> Response<ResponseBody<B>> {
+fn finish<B>(
+    res: Response<B>,
+    receipt: Option<Receipt>,
+    expose: bool,
+) -> Response<ResponseBody<B>> {
     let mut res = res.map(ResponseBody::inner);
     if let Some((name, value)) = receipt {
         let h = res.headers_mut();
@@ -141,18 +157,28 @@ where
                     PriceDecision::Free => None,
                     PriceDecision::Respond(r) => Some(State::Early { response: Some(r) }),
                     PriceDecision::Charge(offers) => {
-                        let problem = offers.iter().find_map(offer_problem).or(offers.is_empty().then_some("no offers"));
+                        let problem = offers
+                            .iter()
+                            .find_map(offer_problem)
+                            .or(offers.is_empty().then_some("no offers"));
                         let req = this.req.as_ref();
                         match (problem, req) {
                             (Some(why), _) => {
                                 error!(why, "the price source returned an invalid offer");
-                                let r = plain_error(StatusCode::INTERNAL_SERVER_ERROR, "invalid price configuration");
+                                let r = plain_error(
+                                    StatusCode::INTERNAL_SERVER_ERROR,
+                                    "invalid price configuration",
+                                );
                                 Some(State::Early { response: Some(r) })
                             }
-                            (None, Some(req)) => match start_check(this.shared, this.shared.compile(offers), req) {
-                                Ok(fut) => Some(State::Checking { fut }),
-                                Err(response) => Some(State::Early { response: Some(response) }),
-                            },
+                            (None, Some(req)) => {
+                                match start_check(this.shared, this.shared.compile(offers), req) {
+                                    Ok(fut) => Some(State::Checking { fut }),
+                                    Err(response) => Some(State::Early {
+                                        response: Some(response),
+                                    }),
+                                }
+                            }
                             (None, None) => unreachable!("request taken before pricing finished"),
                         }
                     }
@@ -190,11 +216,15 @@ where
                     let held = this.held.take().expect("response held while settling");
                     return Poll::Ready(match outcome {
                         PostOutcome::Replace(r) => Ok(r.map(ResponseBody::early)),
-                        PostOutcome::Pass(receipt) => held.map(|r| finish(r, receipt, this.shared.expose_headers)),
+                        PostOutcome::Pass(receipt) => {
+                            held.map(|r| finish(r, receipt, this.shared.expose_headers))
+                        }
                     });
                 }
                 StateProj::Early { response } => {
-                    let r = response.take().expect("ResponseFuture polled after completion");
+                    let r = response
+                        .take()
+                        .expect("ResponseFuture polled after completion");
                     return Poll::Ready(Ok(r.map(ResponseBody::early)));
                 }
             };
@@ -204,7 +234,9 @@ where
                 None => {
                     let mut inner = this.inner.take().expect("inner service called once");
                     let req = this.req.take().expect("request passed on once");
-                    State::Inner { fut: inner.call(req) }
+                    State::Inner {
+                        fut: inner.call(req),
+                    }
                 }
             };
             this.state.set(next);

@@ -8,7 +8,9 @@ pub mod response;
 mod service;
 
 pub use body::ResponseBody;
-pub use config::{ConfigError, DEFAULT_MAX_HEADER_LEN, SettleTiming, VerifiedPayment, X402Config, X402Layer};
+pub use config::{
+    ConfigError, DEFAULT_MAX_HEADER_LEN, SettleTiming, VerifiedPayment, X402Config, X402Layer,
+};
 pub use flow::NO_PAYMENT_ERROR;
 pub use future::ResponseFuture;
 pub use service::X402;

@@ -23,7 +23,8 @@ pub const X_PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("x-payment-re
 /// `PAYMENT-RESPONSE` (v2 receipt).
 pub const PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("payment-response");
 /// The value the layer puts in `Access-Control-Expose-Headers` when asked to.
-pub const EXPOSE_HEADERS_VALUE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Payment-Required";
+pub const EXPOSE_HEADERS_VALUE: &str =
+    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Payment-Required";
 
 /// What the layer knows about the request when it answers.
 #[derive(Debug, Clone)]
@@ -35,7 +36,10 @@ pub(crate) struct RequestInfo {
 /// Whether the `Accept` header prefers HTML (a person in a browser): the media range with the highest `q`
 /// (first wins on ties) is `text/html` or `application/xhtml+xml`.
 pub(crate) fn prefers_html(headers: &HeaderMap) -> bool {
-    let Some(accept) = headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+    let Some(accept) = headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+    else {
         return false;
     };
     let mut best: Option<(&str, u32)> = None;
@@ -61,14 +65,19 @@ fn b64(bytes: &[u8]) -> HeaderValue {
 }
 
 /// The Base64 v2 PaymentRequired, assembled from the offers' pre-serialized requirements.
-pub(crate) fn payment_required_header(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> HeaderValue {
+pub(crate) fn payment_required_header(
+    offers: &[CompiledOffer],
+    info: &RequestInfo,
+    error: &str,
+) -> HeaderValue {
     let first = offers.first().map(|o| &o.offer);
     let resource = ResourceInfo {
         url: info.resource_url.clone(),
         description: first.map(|o| o.description.clone()),
         mime_type: first.map(|o| o.mime_type.clone()),
     };
-    let mut s = String::with_capacity(256 + offers.iter().map(|o| o.v2_json.len() + 1).sum::<usize>());
+    let mut s =
+        String::with_capacity(256 + offers.iter().map(|o| o.v2_json.len() + 1).sum::<usize>());
     s.push_str(r#"{"x402Version":2,"error":"#);
     s.push_str(&serde_json::to_string(error).unwrap_or_default());
     s.push_str(r#","resource":"#);
@@ -85,7 +94,10 @@ pub(crate) fn payment_required_header(offers: &[CompiledOffer], info: &RequestIn
 }
 
 /// v1 requirements of an offer, or `None` when legacy v1 clients do not know its network.
-pub(crate) fn v1_requirements(o: &CompiledOffer, resource_url: &str) -> Option<PaymentRequirementsV1> {
+pub(crate) fn v1_requirements(
+    o: &CompiledOffer,
+    resource_url: &str,
+) -> Option<PaymentRequirementsV1> {
     let network = o.offer.network.v1_name()?;
     Some(PaymentRequirementsV1 {
         scheme: SCHEME_EXACT.to_owned(),
@@ -108,7 +120,11 @@ fn v1_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8>
         .filter(|o| o.offer.network.legacy_v1_name().is_some())
         .filter_map(|o| v1_requirements(o, &info.resource_url))
         .collect();
-    let body = crate::proto::PaymentRequiredV1 { x402_version: 1, error: error.to_owned(), accepts };
+    let body = crate::proto::PaymentRequiredV1 {
+        x402_version: 1,
+        error: error.to_owned(),
+        accepts,
+    };
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
@@ -131,7 +147,11 @@ fn html_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u
     let mut rows = String::new();
     for o in offers {
         let o = &o.offer;
-        let symbol = if o.token.name.contains("USD") { "USDC" } else { "units of the token" };
+        let symbol = if o.token.name.contains("USD") {
+            "USDC"
+        } else {
+            "units of the token"
+        };
         rows.push_str(&format!(
             "<li><strong>{} {}</strong> on {} (<code>{}</code>), paid to <code>{}</code></li>\n",
             format_decimal(o.amount.atomic_units(), o.token.decimals),
@@ -141,7 +161,10 @@ fn html_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u
             o.pay_to.to_checksum(None),
         ));
     }
-    let description = offers.first().map(|o| o.offer.description.as_str()).unwrap_or("");
+    let description = offers
+        .first()
+        .map(|o| o.offer.description.as_str())
+        .unwrap_or("");
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Payment required</title></head>\n<body>\n\
          <h1>402 Payment required</h1>\n<p>{}</p>\n<p>This resource costs:</p>\n<ul>\n{}</ul>\n\
@@ -189,12 +212,19 @@ pub(crate) fn payment_required(
 
 /// Adds the x402 headers to `Access-Control-Expose-Headers`.
 pub(crate) fn add_expose_headers(h: &mut HeaderMap) {
-    h.append(http::header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSE_HEADERS_VALUE));
+    h.append(
+        http::header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(EXPOSE_HEADERS_VALUE),
+    );
 }
 
 /// The receipt header of the client's version.
 pub(crate) fn receipt(version: u8, settle: &SettleResponse) -> (HeaderName, HeaderValue) {
-    let name = if version == 1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE };
+    let name = if version == 1 {
+        X_PAYMENT_RESPONSE
+    } else {
+        PAYMENT_RESPONSE
+    };
     (name, b64(&serde_json::to_vec(settle).unwrap_or_default()))
 }
 
@@ -206,9 +236,15 @@ pub(crate) fn make_private(h: &mut HeaderMap) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(|d| d.trim().to_owned())
-        .filter(|d| !d.is_empty() && !d.eq_ignore_ascii_case("public") && !d.eq_ignore_ascii_case("private"))
+        .filter(|d| {
+            !d.is_empty() && !d.eq_ignore_ascii_case("public") && !d.eq_ignore_ascii_case("private")
+        })
         .collect();
-    let value = if existing.is_empty() { "private".to_owned() } else { format!("private, {}", existing.join(", ")) };
+    let value = if existing.is_empty() {
+        "private".to_owned()
+    } else {
+        format!("private, {}", existing.join(", "))
+    };
     if let Ok(v) = HeaderValue::try_from(value) {
         h.insert(CACHE_CONTROL, v);
     }
@@ -219,8 +255,10 @@ pub(crate) fn plain_error(status: StatusCode, message: &str) -> Response<Full<By
     let body = serde_json::to_vec(&serde_json::json!({ "error": message })).unwrap_or_default();
     let mut res = Response::new(Full::new(Bytes::from(body)));
     *res.status_mut() = status;
-    res.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    res.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res
 }
 
@@ -236,7 +274,9 @@ mod tests {
 
     #[test]
     fn accept_negotiation() {
-        assert!(accept("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"));
+        assert!(accept(
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        ));
         assert!(!accept("application/json"));
         assert!(!accept("*/*"));
         assert!(!accept("application/json, text/html;q=0.5"));
@@ -249,7 +289,10 @@ mod tests {
         let mut h = HeaderMap::new();
         make_private(&mut h);
         assert_eq!(h[CACHE_CONTROL], "private");
-        h.insert(CACHE_CONTROL, HeaderValue::from_static("public, max-age=60"));
+        h.insert(
+            CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=60"),
+        );
         make_private(&mut h);
         assert_eq!(h[CACHE_CONTROL], "private, max-age=60");
     }

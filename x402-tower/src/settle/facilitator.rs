@@ -76,7 +76,9 @@ pub struct FacilitatorSettlerBuilder {
 
 impl std::fmt::Debug for FacilitatorSettlerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FacilitatorSettlerBuilder").field("base", &self.base).finish_non_exhaustive()
+        f.debug_struct("FacilitatorSettlerBuilder")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
     }
 }
 
@@ -111,7 +113,10 @@ impl FacilitatorSettlerBuilder {
     }
 
     /// Headers added to every call (authentication), computed per call.
-    pub fn auth_headers(mut self, hook: impl Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync + 'static) -> Self {
+    pub fn auth_headers(
+        mut self,
+        hook: impl Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync + 'static,
+    ) -> Self {
         self.headers = Some(Arc::new(hook));
         self
     }
@@ -176,7 +181,10 @@ impl FacilitatorSettler {
             FacilitatorEndpoint::Settle => (reqwest::Method::POST, "settle"),
             FacilitatorEndpoint::Supported => (reqwest::Method::GET, "supported"),
         };
-        let mut rb = self.client.request(method, format!("{}/{path}", self.base)).timeout(timeout);
+        let mut rb = self
+            .client
+            .request(method, format!("{}/{path}", self.base))
+            .timeout(timeout);
         if let Some(hook) = &self.headers {
             rb = rb.headers(hook(endpoint));
         }
@@ -207,20 +215,35 @@ impl FacilitatorSettler {
 }
 
 fn map_err(e: reqwest::Error) -> SettleError {
-    if e.is_timeout() { SettleError::Timeout } else { SettleError::Transport(e.to_string()) }
+    if e.is_timeout() {
+        SettleError::Timeout
+    } else {
+        SettleError::Transport(e.to_string())
+    }
 }
 
 impl Settler for FacilitatorSettler {
-    fn verify<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+    fn verify<'a>(
+        &'a self,
+        request: &'a SettleRequest,
+    ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
         Box::pin(
             async move {
                 let body = Self::body(request);
-                let r: VerifyResponse = self.call(FacilitatorEndpoint::Verify, Some(&body), self.verify_timeout).await?;
+                let r: VerifyResponse = self
+                    .call(
+                        FacilitatorEndpoint::Verify,
+                        Some(&body),
+                        self.verify_timeout,
+                    )
+                    .await?;
                 Ok(if r.is_valid {
                     VerifyOutcome::Valid
                 } else {
                     VerifyOutcome::Invalid {
-                        reason: r.invalid_reason.unwrap_or_else(|| "unexpected_verify_error".to_owned()),
+                        reason: r
+                            .invalid_reason
+                            .unwrap_or_else(|| "unexpected_verify_error".to_owned()),
                         message: r.invalid_message,
                     }
                 })
@@ -233,21 +256,40 @@ impl Settler for FacilitatorSettler {
         Box::pin(
             async move {
                 let body = Self::body(request);
-                match self.call::<SettleResponse>(FacilitatorEndpoint::Settle, Some(&body), self.settle_timeout).await {
+                match self
+                    .call::<SettleResponse>(
+                        FacilitatorEndpoint::Settle,
+                        Some(&body),
+                        self.settle_timeout,
+                    )
+                    .await
+                {
                     Ok(r) if r.success => SettleOutcome::Settled {
                         transaction: r.transaction,
-                        payer: r.payer.as_deref().and_then(wire::parse_address).unwrap_or_else(|| request.payer()),
-                        network: if r.network.is_empty() { request.wire_network() } else { r.network },
+                        payer: r
+                            .payer
+                            .as_deref()
+                            .and_then(wire::parse_address)
+                            .unwrap_or_else(|| request.payer()),
+                        network: if r.network.is_empty() {
+                            request.wire_network()
+                        } else {
+                            r.network
+                        },
                     },
                     Ok(r) => SettleOutcome::Failed {
-                        reason: r.error_reason.unwrap_or_else(|| "unexpected_settle_error".to_owned()),
+                        reason: r
+                            .error_reason
+                            .unwrap_or_else(|| "unexpected_settle_error".to_owned()),
                         message: r.error_message,
                         // A facilitator that failed without a transaction did not spend the nonce.
                         authorization_still_usable: r.transaction.is_empty(),
                     },
                     Err(e) => {
                         warn!(error = %e, "facilitator settle failed");
-                        SettleOutcome::Unknown { message: e.to_string() }
+                        SettleOutcome::Unknown {
+                            message: e.to_string(),
+                        }
                     }
                 }
             }

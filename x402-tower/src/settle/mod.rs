@@ -119,7 +119,10 @@ pub enum SettleError {
 pub trait Settler: Send + Sync + 'static {
     /// Checks that need the chain (balance, nonce state, smart wallets). Called after the layer's local
     /// verification passed and the replay key was reserved.
-    fn verify<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>>;
+    fn verify<'a>(
+        &'a self,
+        request: &'a SettleRequest,
+    ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>>;
     /// Moves the money.
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome>;
     /// The kinds this settler supports.
@@ -132,7 +135,10 @@ pub trait Settler: Send + Sync + 'static {
 pub struct VerifyOnlySettler;
 
 impl Settler for VerifyOnlySettler {
-    fn verify<'a>(&'a self, _request: &'a SettleRequest) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+    fn verify<'a>(
+        &'a self,
+        _request: &'a SettleRequest,
+    ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
         Box::pin(std::future::ready(Ok(VerifyOutcome::Valid)))
     }
 
@@ -154,6 +160,9 @@ impl Settler for VerifyOnlySettler {
                 extra: None,
             })
             .collect();
-        Box::pin(std::future::ready(Ok(SupportedResponse { kinds, ..Default::default() })))
+        Box::pin(std::future::ready(Ok(SupportedResponse {
+            kinds,
+            ..Default::default()
+        })))
     }
 }

@@ -215,6 +215,7 @@ mod tests {
         for q in [
             "limit=%205",
             "limit=+5",
+            "limit=++5",
             "limit=%2B5",
             "limit=005",
             "limit=5%20",
@@ -228,7 +229,7 @@ mod tests {
             "limit=5_",
             "limit=5__0",
             "limit=+-5",
-            "limit=++5",
+            "limit=%2B%2B5",
             "limit=5%200",
             "limit=%2B",
         ] {

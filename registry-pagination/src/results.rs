@@ -22,7 +22,7 @@ use http_body::{Body, Frame, SizeHint};
 /// use registry_pagination::JsonArrayBody;
 ///
 /// let body = JsonArrayBody::new(vec![Bytes::from_static(b"{\"id\":1}"), Bytes::from_static(b"{\"id\":2}")]);
-/// assert_eq!(body.size_hint().exact(), Some(17)); // [{"id":1},{"id":2}]
+/// assert_eq!(body.size_hint().exact(), Some(19)); // [{"id":1},{"id":2}]
 /// ```
 #[derive(Debug, Clone)]
 pub struct JsonArrayBody {

@@ -1,1 +1,183 @@
-//! Interface B: the asset registry listing.
+//! Interface B: the asset registry listing (`/api/v3/assets/`), its signed media URLs and asset upload.
+//!
+//! # Layout
+//!
+//! - [`model`]: the asset record of interfaces.md part B, field for field, and its stored form (a
+//!   pre-serialised JSON [`model::Template`] with holes for the per-request URLs).
+//! - [`seed`]: the deterministic demo catalog.
+//! - [`media`]: CIDv1 / SHA-256 and the small generated files behind seeded records.
+//! - [`signing`]: `Expires` / `Signature` / `Key-Pair-Id` URLs (HMAC-SHA256).
+//! - `drf`: the Django REST Framework surface of the collection (format, Accept, HEAD, OPTIONS, 405).
+//! - `handlers` / `upload`: listing, media, verification page, and `POST` registration.
+//! - SQL lives in [`crate::store::assets`] only.
+//!
+//! # Decisions where the spec is silent
+//!
+//! - Listing order: descending `uploaded_at`, ties broken by descending insertion id.
+//! - Errors use the registry shape `{"error":{"type","message","details"}}`; validation errors put a
+//!   DRF-style `{field: [messages]}` map in `details`. DRF's own `{"detail": ...}` is kept for the
+//!   framework-level answers (404 for an unknown `format`, 405, 406).
+//! - `POST` without a configured API token is disabled: 403 `registration_disabled`. With a token,
+//!   a missing or wrong `Authorization: token <t>` is 401.
+//! - A duplicate file (same CID) is 409 `duplicate_asset`, with the existing CID in `details`.
+//! - Signed URLs expire `url_ttl` after issue, rounded down to a minute (so signatures are cached).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use reference_server::registry::{self, RegistryConfig};
+//! use reference_server::store::Db;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let db = Db::open_in_memory()?;
+//! registry::seed(&db, 100).await?;
+//! let cfg = RegistryConfig::new("http://127.0.0.1:8080", std::env::temp_dir().join("media"));
+//! let app: axum::Router = registry::router(db, cfg);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+
+mod drf;
+mod handlers;
+pub mod media;
+pub mod model;
+pub mod seed;
+pub mod signing;
+mod upload;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use registry_pagination::PaginationLayer;
+
+pub use media::cid_v1_raw;
+
+use crate::store::assets::AssetStore;
+use crate::store::{Db, StoreError};
+use signing::UrlSigner;
+
+/// Page size: default and maximum `limit` (interfaces.md: `limit=200` in every link).
+pub const PAGE_SIZE: u64 = 200;
+
+/// Configuration of the registry.
+#[derive(Clone)]
+pub struct RegistryConfig {
+    /// Public base URL, no trailing slash: prefix of pagination links and media URLs.
+    pub public_base_url: String,
+    /// Token required by `POST` (`Authorization: token <t>`); `None` disables registration.
+    pub api_token: Option<String>,
+    /// HMAC key of the signed media URLs.
+    pub url_signing_key: Vec<u8>,
+    /// Directory for uploaded files (created on first upload).
+    pub media_dir: PathBuf,
+    /// Lifetime of signed media URLs.
+    pub url_ttl: Duration,
+    /// Largest accepted uploaded file, in bytes.
+    pub max_upload_bytes: usize,
+    /// Default and maximum page size.
+    pub page_size: u64,
+}
+
+impl std::fmt::Debug for RegistryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryConfig")
+            .field("public_base_url", &self.public_base_url)
+            .field("api_token", &self.api_token.as_ref().map(|_| "<hidden>"))
+            .field("media_dir", &self.media_dir)
+            .field("url_ttl", &self.url_ttl)
+            .field("max_upload_bytes", &self.max_upload_bytes)
+            .field("page_size", &self.page_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegistryConfig {
+    /// Defaults: random signing key, URLs valid one hour, uploads up to 10 MiB, no API token.
+    pub fn new(public_base_url: impl Into<String>, media_dir: impl Into<PathBuf>) -> Self {
+        let key = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+        Self {
+            public_base_url: public_base_url.into().trim_end_matches('/').to_owned(),
+            api_token: None,
+            url_signing_key: key.into_bytes(),
+            media_dir: media_dir.into(),
+            url_ttl: Duration::from_secs(3600),
+            max_upload_bytes: 10 * 1024 * 1024,
+            page_size: PAGE_SIZE,
+        }
+    }
+}
+
+/// Shared state of the registry handlers.
+pub(crate) struct Registry {
+    pub(crate) store: AssetStore,
+    pub(crate) signer: UrlSigner,
+    pub(crate) cfg: RegistryConfig,
+}
+
+impl Registry {
+    fn base(&self) -> &str {
+        &self.cfg.public_base_url
+    }
+}
+
+/// The registry's routes: `/api/v3/assets/` (GET, HEAD, POST, OPTIONS), `/media/...` (signed files)
+/// and `/verify/{cid}` (the public verification page of `certificate_link`).
+///
+/// # Panics
+///
+/// If `public_base_url` is not an absolute `http(s)` URL (a configuration error, caught at start).
+pub fn router(db: Db, cfg: RegistryConfig) -> Router {
+    let base = cfg.public_base_url.trim_end_matches('/').to_owned();
+    let pagination = PaginationLayer::try_new(&base)
+        .unwrap_or_else(|e| panic!("invalid public base URL {base:?}: {e}"))
+        .default_limit(cfg.page_size)
+        .max_limit(Some(cfg.page_size));
+    let state = Arc::new(Registry {
+        store: AssetStore::new(db),
+        signer: UrlSigner::new(&cfg.url_signing_key, cfg.url_ttl),
+        cfg: RegistryConfig { public_base_url: base, ..cfg },
+    });
+    let body_cap = state.cfg.max_upload_bytes.saturating_add(upload::MULTIPART_OVERHEAD);
+    let collection = get(handlers::list)
+        .post(upload::create)
+        .options(drf::options)
+        .fallback(drf::method_not_allowed)
+        .layer::<_, std::convert::Infallible>(pagination)
+        .layer(axum::extract::DefaultBodyLimit::max(body_cap))
+        .layer(axum::middleware::from_fn(drf::surface));
+    Router::new()
+        .route("/api/v3/assets/", collection)
+        .route("/media/{*path}", get(handlers::media))
+        .route("/verify/{cid}", get(handlers::verify_page))
+        .with_state(state)
+}
+
+/// Seed `n_assets` deterministic demo assets into an empty registry; returns how many were inserted
+/// (0 when the registry already has assets).
+pub async fn seed(db: &Db, n_assets: usize) -> Result<usize, StoreError> {
+    let store = AssetStore::new(db.clone());
+    if store.count().await? > 0 {
+        return Ok(0);
+    }
+    let n = n_assets as u64;
+    tokio::task::spawn_blocking(move || {
+        let mut done = 0;
+        let mut start = 0u64;
+        while start < n {
+            let end = (start + 2000).min(n);
+            let batch = (start..end)
+                .map(|i| seed::seed_asset(i, n).map_err(|e| StoreError::Invalid(e.to_string())))
+                .collect::<Result<Vec<_>, _>>()?;
+            done += store.insert_many_blocking(batch)?;
+            start = end;
+        }
+        tracing::info!(assets = done, "seeded the asset registry");
+        Ok(done)
+    })
+    .await
+    .map_err(|e| StoreError::Task(e.to_string()))?
+}

@@ -36,6 +36,7 @@
 //! (`conn.transaction()?` ... `tx.commit()?`) for multi-statement atomic work.
 
 pub mod articles;
+pub mod assets;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,0 +1,150 @@
+//! Listing, signed media files and the verification page.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use http::{HeaderValue, StatusCode, Uri, header};
+use registry_pagination::{Page, PageCount};
+use serde_json::json;
+
+use super::Registry;
+use super::model::Template;
+use super::seed::seed_file;
+use super::signing::unix_now;
+use crate::store::StoreError;
+use crate::store::assets::FileSource;
+
+/// The registry error shape `{"error":{"type","message","details"}}`.
+pub(crate) fn error(status: StatusCode, kind: &str, message: &str, details: serde_json::Value) -> Response {
+    (status, Json(json!({"error": {"type": kind, "message": message, "details": details}}))).into_response()
+}
+
+pub(crate) fn store_error(e: &StoreError) -> Response {
+    tracing::error!(error = %e, "registry storage error");
+    error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "The registry could not complete the request.", serde_json::Value::Null)
+}
+
+/// Render stored templates into a JSON array.
+pub(crate) fn render_array(reg: &Registry, templates: &[Vec<u8>]) -> Result<Vec<u8>, Response> {
+    let size: usize = templates.iter().map(|t| t.len() + t.len() / 2).sum();
+    let mut out = Vec::with_capacity(size + 2);
+    out.push(b'[');
+    let expires = reg.signer.expires_at(unix_now());
+    for (i, t) in templates.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if let Err(e) = Template::render(t, &mut out, reg.base(), &reg.signer, expires) {
+            tracing::error!(error = %e, "stored asset template is corrupt");
+            return Err(error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "A stored asset record is corrupt.", serde_json::Value::Null));
+        }
+    }
+    out.push(b']');
+    Ok(out)
+}
+
+/// `GET /api/v3/assets/`: the page's records as a JSON array, marked with the count for the
+/// pagination layer (which writes the envelope around it).
+pub(crate) async fn list(State(reg): State<Arc<Registry>>, page: Option<Extension<Page>>) -> Response {
+    let Page { limit, offset } = page.map(|Extension(p)| p).unwrap_or(Page { limit: reg.cfg.page_size, offset: 0 });
+    let rows = match reg.store.page(offset, limit).await {
+        Ok(r) => r,
+        Err(e) => return store_error(&e),
+    };
+    let body = match render_array(&reg, &rows.templates) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let mut response = Response::new(axum::body::Body::from(body));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.extensions_mut().insert(PageCount(rows.count));
+    response
+}
+
+/// `GET /media/...`: a file behind a signed URL. Expired, tampered or unsigned → 403.
+pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Response {
+    let path = uri.path();
+    if let Err(e) = reg.signer.verify(path, uri.query(), unix_now()) {
+        return error(StatusCode::FORBIDDEN, "forbidden", &format!("Invalid media URL: {e}."), serde_json::Value::Null);
+    }
+    let not_found = || error(StatusCode::NOT_FOUND, "not_found", "No such media file.", serde_json::Value::Null);
+    let (mime, bytes): (String, Vec<u8>) = if let Some(cid) = path.strip_prefix("/media/a/") {
+        match reg.store.file(cid.to_owned()).await {
+            Ok(file) => match file.source {
+                FileSource::Seed(i) => (file.mime, seed_file(i).1),
+                FileSource::Stored(rel) => match tokio::fs::read(reg.cfg.media_dir.join(&rel)).await {
+                    Ok(b) => (file.mime, b),
+                    Err(e) => {
+                        tracing::error!(error = %e, path = %rel, "stored media file is missing");
+                        return not_found();
+                    }
+                },
+            },
+            Err(StoreError::NotFound) => return not_found(),
+            Err(e) => return store_error(&e),
+        }
+    } else if let Some(tail) = path.strip_prefix("/media/g/") {
+        match super::media::Derived::generate(tail) {
+            Some((mime, b)) => (mime.to_owned(), b),
+            None => return not_found(),
+        }
+    } else {
+        return not_found();
+    };
+    let content_type = HeaderValue::from_str(&mime).unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=60")),
+            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+        ],
+        bytes,
+    )
+        .into_response()
+}
+
+/// `GET /verify/{cid}`: the public verification page linked by `certificate_link`.
+pub(crate) async fn verify_page(State(reg): State<Arc<Registry>>, Path(cid): Path<String>) -> Response {
+    if cid.len() > 128 {
+        return error(StatusCode::NOT_FOUND, "not_found", "No such asset.", serde_json::Value::Null);
+    }
+    let tpl = match reg.store.template(cid).await {
+        Ok(t) => t,
+        Err(StoreError::NotFound) => return error(StatusCode::NOT_FOUND, "not_found", "No such asset.", serde_json::Value::Null),
+        Err(e) => return store_error(&e),
+    };
+    let json = match render_array(&reg, &[tpl]) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let value: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
+    let rec = &value[0];
+    let s = |k: &str| super::drf::escape(rec[k].as_str().unwrap_or(""));
+    let integrity: String = rec["integrity_info"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    let e = |k: &str| super::drf::escape(i[k].as_str().unwrap_or(""));
+                    format!("<li>{} — <a href=\"{}\">{}</a> ({})</li>", e("integrity_provider"), e("explorer_url"), e("search_id"), e("created_at"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Asset {cid}</title></head><body>\
+<h1>Asset verification</h1><dl><dt>CID</dt><dd><code>{cid}</code></dd><dt>SHA-256 (proof hash)</dt><dd><code>{ph}</code></dd>\
+<dt>File</dt><dd><a href=\"{file}\">{name}</a> ({mime})</dd><dt>Owner</dt><dd>{owner}</dd><dt>Uploaded</dt><dd>{up}</dd></dl>\
+<h2>Integrity records</h2><ul>{integrity}</ul><p>Check: the SHA-256 of the file must equal the proof hash.</p></body></html>\n",
+        cid = s("cid"),
+        ph = s("proof_hash"),
+        file = s("asset_file"),
+        name = s("asset_file_name"),
+        mime = s("asset_file_mime_type"),
+        owner = s("owner_profile_display_name"),
+        up = s("uploaded_at"),
+    );
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
+}

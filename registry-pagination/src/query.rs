@@ -34,8 +34,9 @@ pub enum QueryEdit<'a> {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SortedQuery {
-    /// `(key, values)` sorted by key (code-point order); values keep their order of appearance.
-    groups: Vec<(String, Vec<String>)>,
+    /// `(key, value)` pairs sorted by key (code-point order); a stable sort keeps the values of a
+    /// repeated key in their order of appearance.
+    pairs: Vec<(String, String)>,
 }
 
 impl SortedQuery {
@@ -44,14 +45,12 @@ impl SortedQuery {
     /// invalid UTF-8 becomes U+FFFD.
     #[must_use]
     pub fn parse(query: &str) -> Self {
-        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-            match groups.binary_search_by(|(k, _)| k.as_str().cmp(&key)) {
-                Ok(i) => groups[i].1.push(value.into_owned()),
-                Err(i) => groups.insert(i, (key.into_owned(), vec![value.into_owned()])),
-            }
-        }
-        Self { groups }
+        let mut pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        // Stable and O(n log n): a query of many thousand keys costs milliseconds at most.
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        Self { pairs }
     }
 
     /// Re-encodes the query after applying `edits`, DRF style. Returns an empty string when no pair is left.
@@ -73,7 +72,7 @@ impl SortedQuery {
                 && decision(k) == Some(*edit)
                 && !added.iter().any(|(key, _)| *key == k)
                 && self
-                    .groups
+                    .pairs
                     .binary_search_by(|(key, _)| key.as_str().cmp(k))
                     .is_err()
             {
@@ -84,14 +83,15 @@ impl SortedQuery {
 
         let mut writer = PairWriter { out, first: true };
         let mut added = added.into_iter().peekable();
-        for (key, values) in &self.groups {
-            while let Some((k, v)) = added.next_if(|(k, _)| *k < key.as_str()) {
+        for run in self.pairs.chunk_by(|a, b| a.0 == b.0) {
+            let key = run[0].0.as_str();
+            while let Some((k, v)) = added.next_if(|(k, _)| *k < key) {
                 writer.int(k, v);
             }
             match decision(key) {
                 Some(QueryEdit::Remove(_)) => {}
                 Some(QueryEdit::Set(_, v)) => writer.int(key, v),
-                None => values.iter().for_each(|value| writer.text(key, value)),
+                None => run.iter().for_each(|(_, value)| writer.text(key, value)),
             }
         }
         for (k, v) in added {
@@ -241,6 +241,14 @@ mod tests {
             "format=json&limit=2&offset=6"
         );
         assert_eq!(next("", 2, 6), "limit=2&offset=6");
+    }
+
+    #[test]
+    fn many_keys_in_reverse_order() {
+        let query: String = (0..20_000).rev().map(|i| format!("k{i:05}=&")).collect();
+        let encoded = SortedQuery::parse(&query).encode(&[QueryEdit::Set("limit", 1)]);
+        assert!(encoded.starts_with("k00000=&k00001=&"));
+        assert!(encoded.ends_with("k19999=&limit=1"));
     }
 
     #[test]

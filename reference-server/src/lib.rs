@@ -1,6 +1,306 @@
-//! Reference server: x402 content licensing (interface A) and a DRF-style asset registry (interface B).
+//! Reference server: x402 content licensing (interface A) and a DRF-style asset registry (interface B),
+//! on an embedded SQLite database.
+//!
+//! The binary (`cargo run --release -p reference-server`) is a thin wrapper over this library; tests and
+//! other programs start the same server in-process:
+//!
+//! ```no_run
+//! use reference_server::{Config, Server};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut config = Config::for_tests(); // in-memory database, 127.0.0.1:0
+//! config.seed_assets = 10;
+//! let server = Server::bind(config.validate()?).await?;
+//! println!("listening on {}", server.public_url());
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let task = tokio::spawn(server.run(async { let _ = stopped.await; }));
+//! // ... talk to it over HTTP ...
+//! let _ = stop.send(());
+//! task.await??;
+//! # Ok(()) }
+//! ```
+//!
+//! Module map: [`config`] (flags and their validation), [`app`] (state and the router), [`licensing`]
+//! (interface A), [`registry`] (interface B), [`store`] (the only module that talks to the database),
+//! [`metrics`], [`openapi`].
 #![warn(missing_docs)]
 
+pub mod app;
+pub mod config;
 pub mod licensing;
+pub mod metrics;
+pub mod openapi;
 pub mod registry;
 pub mod store;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use tokio::net::TcpListener;
+
+pub use app::{AppState, BuildError};
+use config::DatabaseLocation;
+pub use config::{Config, ConfigError, LogFormat, Settings};
+use store::{Db, StoreError};
+
+/// Why the server could not start. Every variant happens before it listens; the binary exits with
+/// status 2 for all of them.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A configuration value is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be opened, migrated or seeded.
+    #[error("database {path}: {source}")]
+    Database {
+        /// The database location.
+        path: String,
+        /// The underlying error.
+        source: StoreError,
+    },
+    /// The media directory could not be created.
+    #[error("media directory {path}: {source}")]
+    MediaDir {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The router could not be built.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+}
+
+/// Build the application router over an open database, for a server reachable at `public_url`.
+pub fn build_app(settings: Settings, public_url: String, db: Db) -> Result<Router, BuildError> {
+    app::build_router(Arc::new(AppState::new(settings, public_url, db)?))
+}
+
+/// Open the configured database (migrations run) and seed it when empty.
+pub async fn open_database(settings: &Settings) -> Result<Db, StartError> {
+    let (label, location) = match &settings.database {
+        DatabaseLocation::Memory => (":memory:".to_owned(), None),
+        DatabaseLocation::File(p) => (p.display().to_string(), Some(p.clone())),
+    };
+    let db_err = |source| StartError::Database {
+        path: label.clone(),
+        source,
+    };
+    let db = tokio::task::spawn_blocking(move || match location {
+        None => Db::open_in_memory(),
+        Some(p) => Db::open(p),
+    })
+    .await
+    .map_err(|e| StoreError::Task(e.to_string()))
+    .and_then(|r| r)
+    .map_err(db_err)?;
+    let seeded = licensing::seed(&store::articles::LicensingStore::new(db.clone()))
+        .await
+        .map_err(db_err)?;
+    if seeded > 0 {
+        tracing::info!(articles = seeded, "seeded the article catalog");
+    }
+    // REGISTRY: enable when crate::registry lands:
+    // registry::seed(&db, settings.seed_assets).await.map_err(db_err)?;
+    Ok(db)
+}
+
+/// The media directory: configured, `<database>.media` next to a file database, or a fresh temporary
+/// directory for an in-memory one.
+pub fn media_dir(settings: &Settings) -> PathBuf {
+    match (&settings.media_dir, &settings.database) {
+        (Some(dir), _) => dir.clone(),
+        (None, DatabaseLocation::File(p)) => {
+            let mut s = p.clone().into_os_string();
+            s.push(".media");
+            PathBuf::from(s)
+        }
+        (None, DatabaseLocation::Memory) => {
+            std::env::temp_dir().join(format!("reference-server-media-{}", uuid::Uuid::new_v4()))
+        }
+    }
+}
+
+/// A server bound to its socket, database open and seeded, ready to [`run`](Server::run).
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    router: Router,
+    state: Arc<AppState>,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Open and seed the database, bind the listen address, build the app.
+    pub async fn bind(settings: Settings) -> Result<Server, StartError> {
+        let db = open_database(&settings).await?;
+        let media = media_dir(&settings);
+        std::fs::create_dir_all(&media).map_err(|source| StartError::MediaDir {
+            path: media.clone(),
+            source,
+        })?;
+        let listener =
+            TcpListener::bind(settings.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: settings.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: settings.listen,
+            source,
+        })?;
+        let public_url = settings
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"));
+        let state = Arc::new(AppState::new(settings, public_url, db)?);
+        let router = app::build_router(state.clone())?;
+        Ok(Server {
+            listener,
+            router,
+            state,
+            addr,
+        })
+    }
+
+    /// The bound socket address (the real port when the configuration said port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The public base URL (no trailing slash).
+    pub fn public_url(&self) -> &str {
+        &self.state.public_url
+    }
+
+    /// The shared state (database, metrics...).
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    /// What the server prints at start: where it listens and how to pay.
+    pub fn banner(&self) -> String {
+        let s = &self.state;
+        let p = &s.settings.payment;
+        let u = &s.public_url;
+        format!(
+            "reference-server listening on http://{addr} (public URL {u})\n\
+             \n  Interface A (content licensing, x402):\n\
+             \x20   catalog       {u}/x402Article/list\n\
+             \x20   article       {u}/x402Article?articleId=<id>   (402 until paid)\n\
+             \x20   llms.txt      {u}/serveLlmsTxt\n\
+             \x20   OpenAPI       {u}/openapi.json\n\
+             \n  Interface B (asset registry):\n\
+             \x20   list          {u}/api/v3/assets/\n\
+             \n  Operations: {u}/healthz  {u}/metrics  {u}/operator/llms-txt\n\
+             \n  How to pay: x402 `exact` scheme, USDC {asset} (EIP-712 \"{name}\" v{version}) on {net}{v1},\n\
+             \x20 to {pay_to}; send PAYMENT-SIGNATURE (x402 v2) or X-PAYMENT (v1), e.g. with @x402/fetch.\n\
+             \x20 Settlement: {mode}.\n",
+            addr = self.addr,
+            asset = p.token.address,
+            name = p.token.name,
+            version = p.token.version,
+            net = p.caip2(),
+            v1 = p
+                .v1_name()
+                .map(|n| format!(" (v1 \"{n}\")"))
+                .unwrap_or_default(),
+            pay_to = s.settings.pay_to,
+            mode = s.settlement_mode(),
+        )
+    }
+
+    /// Serve until `shutdown` completes, then finish in-flight requests and return.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(
+            self.listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await
+    }
+}
+
+/// Validate `config`, start, print the banner, and serve until `shutdown`.
+pub async fn serve(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let settings = config.validate().map_err(StartError::from)?;
+    let server = Server::bind(settings).await?;
+    println!("{}", server.banner());
+    tracing::info!(addr = %server.local_addr(), public_url = %server.public_url(), "listening");
+    server.run(shutdown).await.map_err(ServeError::Io)?;
+    tracing::info!("shut down");
+    Ok(())
+}
+
+/// Why [`serve`] returned with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Start failed (exit code 2).
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The server failed while running (exit code 1).
+    #[error("server error: {0}")]
+    Io(std::io::Error),
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown requested; finishing in-flight requests");
+}
+
+/// Install the global tracing subscriber (`RUST_LOG` filter, default `info`). Idempotent.
+pub fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}

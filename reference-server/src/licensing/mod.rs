@@ -1,1 +1,76 @@
 //! Interface A: content licensing behind x402.
+//!
+//! - [`handlers`]: the thin axum handlers (`/x402Article/list`, `/x402Article`, `/serveLlmsTxt`, receipts).
+//! - [`receipt`]: what a license receipt is, its token id, its JSON view and its HTML certificate.
+//! - [`llms_txt`]: the licensing instructions text.
+//! - [`catalog`]: the deterministic demo catalog.
+//! - [`payment`]: the bridge to the x402 layer (network resolution, the verified payment a handler sees).
+//!
+//! # Order of work for `GET /x402Article`
+//!
+//! 1. [`handlers::require_article`] answers 400 (missing `articleId`) or 404 (unknown or unpublished)
+//!    **before** the x402 layer, so nobody is asked to pay for something that does not exist, and it
+//!    puts the [`Article`](crate::store::articles::Article) in the request extensions.
+//! 2. The x402 layer prices the request from that article (its own price), answers 402 without a valid
+//!    payment, and otherwise verifies and **settles before the handler runs**.
+//! 3. [`handlers::get_article`] writes the receipt (with the settlement transaction, or `verify-only`)
+//!    and only then answers 200.
+//!
+//! Settling before the handler is deliberate: the receipt must name the settlement, and it must be
+//! stored before the article leaves the server. Settling after the handler (as the official middlewares
+//! do) would mean answering before the receipt could record the transaction, or holding a half-written
+//! receipt. The risk of settle-first (the payer is charged and the handler then fails) is kept small
+//! by step 1: the only failure left after payment is a database write error, which is logged with the
+//! full payment and counted in `license_receipt_failures_total`.
+
+pub mod catalog;
+pub mod handlers;
+pub mod llms_txt;
+pub mod payment;
+pub mod receipt;
+
+use std::sync::Arc;
+
+use crate::store::StoreError;
+use crate::store::articles::LicensingStore;
+
+/// Seed the demo catalog when the database holds no article. Returns the number inserted.
+pub async fn seed(store: &LicensingStore) -> Result<usize, StoreError> {
+    if store.count_articles().await? > 0 {
+        return Ok(0);
+    }
+    store.insert_articles(catalog::demo_articles()).await
+}
+
+/// Price in USDC (6 decimals) as a JSON number for the catalog.
+pub fn usdc_amount(atomic: u64) -> f64 {
+    atomic as f64 / 1_000_000.0
+}
+
+/// Render USDC atomic units as a decimal string without float rounding (`10000` → `0.01`).
+pub fn usdc_display(atomic: u64) -> String {
+    let whole = atomic / 1_000_000;
+    let frac = atomic % 1_000_000;
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let frac = format!("{frac:06}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
+/// Shared pieces the licensing handlers need (part of the app state).
+pub type Shared = Arc<crate::app::AppState>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usdc_display_is_exact() {
+        assert_eq!(usdc_display(10_000), "0.01");
+        assert_eq!(usdc_display(1_500_000), "1.5");
+        assert_eq!(usdc_display(2_000_000), "2");
+        assert_eq!(usdc_display(1), "0.000001");
+        assert_eq!(usdc_amount(50_000), 0.05);
+    }
+}

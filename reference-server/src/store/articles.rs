@@ -168,8 +168,9 @@ impl LicensingStore {
         let id = id.to_owned();
         self.db
             .read(move |c| {
-                let mut stmt =
-                    c.prepare_cached(&format!("SELECT {ARTICLE_COLUMNS} FROM articles WHERE id = ?1"))?;
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT {ARTICLE_COLUMNS} FROM articles WHERE id = ?1"
+                ))?;
                 Ok(stmt.query_row([id], article_from_row).optional()?)
             })
             .await
@@ -178,7 +179,12 @@ impl LicensingStore {
     /// Number of articles stored (published or not).
     pub async fn count_articles(&self) -> Result<u64, StoreError> {
         self.db
-            .read(|c| Ok(c.query_row("SELECT COUNT(*) FROM articles", [], |r| r.get::<_, i64>(0))? as u64))
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT COUNT(*) FROM articles", [], |r| r.get::<_, i64>(0))?
+                        as u64,
+                )
+            })
             .await
     }
 
@@ -254,8 +260,9 @@ impl LicensingStore {
         let token_id = token_id.to_owned();
         self.db
             .read(move |c| {
-                let mut stmt =
-                    c.prepare_cached(&format!("SELECT {RECEIPT_COLUMNS} FROM receipts WHERE token_id = ?1"))?;
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE token_id = ?1"
+                ))?;
                 Ok(stmt.query_row([token_id], receipt_from_row).optional()?)
             })
             .await
@@ -264,7 +271,12 @@ impl LicensingStore {
     /// Number of receipts issued.
     pub async fn count_receipts(&self) -> Result<u64, StoreError> {
         self.db
-            .read(|c| Ok(c.query_row("SELECT COUNT(*) FROM receipts", [], |r| r.get::<_, i64>(0))? as u64))
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT COUNT(*) FROM receipts", [], |r| r.get::<_, i64>(0))?
+                        as u64,
+                )
+            })
             .await
     }
 
@@ -272,8 +284,10 @@ impl LicensingStore {
     pub async fn record_llms_txt_hit(&self, hit: LlmsTxtHit) -> Result<(), StoreError> {
         self.db
             .write(move |c| {
-                c.prepare_cached("INSERT INTO llms_txt_hits (at, user_agent, client_addr) VALUES (?1, ?2, ?3)")?
-                    .execute(params![hit.at, hit.user_agent, hit.client_addr])?;
+                c.prepare_cached(
+                    "INSERT INTO llms_txt_hits (at, user_agent, client_addr) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![hit.at, hit.user_agent, hit.client_addr])?;
                 Ok(())
             })
             .await
@@ -282,7 +296,11 @@ impl LicensingStore {
     /// Total llms.txt hits ever recorded.
     pub async fn count_llms_txt_hits(&self) -> Result<u64, StoreError> {
         self.db
-            .read(|c| Ok(c.query_row("SELECT COUNT(*) FROM llms_txt_hits", [], |r| r.get::<_, i64>(0))? as u64))
+            .read(|c| {
+                Ok(c.query_row("SELECT COUNT(*) FROM llms_txt_hits", [], |r| {
+                    r.get::<_, i64>(0)
+                })? as u64)
+            })
             .await
     }
 
@@ -359,22 +377,38 @@ mod tests {
     #[tokio::test]
     async fn articles_receipts_and_hits_round_trip() {
         let store = LicensingStore::new(Db::open_in_memory().unwrap());
-        store.insert_articles(vec![article("a", true), article("b", false)]).await.unwrap();
+        store
+            .insert_articles(vec![article("a", true), article("b", false)])
+            .await
+            .unwrap();
         assert_eq!(store.list_published().await.unwrap().len(), 1);
         assert!(store.published_article("b").await.unwrap().is_none());
         assert!(store.article("b").await.unwrap().is_some());
 
         store.insert_receipt(receipt("1", "0xaa")).await.unwrap();
         assert_eq!(store.receipt("1").await.unwrap().unwrap().nonce, "0xaa");
-        let dup = store.insert_receipt(receipt("2", "0xaa")).await.unwrap_err();
+        let dup = store
+            .insert_receipt(receipt("2", "0xaa"))
+            .await
+            .unwrap_err();
         assert!(matches!(dup, StoreError::Conflict(_)), "{dup:?}");
 
         for ua in ["x", "x", "y"] {
-            let hit = LlmsTxtHit { at: "t".into(), user_agent: ua.into(), client_addr: "127.0.0.1:1".into() };
+            let hit = LlmsTxtHit {
+                at: "t".into(),
+                user_agent: ua.into(),
+                client_addr: "127.0.0.1:1".into(),
+            };
             store.record_llms_txt_hit(hit).await.unwrap();
         }
         let stats = store.llms_txt_stats().await.unwrap();
         assert_eq!(stats.total, 3);
-        assert_eq!(stats.by_user_agent[0], UserAgentCount { user_agent: "x".into(), count: 2 });
+        assert_eq!(
+            stats.by_user_agent[0],
+            UserAgentCount {
+                user_agent: "x".into(),
+                count: 2
+            }
+        );
     }
 }

@@ -1,1 +1,333 @@
-//! Shared test helpers: start the server, HTTP client.
+//! Shared test helpers: start the real server on a free loopback port with a temporary database, an
+//! HTTP client, and an x402 payer that signs exactly as the official clients do.
+//!
+//! Usable from every test module:
+//!
+//! ```text
+//! let server = TestServer::start().await;                       // seeded, temp SQLite file
+//! let server = TestServer::start_with(|c| c.api_token = Some("t".into())).await;
+//! let resp = server.client.get(server.url("/healthz")).send().await.unwrap();
+//! ```
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use alloy_primitives::{Address, B256, U256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use reference_server::{AppState, Config, Server};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A directory removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh empty directory under the system temp dir.
+    pub fn new() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("reference-server-it-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An HTTP client for the tests (reqwest is built without a default TLS provider: install ring).
+pub fn test_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// The real server, running on 127.0.0.1:<free port> until dropped or [`TestServer::stop`]ped.
+pub struct TestServer {
+    /// Base URL, e.g. `http://127.0.0.1:40123`.
+    pub base: String,
+    /// Shared state of the running server.
+    pub state: Arc<AppState>,
+    /// A client for it.
+    pub client: reqwest::Client,
+    /// The configuration it was started with.
+    pub config: Config,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+    dir: Option<Arc<TempDir>>,
+}
+
+impl TestServer {
+    /// Start with the test configuration: temporary SQLite file database, 40 seeded assets, port 0.
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Start after adjusting the test configuration.
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
+        let dir = Arc::new(TempDir::new());
+        let mut config = Config::for_tests();
+        config.database = dir.path().join("db.sqlite3").display().to_string();
+        config.media_dir = Some(dir.path().join("media"));
+        config.seed_assets = 40;
+        adjust(&mut config);
+        Self::start_config(config, Some(dir)).await
+    }
+
+    /// Start with exactly this configuration; `dir` is kept alive as long as the server.
+    pub async fn start_config(config: Config, dir: Option<Arc<TempDir>>) -> Self {
+        let settings = config.validate().expect("valid test configuration");
+        let server = Server::bind(settings).await.expect("server starts");
+        let base = server.public_url().to_owned();
+        let state = server.state().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            base,
+            state,
+            client: test_client(),
+            config,
+            stop: Some(stop),
+            task: Some(task),
+            dir,
+        }
+    }
+
+    /// Absolute URL of `path_and_query`.
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("{}{}", self.base, path_and_query)
+    }
+
+    /// GET and return the response.
+    pub async fn get(&self, path_and_query: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path_and_query))
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// The temporary directory (database and media), if any.
+    pub fn dir(&self) -> Option<Arc<TempDir>> {
+        self.dir.clone()
+    }
+
+    /// Stop gracefully and wait until the server has finished.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("server task")
+                .expect("server ran cleanly");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+sol! {
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+/// The public anvil/hardhat account #0 key (a test wallet, never funded on a real chain).
+pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+/// Unix seconds now.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+}
+
+/// A random 32-byte nonce, `0x` + 64 hex.
+pub fn random_nonce() -> B256 {
+    let mut bytes = [0u8; 32];
+    bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    B256::from(bytes)
+}
+
+fn chain_id_of(network: &str) -> u64 {
+    match network {
+        "base-sepolia" => 84532,
+        "base" => 8453,
+        n => n
+            .strip_prefix("eip155:")
+            .and_then(|id| id.parse().ok())
+            .expect("CAIP-2 network"),
+    }
+}
+
+/// A wallet that pays like the official x402 clients.
+pub struct Payer {
+    signer: PrivateKeySigner,
+}
+
+impl Payer {
+    /// The anvil account #0.
+    pub fn new() -> Self {
+        Self {
+            signer: PAYER_KEY.parse().expect("key"),
+        }
+    }
+
+    /// A fresh random wallet.
+    pub fn random() -> Self {
+        Self {
+            signer: PrivateKeySigner::random(),
+        }
+    }
+
+    /// Its address.
+    pub fn address(&self) -> Address {
+        self.signer.address()
+    }
+
+    /// Sign an authorization for `req` (a v2 or v1 requirements object), returning `{authorization, signature}`.
+    pub fn sign(
+        &self,
+        req: &Value,
+        value: &str,
+        valid_after: u64,
+        valid_before: u64,
+        nonce: B256,
+    ) -> Value {
+        let to: Address = req["payTo"]
+            .as_str()
+            .expect("payTo")
+            .parse()
+            .expect("payTo address");
+        let asset: Address = req["asset"]
+            .as_str()
+            .expect("asset")
+            .parse()
+            .expect("asset address");
+        let network = req["network"].as_str().expect("network");
+        let domain = Eip712Domain::new(
+            Some(
+                req["extra"]["name"]
+                    .as_str()
+                    .expect("extra.name")
+                    .to_owned()
+                    .into(),
+            ),
+            Some(
+                req["extra"]["version"]
+                    .as_str()
+                    .expect("extra.version")
+                    .to_owned()
+                    .into(),
+            ),
+            Some(U256::from(chain_id_of(network))),
+            Some(asset),
+            None,
+        );
+        let message = TransferWithAuthorization {
+            from: self.address(),
+            to,
+            value: value.parse().expect("value"),
+            validAfter: U256::from(valid_after),
+            validBefore: U256::from(valid_before),
+            nonce,
+        };
+        let digest = message.eip712_signing_hash(&domain);
+        let sig = self.signer.sign_hash_sync(&digest).expect("sign");
+        json!({
+            "signature": format!("0x{}", alloy_primitives::hex::encode(sig.as_bytes())),
+            "authorization": {
+                "from": self.address().to_checksum(None),
+                "to": to.to_checksum(None),
+                "value": value,
+                "validAfter": valid_after.to_string(),
+                "validBefore": valid_before.to_string(),
+                "nonce": nonce.to_string(),
+            }
+        })
+    }
+
+    /// The `PAYMENT-SIGNATURE` value the official v2 client (`@x402/fetch`) sends for a decoded
+    /// `PAYMENT-REQUIRED` document: first offer, validAfter "0", validBefore now + maxTimeoutSeconds,
+    /// random nonce, `accepted` = the offer as given.
+    pub fn pay_v2(&self, payment_required: &Value) -> String {
+        let accepted = &payment_required["accepts"][0];
+        let amount = accepted["amount"].as_str().expect("amount");
+        let timeout = accepted["maxTimeoutSeconds"]
+            .as_u64()
+            .expect("maxTimeoutSeconds");
+        let payload = self.sign(accepted, amount, 0, now() + timeout, random_nonce());
+        let doc = json!({
+            "x402Version": 2,
+            "payload": payload,
+            "resource": payment_required["resource"],
+            "accepted": accepted,
+        });
+        B64.encode(doc.to_string())
+    }
+
+    /// The `X-PAYMENT` value the legacy v1 client (`x402-fetch` 1.x) sends for a v1 402 body:
+    /// validAfter now - 600, validBefore now + maxTimeoutSeconds.
+    pub fn pay_v1(&self, body_v1: &Value) -> String {
+        let req = &body_v1["accepts"][0];
+        let amount = req["maxAmountRequired"]
+            .as_str()
+            .expect("maxAmountRequired");
+        let timeout = req["maxTimeoutSeconds"]
+            .as_u64()
+            .expect("maxTimeoutSeconds");
+        let t = now();
+        let payload = self.sign(req, amount, t - 600, t + timeout, random_nonce());
+        let doc = json!({
+            "x402Version": 1,
+            "scheme": req["scheme"],
+            "network": req["network"],
+            "payload": payload,
+        });
+        B64.encode(doc.to_string())
+    }
+}
+
+/// Decode a Base64 JSON header value.
+pub fn decode_header(resp: &reqwest::Response, name: &str) -> Value {
+    let raw = resp
+        .headers()
+        .get(name)
+        .unwrap_or_else(|| panic!("header {name} missing"));
+    let bytes = B64.decode(raw.as_bytes()).expect("base64 header");
+    serde_json::from_slice(&bytes).expect("JSON header")
+}

@@ -1,1 +1,515 @@
-//! Interface A tests.
+//! Interface A tests: the real server over HTTP.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::Value;
+
+use crate::common::{Payer, TempDir, TestServer, decode_header};
+
+const ARTICLE: &str = "provenance-newsroom-2025"; // 0.05 USDC in the demo catalog
+const ARTICLE_PRICE: &str = "50000";
+
+async fn json(resp: reqwest::Response) -> Value {
+    resp.json().await.expect("JSON body")
+}
+
+/// Ask for the article unpaid; return (decoded PAYMENT-REQUIRED, v1 body).
+async fn offer(server: &TestServer, id: &str) -> (Value, Value) {
+    let resp = server.get(&format!("/x402Article?articleId={id}")).await;
+    assert_eq!(resp.status(), 402);
+    let v2 = decode_header(&resp, "payment-required");
+    let body = json(resp).await;
+    (v2, body)
+}
+
+#[tokio::test]
+async fn catalog_lists_published_articles_with_typed_fields() {
+    let server = TestServer::start().await;
+    let resp = server.get("/x402Article/list").await;
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    let list = json(resp).await;
+    let items = list.as_array().expect("array");
+    assert_eq!(items.len(), 12);
+    for item in items {
+        let obj = item.as_object().unwrap();
+        assert_eq!(obj.len(), 5, "{item}");
+        for k in ["id", "title", "excerpt", "published_date"] {
+            assert!(obj[k].is_string(), "{k} in {item}");
+        }
+        assert!(obj["price_amount"].is_number(), "{item}");
+        let date = obj["published_date"].as_str().unwrap();
+        assert_eq!(date.len(), 10);
+        assert_eq!(&date[4..5], "-");
+    }
+    assert!(
+        items
+            .iter()
+            .all(|i| i["id"] != reference_server::licensing::catalog::UNPUBLISHED_DEMO_ID)
+    );
+    let a = items.iter().find(|i| i["id"] == ARTICLE).unwrap();
+    assert_eq!(a["price_amount"].as_f64(), Some(0.05));
+}
+
+#[tokio::test]
+async fn article_without_id_is_400_and_unknown_is_404() {
+    let server = TestServer::start().await;
+    for q in [
+        "/x402Article",
+        "/x402Article?articleId=",
+        "/x402Article?other=1",
+    ] {
+        let resp = server.get(q).await;
+        assert_eq!(resp.status(), 400, "{q}");
+        let body = json(resp).await;
+        assert_eq!(body["error"], "missing_article_id", "{q}");
+        assert!(body["detail"].as_str().unwrap().contains("articleId"));
+    }
+    let long = "x".repeat(500);
+    assert_eq!(
+        server
+            .get(&format!("/x402Article?articleId={long}"))
+            .await
+            .status(),
+        400
+    );
+    for id in [
+        "no-such-article",
+        reference_server::licensing::catalog::UNPUBLISHED_DEMO_ID,
+    ] {
+        let resp = server.get(&format!("/x402Article?articleId={id}")).await;
+        assert_eq!(resp.status(), 404, "{id}");
+        assert!(resp.headers().get("payment-required").is_none());
+        assert!(resp.headers().get("x-payment-required").is_none());
+        assert_eq!(json(resp).await["error"], "not_found");
+    }
+}
+
+#[tokio::test]
+async fn unpaid_article_is_402_with_the_articles_own_price() {
+    let server = TestServer::start().await;
+    let resp = server
+        .get(&format!("/x402Article?articleId={ARTICLE}"))
+        .await;
+    assert_eq!(resp.status(), 402);
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let v2 = decode_header(&resp, "payment-required");
+    let legacy = decode_header(&resp, "x-payment-required");
+    assert_eq!(v2, legacy);
+    assert_eq!(v2["x402Version"], 2);
+    let accepted = &v2["accepts"][0];
+    assert_eq!(accepted["scheme"], "exact");
+    assert_eq!(accepted["network"], "eip155:84532");
+    assert_eq!(accepted["amount"], ARTICLE_PRICE);
+    assert_eq!(
+        accepted["asset"],
+        "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+    );
+    assert_eq!(accepted["payTo"], reference_server::config::DEMO_PAY_TO);
+    assert_eq!(accepted["extra"]["name"], "USDC");
+    assert_eq!(accepted["extra"]["version"], "2");
+    assert_eq!(
+        v2["resource"]["url"],
+        server.url(&format!("/x402Article?articleId={ARTICLE}"))
+    );
+    let body = json(resp).await;
+    assert_eq!(body["x402Version"], 1);
+    assert_eq!(body["accepts"][0]["network"], "base-sepolia");
+    assert_eq!(body["accepts"][0]["maxAmountRequired"], ARTICLE_PRICE);
+    assert!(body["accepts"][0]["mimeType"].is_string());
+
+    // Another article: another price.
+    let (other, _) = offer(&server, "c2pa-explained").await;
+    assert_eq!(other["accepts"][0]["amount"], "10000");
+}
+
+#[tokio::test]
+async fn v2_purchase_returns_article_and_a_durable_verifiable_receipt() {
+    let server = TestServer::start().await;
+    let payer = Payer::new();
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = payer.pay_v2(&required);
+
+    let resp = server
+        .client
+        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let settle = decode_header(&resp, "payment-response");
+    assert_eq!(settle["success"], true);
+    let body = json(resp).await;
+    assert_eq!(
+        body["article"]["title"],
+        "How Newsrooms Prove a Photo Is Real"
+    );
+    assert_eq!(body["article"]["author_name"], "Amara Okafor");
+    assert!(body["article"]["content"].as_str().unwrap().len() > 200);
+    let token = body["receipt"]["nft"]["tokenId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(token.bytes().all(|b| b.is_ascii_digit()));
+    let verify_url = body["receipt"]["nft"]["verifyUrl"].as_str().unwrap();
+    assert_eq!(verify_url, server.url(&format!("/receipts/{token}")));
+
+    let receipt = json(server.client.get(verify_url).send().await.unwrap()).await;
+    assert_eq!(receipt["tokenId"], token);
+    assert_eq!(receipt["articleId"], ARTICLE);
+    assert_eq!(receipt["payer"], payer.address().to_checksum(None));
+    assert_eq!(receipt["payTo"], reference_server::config::DEMO_PAY_TO);
+    assert_eq!(receipt["amount"], ARTICLE_PRICE);
+    assert_eq!(receipt["network"], "eip155:84532");
+    assert_eq!(
+        receipt["asset"],
+        "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+    );
+    assert_eq!(receipt["x402Version"], 2);
+    assert_eq!(receipt["settlement"], "verify-only");
+    let sent: Value = serde_json::from_slice(&B64.decode(&header).unwrap()).unwrap();
+    assert_eq!(receipt["nonce"], sent["payload"]["authorization"]["nonce"]);
+
+    let cert = server
+        .client
+        .get(body["receipt"]["certificate"]["url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cert.status(), 200);
+    assert!(
+        cert.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let html = cert.text().await.unwrap();
+    assert!(html.contains(&token) && html.contains("How Newsrooms Prove a Photo Is Real"));
+    assert!(html.contains(&payer.address().to_checksum(None)));
+
+    // Unknown receipts are 404.
+    assert_eq!(server.get("/receipts/123").await.status(), 404);
+    assert_eq!(
+        server
+            .get("/receipts/not-a-number/certificate")
+            .await
+            .status(),
+        404
+    );
+}
+
+#[tokio::test]
+async fn replayed_payment_is_refused_and_the_handler_does_not_run_again() {
+    let server = TestServer::start().await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let first = server
+        .client
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let again = server
+        .client
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 402);
+    let body = json(again).await;
+    assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn v1_purchase_with_x_payment() {
+    let server = TestServer::start().await;
+    let payer = Payer::random();
+    let (_, body_v1) = offer(&server, "c2pa-explained").await;
+    let header = payer.pay_v1(&body_v1);
+    let resp = server
+        .client
+        .get(server.url("/x402Article?articleId=c2pa-explained"))
+        .header("X-PAYMENT", header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let settle = decode_header(&resp, "x-payment-response");
+    assert_eq!(settle["success"], true);
+    let body = json(resp).await;
+    let receipt = json(
+        server
+            .get(&format!(
+                "/receipts/{}",
+                body["receipt"]["nft"]["tokenId"].as_str().unwrap()
+            ))
+            .await,
+    )
+    .await;
+    assert_eq!(receipt["x402Version"], 1);
+    assert_eq!(receipt["payer"], payer.address().to_checksum(None));
+    assert_eq!(receipt["amount"], "10000");
+}
+
+#[tokio::test]
+async fn invalid_payments_get_402_not_the_article() {
+    let server = TestServer::start().await;
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let (required, _) = offer(&server, ARTICLE).await;
+
+    // Paid for a cheaper article: the offer does not match this one.
+    let (cheap, _) = offer(&server, "c2pa-explained").await;
+    let wrong = Payer::new().pay_v2(&cheap);
+    let resp = server
+        .client
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", wrong)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 402);
+
+    // Garbage header.
+    let resp = server
+        .client
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", "%%%not base64")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 402);
+
+    // Tampered signature.
+    let good: Value =
+        serde_json::from_slice(&B64.decode(Payer::new().pay_v2(&required)).unwrap()).unwrap();
+    let mut bad = good.clone();
+    bad["payload"]["authorization"]["value"] = "50001".into();
+    let resp = server
+        .client
+        .get(&url)
+        .header("PAYMENT-SIGNATURE", B64.encode(bad.to_string()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 402);
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
+    let dir = std::sync::Arc::new(TempDir::new());
+    let mut config = reference_server::Config::for_tests();
+    config.database = dir.path().join("db.sqlite3").display().to_string();
+    config.media_dir = Some(dir.path().join("media"));
+    config.seed_assets = 5;
+
+    let server = TestServer::start_config(config.clone(), Some(dir.clone())).await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let path = format!("/x402Article?articleId={ARTICLE}");
+    let resp = server
+        .client
+        .get(server.url(&path))
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let token = json(resp).await["receipt"]["nft"]["tokenId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.stop().await;
+
+    // Same database, new process state (the layer's in-memory replay cache is gone).
+    let server = TestServer::start_config(config, Some(dir)).await;
+    assert_eq!(
+        server.get(&format!("/receipts/{token}")).await.status(),
+        200
+    );
+    // The payment is still within its validity window, but the resource URL changed with the new port, so
+    // re-sign the same nonce for the new offer: the durable receipt table must still refuse it.
+    let (required, _) = offer(&server, ARTICLE).await;
+    let original: Value = serde_json::from_slice(&B64.decode(&header).unwrap()).unwrap();
+    let nonce: alloy_primitives::B256 = original["payload"]["authorization"]["nonce"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let accepted = &required["accepts"][0];
+    let payload = Payer::new().sign(
+        accepted,
+        ARTICLE_PRICE,
+        0,
+        crate::common::now() + 300,
+        nonce,
+    );
+    let replay = serde_json::json!({
+        "x402Version": 2, "payload": payload, "resource": required["resource"], "accepted": accepted,
+    });
+    let resp = server
+        .client
+        .get(server.url(&path))
+        .header("PAYMENT-SIGNATURE", B64.encode(replay.to_string()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 402);
+    assert_eq!(
+        json(resp).await["error"],
+        "invalid_exact_evm_nonce_already_used"
+    );
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn llms_txt_is_plain_text_and_every_call_is_recorded() {
+    let server = TestServer::start().await;
+    for ua in ["GPTBot/1.1", "GPTBot/1.1", "ClaudeBot/1.0"] {
+        let resp = server
+            .client
+            .get(server.url("/serveLlmsTxt"))
+            .header("user-agent", ua)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(
+            resp.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/plain")
+        );
+        let text = resp.text().await.unwrap();
+        assert!(text.contains(&server.url("/x402Article/list")));
+        assert!(text.contains(&format!("articleId={ARTICLE}")));
+        assert!(text.contains("0.05 USDC"));
+        assert!(text.contains("PAYMENT-SIGNATURE") && text.contains("x402"));
+        assert!(!text.contains(reference_server::licensing::catalog::UNPUBLISHED_DEMO_ID));
+    }
+    let stats = json(server.get("/operator/llms-txt").await).await;
+    assert_eq!(stats["total"], 3);
+    assert_eq!(stats["by_user_agent"][0]["user_agent"], "GPTBot/1.1");
+    assert_eq!(stats["by_user_agent"][0]["count"], 2);
+    assert!(
+        stats["recent"][0]["client_addr"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:")
+    );
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains("llms_txt_requests_total 3"), "{metrics}");
+    assert!(
+        metrics.contains("llms_txt_requests_recorded 3"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn operator_endpoint_requires_the_api_token_when_one_is_set() {
+    let server = TestServer::start_with(|c| c.api_token = Some("s3cret-token".into())).await;
+    assert_eq!(server.get("/operator/llms-txt").await.status(), 401);
+    let ok = server
+        .client
+        .get(server.url("/operator/llms-txt"))
+        .header("authorization", "token s3cret-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+}
+
+#[tokio::test]
+async fn openapi_describes_interface_a_with_the_402() {
+    let server = TestServer::start().await;
+    let doc = json(server.get("/openapi.json").await).await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["info"]["version"], "2.0");
+    assert_eq!(doc["servers"][0]["url"], server.base);
+    let get = &doc["paths"]["/x402Article"]["get"];
+    assert!(get["responses"]["402"]["headers"]["X-Payment-Required"].is_object());
+    assert!(get["responses"]["402"]["headers"]["PAYMENT-REQUIRED"].is_object());
+    for code in ["200", "400", "404"] {
+        assert!(get["responses"][code].is_object(), "{code}");
+    }
+    assert_eq!(get["parameters"][0]["name"], "articleId");
+    assert!(doc["paths"]["/x402Article/list"]["get"].is_object());
+    assert!(
+        doc["paths"]["/serveLlmsTxt"]["get"]["responses"]["200"]["content"]["text/plain"]
+            .is_object()
+    );
+    let entry = &doc["components"]["schemas"]["CatalogEntry"]["properties"];
+    assert_eq!(entry["price_amount"]["type"], "number");
+}
+
+#[tokio::test]
+async fn healthz_metrics_and_unknown_paths() {
+    let server = TestServer::start().await;
+    let h = server.get("/healthz").await;
+    assert_eq!(h.status(), 200);
+    assert_eq!(json(h).await["status"], "ok");
+    let _ = offer(&server, ARTICLE).await;
+    assert_eq!(server.get("/nope").await.status(), 404);
+    let m = server.get("/metrics").await;
+    assert!(
+        m.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = m.text().await.unwrap();
+    assert!(text.contains("http_payment_required_total 1"), "{text}");
+    assert!(
+        text.contains("http_requests_total{route=\"/x402Article\",status=\"4xx\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("http_requests_total{route=\"other\",status=\"4xx\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn bad_configuration_exits_with_code_2_before_listening() {
+    let bin = env!("CARGO_BIN_EXE_reference-server");
+    for (args, needle) in [
+        (&["--pay-to", "0x1234"][..], "--pay-to"),
+        (&["--network", "mars"][..], "--network"),
+        (&["--network", "eip155:31337"][..], "--asset"),
+        (&["--facilitator-url", "not a url"][..], "--facilitator-url"),
+        (&["--listen", "nowhere"][..], "--listen"),
+        (
+            &["--database", "/nonexistent-dir/x/db.sqlite3"][..],
+            "--database",
+        ),
+    ] {
+        let out = std::process::Command::new(bin)
+            .args(args)
+            .args(
+                ["--listen", "127.0.0.1:0"]
+                    .iter()
+                    .filter(|_| args[0] != "--listen"),
+            )
+            .env_remove("REFERENCE_SERVER_LISTEN")
+            .output()
+            .expect("run binary");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("listening"),
+            "{args:?}"
+        );
+    }
+}

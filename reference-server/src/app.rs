@@ -1,0 +1,190 @@
+//! The application: shared state and the one function that builds the whole [`Router`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use tower_http::cors::{Any, CorsLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::config::Settings;
+use crate::licensing::{self, handlers};
+use crate::metrics::Metrics;
+use crate::store::Db;
+use crate::store::articles::LicensingStore;
+use x402_tower::X402Layer;
+
+/// State shared by every handler (`State<Arc<AppState>>`).
+#[derive(Debug)]
+pub struct AppState {
+    /// Checked configuration.
+    pub settings: Settings,
+    /// Public base URL without a trailing slash (configured, or derived from the bound address).
+    pub public_url: String,
+    /// The database.
+    pub db: Db,
+    /// Interface A query layer.
+    pub licensing: LicensingStore,
+    /// Server counters.
+    pub metrics: Metrics,
+    /// The OpenAPI document, serialised once.
+    pub openapi: Bytes,
+    /// The x402 layer of `/x402Article` (kept here for its metrics).
+    pub payments: X402Layer,
+}
+
+impl AppState {
+    /// State for `settings`, reachable at `public_url`, over `db`.
+    pub fn new(settings: Settings, public_url: String, db: Db) -> Result<Self, BuildError> {
+        let openapi = crate::openapi::licensing_openapi(&public_url, &settings.payment);
+        let payments = licensing::payment::x402_layer(&settings, &public_url)?;
+        Ok(Self {
+            payments,
+            licensing: LicensingStore::new(db.clone()),
+            openapi: Bytes::from(openapi.to_string()),
+            metrics: Metrics::default(),
+            settings,
+            public_url,
+            db,
+        })
+    }
+
+    /// `verify-only`, or the facilitator in use.
+    pub fn settlement_mode(&self) -> String {
+        match &self.settings.facilitator_url {
+            Some(url) => format!("facilitator {url}"),
+            None => {
+                "verify-only (signatures checked locally, nothing submitted on chain)".to_owned()
+            }
+        }
+    }
+}
+
+/// Why the app could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The x402 layer refused its configuration.
+    #[error("payment layer: {0}")]
+    Payment(String),
+    /// The registry could not be set up.
+    #[error("registry: {0}")]
+    Registry(String),
+}
+
+/// Build the whole router: interface A, interface B, operations endpoints, and the common layers.
+pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
+    let paid_article = get(handlers::get_article)
+        .layer(state.payments.clone())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            handlers::require_article,
+        ));
+
+    let app = Router::new()
+        // Interface A
+        .route("/x402Article/list", get(handlers::list_articles))
+        .route("/x402Article", paid_article)
+        .route("/serveLlmsTxt", get(handlers::serve_llms_txt))
+        .route("/receipts/{token_id}", get(handlers::receipt_json))
+        .route(
+            "/receipts/{token_id}/certificate",
+            get(handlers::receipt_certificate),
+        )
+        .route("/openapi.json", get(openapi_json))
+        // Operations
+        .route("/operator/llms-txt", get(handlers::llms_txt_stats))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .with_state(state.clone());
+    // Interface B: `/api/v3/assets/` and its signed media URLs.
+    // REGISTRY: enable when crate::registry lands:
+    // let app = app.merge(crate::registry::router(state.db.clone(), registry_config(&state)));
+
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([Method::GET, Method::HEAD, Method::POST, Method::OPTIONS])
+        .allow_headers(Any)
+        .expose_headers([
+            header::HeaderName::from_static("payment-required"),
+            header::HeaderName::from_static("payment-response"),
+            header::HeaderName::from_static("x-payment-response"),
+            header::HeaderName::from_static("x-payment-required"),
+        ])
+        .max_age(Duration::from_secs(600));
+
+    Ok(app
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state, count_requests))
+        .layer(cors)
+        .layer(TraceLayer::new_for_http()))
+}
+
+async fn count_requests(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .record_request(&path, response.status().as_u16());
+    response
+}
+
+async fn not_found() -> Response {
+    handlers::ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint").into_response()
+}
+
+async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    match state
+        .db
+        .read(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
+        .await
+    {
+        Ok(_) => (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "ok"})),
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "health check failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(serde_json::json!({"status": "database unavailable"})),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let recorded = state.licensing.count_llms_txt_hits().await.ok();
+    let mut text = state.metrics.render(recorded);
+    licensing::payment::render_payment_metrics(&state.payments, &mut text);
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn openapi_json(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        state.openapi.clone(),
+    )
+        .into_response()
+}

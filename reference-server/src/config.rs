@@ -1,0 +1,382 @@
+//! Command-line / environment configuration, and its validation into [`Settings`].
+//!
+//! Every flag can also be set from an environment variable named `REFERENCE_SERVER_<FLAG>` (for example
+//! `REFERENCE_SERVER_PAY_TO`). A flag given on the command line wins over the environment.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use alloy_primitives::Address;
+use clap::Parser;
+
+/// Default recipient of payments in the demo setup (an address nobody uses for anything else).
+pub const DEMO_PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+
+/// The server's configuration, as given by the operator.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "reference-server",
+    version,
+    about = "x402 content licensing (interface A) and a media asset registry (interface B), on embedded SQLite",
+    long_about = None
+)]
+pub struct Config {
+    /// Socket address to listen on.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub listen: SocketAddr,
+
+    /// Public base URL of this server, used in resource URLs, receipts and registry links
+    /// (default: `http://<listen address>`).
+    #[arg(long, env = "REFERENCE_SERVER_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// SQLite database file (created and seeded when empty). `:memory:` keeps everything in memory.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_DATABASE",
+        default_value = "reference-server.sqlite3"
+    )]
+    pub database: String,
+
+    /// Number of registry assets seeded into an empty database.
+    #[arg(long, env = "REFERENCE_SERVER_SEED_ASSETS", default_value_t = 1000)]
+    pub seed_assets: usize,
+
+    /// Directory holding uploaded and seeded media files (default: `<database>.media`, or a temporary
+    /// directory for `:memory:`).
+    #[arg(long, env = "REFERENCE_SERVER_MEDIA_DIR")]
+    pub media_dir: Option<PathBuf>,
+
+    /// Address (0x, 40 hex) that receives article payments.
+    #[arg(long, env = "REFERENCE_SERVER_PAY_TO", default_value = DEMO_PAY_TO)]
+    pub pay_to: String,
+
+    /// Payment network: an x402 v1 name (`base-sepolia`, `base`, ...) or CAIP-2 (`eip155:84532`).
+    #[arg(long, env = "REFERENCE_SERVER_NETWORK", default_value = "base-sepolia")]
+    pub network: String,
+
+    /// Token contract address (default: the network's USDC).
+    #[arg(long, env = "REFERENCE_SERVER_ASSET")]
+    pub asset: Option<String>,
+
+    /// EIP-712 domain name of the token (default: the network's USDC name).
+    #[arg(long, env = "REFERENCE_SERVER_ASSET_NAME")]
+    pub asset_name: Option<String>,
+
+    /// EIP-712 domain version of the token (default: "2").
+    #[arg(long, env = "REFERENCE_SERVER_ASSET_VERSION")]
+    pub asset_version: Option<String>,
+
+    /// Remote x402 facilitator (`https://.../`) used to verify and settle payments. Without it payments
+    /// are verified locally and not settled ("verify-only").
+    #[arg(long, env = "REFERENCE_SERVER_FACILITATOR_URL")]
+    pub facilitator_url: Option<String>,
+
+    /// API token required to register assets (`Authorization: token <t>`). Without it POST is refused.
+    #[arg(long, env = "REFERENCE_SERVER_API_TOKEN")]
+    pub api_token: Option<String>,
+
+    /// Key used to sign registry media URLs (default: random at each start, so old URLs stop working).
+    #[arg(long, env = "REFERENCE_SERVER_URL_SIGNING_KEY", hide_env_values = true)]
+    pub url_signing_key: Option<String>,
+
+    /// Lifetime of signed media URLs, in seconds.
+    #[arg(long, env = "REFERENCE_SERVER_URL_TTL_SECS", default_value_t = 3600)]
+    pub url_ttl_secs: u64,
+
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "REFERENCE_SERVER_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+    // Reserved for the on-chain settler (a later issue): `--rpc-url` and `--settler-key`.
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Config {
+    /// A configuration for tests and embedding: in-memory database, port 0, small seed, defaults elsewhere.
+    pub fn for_tests() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            public_url: None,
+            database: ":memory:".into(),
+            seed_assets: 50,
+            media_dir: None,
+            pay_to: DEMO_PAY_TO.into(),
+            network: "base-sepolia".into(),
+            asset: None,
+            asset_name: None,
+            asset_version: None,
+            facilitator_url: None,
+            api_token: None,
+            url_signing_key: None,
+            url_ttl_secs: 3600,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// Where the database lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseLocation {
+    /// A SQLite file.
+    File(PathBuf),
+    /// Private in-memory database.
+    Memory,
+}
+
+/// A checked configuration: everything parsed, nothing left to fail per request.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Public base URL without a trailing slash, or `None` to derive it from the bound address.
+    pub public_url: Option<String>,
+    /// Database location.
+    pub database: DatabaseLocation,
+    /// Assets seeded into an empty registry.
+    pub seed_assets: usize,
+    /// Media directory (`None`: derived at start).
+    pub media_dir: Option<PathBuf>,
+    /// Payment recipient.
+    pub pay_to: Address,
+    /// The payment network and token.
+    pub payment: PaymentNetwork,
+    /// Remote facilitator base URL, if any.
+    pub facilitator_url: Option<String>,
+    /// Registry API token.
+    pub api_token: Option<String>,
+    /// Media URL signing key.
+    pub url_signing_key: Option<Vec<u8>>,
+    /// Media URL lifetime.
+    pub url_ttl: Duration,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+/// The network and token articles are sold in (from x402-tower's network table, or given explicitly).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentNetwork {
+    /// The network.
+    pub network: x402_tower::network::Network,
+    /// The EIP-3009 token (its contract and EIP-712 domain).
+    pub token: x402_tower::network::Token,
+}
+
+impl PaymentNetwork {
+    /// CAIP-2 identifier, e.g. `eip155:84532`.
+    pub fn caip2(&self) -> &str {
+        self.network.caip2()
+    }
+
+    /// The v1 name legacy clients know, when there is one (v1 offers are made only then).
+    pub fn v1_name(&self) -> Option<&'static str> {
+        self.network.legacy_v1_name()
+    }
+}
+
+/// A configuration value that cannot work; reported before the server listens (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A flag has a value that cannot be used.
+    #[error("invalid --{flag} {value:?}: {reason}")]
+    Invalid {
+        /// Flag name without dashes.
+        flag: &'static str,
+        /// The offending value.
+        value: String,
+        /// What is wrong and what is expected.
+        reason: String,
+    },
+}
+
+fn invalid(flag: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        flag,
+        value: value.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+impl Config {
+    /// Check every value and resolve defaults.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let public_url = self
+            .public_url
+            .as_deref()
+            .map(parse_public_url)
+            .transpose()?;
+        let database = match self.database.trim() {
+            "" => return Err(invalid("database", &self.database, "must not be empty")),
+            ":memory:" => DatabaseLocation::Memory,
+            path => {
+                let path = PathBuf::from(path);
+                if path.is_dir() {
+                    return Err(invalid(
+                        "database",
+                        &self.database,
+                        "is a directory, expected a file path",
+                    ));
+                }
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+                    && !parent.is_dir()
+                {
+                    return Err(invalid(
+                        "database",
+                        &self.database,
+                        "its directory does not exist",
+                    ));
+                }
+                DatabaseLocation::File(path)
+            }
+        };
+        let pay_to = parse_address("pay-to", &self.pay_to)?;
+        if pay_to == Address::ZERO {
+            return Err(invalid(
+                "pay-to",
+                &self.pay_to,
+                "the zero address cannot receive payments",
+            ));
+        }
+        let payment = crate::licensing::payment::resolve_network(self)?;
+        let facilitator_url = self
+            .facilitator_url
+            .as_deref()
+            .map(|u| parse_http_url("facilitator-url", u))
+            .transpose()?;
+        if let Some(t) = &self.api_token
+            && (t.is_empty()
+                || t.len() > 256
+                || t.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(invalid(
+                "api-token",
+                "<hidden>",
+                "1 to 256 characters without spaces",
+            ));
+        }
+        let url_signing_key = match &self.url_signing_key {
+            Some(k) if k.len() < 16 => {
+                return Err(invalid(
+                    "url-signing-key",
+                    "<hidden>",
+                    "at least 16 characters",
+                ));
+            }
+            Some(k) => Some(k.as_bytes().to_vec()),
+            None => None,
+        };
+        if self.url_ttl_secs == 0 || self.url_ttl_secs > 7 * 24 * 3600 {
+            return Err(invalid(
+                "url-ttl-secs",
+                &self.url_ttl_secs.to_string(),
+                "1 to 604800 seconds",
+            ));
+        }
+        if self.seed_assets > 1_000_000 {
+            return Err(invalid(
+                "seed-assets",
+                &self.seed_assets.to_string(),
+                "at most 1000000",
+            ));
+        }
+        Ok(Settings {
+            listen: self.listen,
+            public_url,
+            database,
+            seed_assets: self.seed_assets,
+            media_dir: self.media_dir.clone(),
+            pay_to,
+            payment,
+            facilitator_url,
+            api_token: self.api_token.clone(),
+            url_signing_key,
+            url_ttl: Duration::from_secs(self.url_ttl_secs),
+            log_format: self.log_format,
+        })
+    }
+}
+
+/// Parse a 0x address (any case; checksummed when mixed-case is given and valid).
+pub(crate) fn parse_address(flag: &'static str, s: &str) -> Result<Address, ConfigError> {
+    let t = s.trim();
+    if !(t.len() == 42 && t.starts_with("0x") && t[2..].bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Err(invalid(flag, s, "expected 0x followed by 40 hex digits"));
+    }
+    t.parse::<Address>()
+        .map_err(|e| invalid(flag, s, e.to_string()))
+}
+
+fn parse_http_url(flag: &'static str, s: &str) -> Result<String, ConfigError> {
+    let t = s.trim();
+    let rest = t
+        .strip_prefix("http://")
+        .or_else(|| t.strip_prefix("https://"))
+        .ok_or_else(|| invalid(flag, s, "expected an http:// or https:// URL"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() || t.contains(char::is_whitespace) {
+        return Err(invalid(flag, s, "expected an absolute URL with a host"));
+    }
+    if t.contains(['?', '#']) {
+        return Err(invalid(flag, s, "must not carry a query or fragment"));
+    }
+    t.parse::<http::Uri>()
+        .map_err(|e| invalid(flag, s, e.to_string()))?;
+    Ok(t.trim_end_matches('/').to_owned())
+}
+
+fn parse_public_url(s: &str) -> Result<String, ConfigError> {
+    parse_http_url("public-url", s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Settings, String> {
+        let mut argv = vec!["reference-server"];
+        argv.extend_from_slice(args);
+        let cfg = Config::try_parse_from(argv).map_err(|e| e.to_string())?;
+        cfg.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let s = parse(&[]).unwrap();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.payment.caip2(), "eip155:84532");
+        assert_eq!(s.facilitator_url, None);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (args, flag) in [
+            (&["--pay-to", "0x12"][..], "--pay-to"),
+            (&["--public-url", "ftp://x"][..], "--public-url"),
+            (&["--facilitator-url", "nope"][..], "--facilitator-url"),
+            (&["--network", "mars"][..], "--network"),
+            (&["--asset", "0xzz"][..], "--asset"),
+            (&["--database", "/no/such/dir/db.sqlite"][..], "--database"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn public_url_loses_trailing_slash() {
+        let s = parse(&["--public-url", "https://example.org/"]).unwrap();
+        assert_eq!(s.public_url.as_deref(), Some("https://example.org"));
+    }
+}

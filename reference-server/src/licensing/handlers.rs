@@ -1,0 +1,360 @@
+//! Thin axum handlers of interface A.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::payment::PaidBy;
+use super::receipt::{self, ReceiptView};
+use crate::app::AppState;
+use crate::store::StoreError;
+use crate::store::articles::{Article, LlmsTxtHit, Receipt};
+
+/// Longest `articleId` accepted (ids are short slugs).
+pub const MAX_ARTICLE_ID_LEN: usize = 128;
+/// Longest `User-Agent` stored for an llms.txt hit.
+pub const MAX_USER_AGENT_LEN: usize = 512;
+
+/// An error answered as JSON `{"error": ..., "detail": ...}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    error: &'static str,
+    detail: String,
+}
+
+impl ApiError {
+    /// An error with a status, a stable machine-readable code and a human explanation.
+    pub fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            error,
+            detail: detail.into(),
+        }
+    }
+
+    fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", detail)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "storage error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "storage_error",
+            "the database failed; try again",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": self.error, "detail": self.detail})),
+        )
+            .into_response()
+    }
+}
+
+/// One element of `GET /x402Article/list`.
+#[derive(Debug, Serialize)]
+pub struct CatalogEntry {
+    id: String,
+    title: String,
+    excerpt: String,
+    published_date: String,
+    price_amount: f64,
+}
+
+/// `GET /x402Article/list`: the free catalog.
+pub async fn list_articles(
+    State(state): State<Arc<AppState>>,
+) -> Result<Json<Vec<CatalogEntry>>, ApiError> {
+    let articles = state.licensing.list_published().await?;
+    Ok(Json(
+        articles
+            .into_iter()
+            .map(|a| CatalogEntry {
+                price_amount: super::usdc_amount(a.price_atomic),
+                id: a.id,
+                title: a.title,
+                excerpt: a.excerpt,
+                published_date: a.published_date,
+            })
+            .collect(),
+    ))
+}
+
+/// Query of `GET /x402Article`.
+#[derive(Debug, Deserialize)]
+pub struct ArticleQuery {
+    #[serde(rename = "articleId")]
+    article_id: Option<String>,
+}
+
+/// Middleware in front of the x402 layer on `/x402Article`: 400 without `articleId`, 404 for an unknown
+/// or unpublished article (never a 402), otherwise the article goes into the request extensions, where
+/// the x402 layer reads its price and the handler its text.
+pub async fn require_article(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<ArticleQuery>, axum::extract::rejection::QueryRejection>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let id = match query {
+        Ok(Query(ArticleQuery {
+            article_id: Some(id),
+        })) if !id.trim().is_empty() => id,
+        Ok(_) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "missing_article_id",
+                "the query parameter articleId is required, e.g. /x402Article?articleId=<id from /x402Article/list>",
+            )
+            .into_response();
+        }
+        Err(e) => {
+            return ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text())
+                .into_response();
+        }
+    };
+    if id.len() > MAX_ARTICLE_ID_LEN {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_article_id",
+            format!("articleId is longer than {MAX_ARTICLE_ID_LEN} bytes"),
+        )
+        .into_response();
+    }
+    match state.licensing.published_article(&id).await {
+        Ok(Some(article)) => {
+            request.extensions_mut().insert(article);
+            next.run(request).await
+        }
+        Ok(None) => {
+            ApiError::not_found(format!("no published article has id {id:?}")).into_response()
+        }
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `GET /x402Article?articleId=` after a valid payment: store the receipt, then answer the article.
+pub async fn get_article(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let (article, payment) = match (
+        request.extensions().get::<Article>(),
+        PaidBy::from_extensions(request.extensions()),
+    ) {
+        (Some(a), Some(p)) => (a.clone(), p),
+        _ => {
+            // Only a wiring mistake gets here: the route is always behind require_article and x402.
+            tracing::error!("article handler reached without an article or a verified payment");
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "payment_layer_missing",
+                "the server is misconfigured",
+            ));
+        }
+    };
+    let token_id = receipt::token_id(
+        &payment.network,
+        &payment.asset,
+        &payment.payer,
+        &payment.nonce,
+    );
+    let record = Receipt {
+        token_id: token_id.clone(),
+        article_id: article.id.clone(),
+        payer: payment.payer.clone(),
+        pay_to: payment.pay_to.clone(),
+        amount_atomic: payment.amount.clone(),
+        network: payment.network.clone(),
+        asset: payment.asset.clone(),
+        nonce: payment.nonce.clone(),
+        x402_version: payment.x402_version,
+        settlement: payment.transaction.clone(),
+        created_at: now_rfc3339(),
+    };
+    match state.licensing.insert_receipt(record).await {
+        Ok(()) => state.metrics.record_receipt(true),
+        Err(StoreError::Conflict(_)) => {
+            // The durable guard behind the layer's replay cache (which does not survive a restart).
+            tracing::warn!(payer = %payment.payer, nonce = %payment.nonce, "payment already used for a receipt");
+            return Ok(replayed_payment());
+        }
+        Err(e) => {
+            state.metrics.record_receipt(false);
+            tracing::error!(
+                error = %e, payer = %payment.payer, nonce = %payment.nonce, article = %article.id,
+                transaction = ?payment.transaction, "PAID REQUEST WITHOUT RECEIPT: receipt write failed"
+            );
+            return Err(e.into());
+        }
+    }
+    tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id, "license issued");
+    let body = json!({
+        "article": {
+            "title": article.title,
+            "content": article.content,
+            "author_name": article.author_name,
+        },
+        "receipt": {
+            "nft": {
+                "tokenId": token_id,
+                "verifyUrl": receipt::verify_url(&state.public_url, &token_id),
+            },
+            "certificate": {"url": receipt::certificate_url(&state.public_url, &token_id)},
+        },
+    });
+    Ok(Json(body).into_response())
+}
+
+fn replayed_payment() -> Response {
+    let body = json!({
+        "x402Version": 1,
+        "error": "invalid_exact_evm_nonce_already_used",
+        "accepts": [],
+    });
+    let mut resp = (StatusCode::PAYMENT_REQUIRED, Json(body)).into_response();
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// `GET /serveLlmsTxt`: the licensing instructions; each call is recorded as interest in licensing.
+pub async fn serve_llms_txt(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let hit = LlmsTxtHit {
+        at: now_rfc3339(),
+        user_agent: user_agent(request.headers()),
+        client_addr: request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.to_string())
+            .unwrap_or_default(),
+    };
+    state.licensing.record_llms_txt_hit(hit).await?;
+    state.metrics.record_llms_txt_hit();
+    let articles = state.licensing.list_published().await?;
+    let text = super::llms_txt::render(
+        &state.public_url,
+        &state.settings.payment,
+        &state.settings.pay_to.to_checksum(None),
+        &articles,
+    );
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+fn user_agent(headers: &HeaderMap) -> String {
+    let ua = headers
+        .get(header::USER_AGENT)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let mut ua = ua.unwrap_or_default();
+    if ua.len() > MAX_USER_AGENT_LEN {
+        let mut cut = MAX_USER_AGENT_LEN;
+        while !ua.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        ua.truncate(cut);
+    }
+    ua
+}
+
+fn valid_token_id(token: &str) -> bool {
+    !token.is_empty() && token.len() <= 78 && token.bytes().all(|b| b.is_ascii_digit())
+}
+
+async fn load_receipt(
+    state: &AppState,
+    token: &str,
+) -> Result<(Receipt, Option<Article>), ApiError> {
+    let missing = || ApiError::not_found(format!("no receipt has token id {token:?}"));
+    if !valid_token_id(token) {
+        return Err(missing());
+    }
+    let r = state.licensing.receipt(token).await?.ok_or_else(missing)?;
+    let article = state.licensing.article(&r.article_id).await?;
+    Ok((r, article))
+}
+
+/// `GET /receipts/{tokenId}`: the receipt as JSON (the `verifyUrl`).
+pub async fn receipt_json(
+    State(state): State<Arc<AppState>>,
+    Path(token): Path<String>,
+) -> Result<Json<ReceiptView>, ApiError> {
+    let (r, article) = load_receipt(&state, &token).await?;
+    let title = article.as_ref().map_or("", |a| a.title.as_str());
+    Ok(Json(ReceiptView::new(&r, title, &state.public_url)))
+}
+
+/// `GET /receipts/{tokenId}/certificate`: the HTML certificate.
+pub async fn receipt_certificate(
+    State(state): State<Arc<AppState>>,
+    Path(token): Path<String>,
+) -> Result<Html<String>, ApiError> {
+    let (r, article) = load_receipt(&state, &token).await?;
+    Ok(Html(receipt::certificate_html(
+        &r,
+        article.as_ref(),
+        &state.public_url,
+    )))
+}
+
+/// `GET /operator/llms-txt`: llms.txt interest for the operator (totals, by user agent, recent hits).
+/// When the server has an API token, this endpoint requires it (`Authorization: token <t>`): the hits
+/// hold client addresses.
+pub async fn llms_txt_stats(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if let Some(expected) = &state.settings.api_token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("token ")
+                    .or_else(|| v.strip_prefix("Token "))
+            });
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
+            let mut resp = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "send the server's API token as `Authorization: token <t>`",
+            )
+            .into_response();
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Token"));
+            return Ok(resp);
+        }
+    }
+    let stats = state.licensing.llms_txt_stats().await?;
+    Ok(Json(stats).into_response())
+}
+
+/// Current time as RFC 3339 UTC with microseconds.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
+    );
+    now.format(&fmt)
+        .unwrap_or_else(|_| now.unix_timestamp().to_string())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

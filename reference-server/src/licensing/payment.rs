@@ -1,0 +1,193 @@
+//! The bridge between the licensing handlers and the x402 layer: which network and token articles are
+//! sold in, and what a verified (and settled) payment tells the handler.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use x402_tower::network::{Network, Token};
+use x402_tower::offer::PaymentOffer;
+use x402_tower::price::Price;
+use x402_tower::pricing::PriceDecision;
+use x402_tower::settle::{FacilitatorSettler, Settler, VerifyOnlySettler};
+use x402_tower::{SettleTiming, VerifiedPayment, X402Layer};
+
+use crate::app::BuildError;
+use crate::config::{Config, ConfigError, PaymentNetwork, Settings, parse_address};
+use crate::store::articles::Article;
+
+/// Resolve `--network`, `--asset`, `--asset-name`, `--asset-version` into a [`PaymentNetwork`].
+///
+/// Known networks take their USDC address and EIP-712 domain from x402-tower's network table (each flag
+/// given overrides its part); any other CAIP-2 `eip155:<id>` network needs `--asset` and `--asset-name`
+/// (`--asset-version` defaults to "2", as for every USDC).
+pub(crate) fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigError> {
+    let flag_err = |flag: &'static str, value: &str, reason: &str| ConfigError::Invalid {
+        flag,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let network: Network =
+        cfg.network
+            .trim()
+            .parse()
+            .map_err(|e: x402_tower::network::UnknownNetwork| {
+                flag_err("network", &cfg.network, &e.to_string())
+            })?;
+    let asset = cfg
+        .asset
+        .as_deref()
+        .map(|a| parse_address("asset", a))
+        .transpose()?;
+    for (flag, value) in [
+        ("asset-name", &cfg.asset_name),
+        ("asset-version", &cfg.asset_version),
+    ] {
+        if let Some(v) = value
+            && (v.trim().is_empty() || v.len() > 64)
+        {
+            return Err(flag_err(flag, v, "1 to 64 characters"));
+        }
+    }
+    let token = match Token::usdc(&network) {
+        Some(usdc) => Token::new(
+            asset.unwrap_or(usdc.address),
+            cfg.asset_name.clone().unwrap_or(usdc.name),
+            cfg.asset_version.clone().unwrap_or(usdc.version),
+            usdc.decimals,
+        ),
+        None => {
+            let need = |flag| {
+                flag_err(
+                    flag,
+                    "",
+                    &format!(
+                        "required: network {} has no known USDC deployment",
+                        network.caip2()
+                    ),
+                )
+            };
+            Token::new(
+                asset.ok_or_else(|| need("asset"))?,
+                cfg.asset_name.clone().ok_or_else(|| need("asset-name"))?,
+                cfg.asset_version.clone().unwrap_or_else(|| "2".to_owned()),
+                x402_tower::network::USDC_DECIMALS,
+            )
+        }
+    };
+    Ok(PaymentNetwork { network, token })
+}
+
+/// What the x402 layer established about a paid request, in the terms a receipt records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaidBy {
+    /// Payer address (checksummed).
+    pub payer: String,
+    /// Recipient address (checksummed).
+    pub pay_to: String,
+    /// Amount authorised, atomic units, decimal.
+    pub amount: String,
+    /// CAIP-2 network.
+    pub network: String,
+    /// Token contract (checksummed).
+    pub asset: String,
+    /// EIP-3009 nonce, `0x` + 64 hex.
+    pub nonce: String,
+    /// x402 version the client spoke.
+    pub x402_version: u8,
+    /// Settlement transaction (`verify-only` with the verify-only settler).
+    pub transaction: String,
+}
+
+impl PaidBy {
+    /// Read the payment the x402 layer attached to the request (settled before the handler), if any.
+    pub fn from_extensions(ext: &http::Extensions) -> Option<Self> {
+        let p = ext.get::<VerifiedPayment>()?;
+        let settlement = p.settlement.as_ref().filter(|s| s.success)?;
+        Some(Self {
+            payer: p.payer.to_checksum(None),
+            pay_to: p.pay_to.to_checksum(None),
+            amount: p.amount.to_string(),
+            network: p.network.caip2().to_owned(),
+            asset: p.asset.to_checksum(None),
+            nonce: p.nonce.to_string(),
+            x402_version: p.x402_version,
+            transaction: settlement.transaction.clone(),
+        })
+    }
+}
+
+/// The x402 layer selling `/x402Article`: each article at its own price (the article was put in the
+/// request extensions by [`require_article`](super::handlers::require_article)), settled **before** the
+/// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)).
+pub(crate) fn x402_layer(settings: &Settings, public_url: &str) -> Result<X402Layer, BuildError> {
+    let payment = settings.payment.clone();
+    let pay_to = settings.pay_to;
+    let price = move |parts: &http::request::Parts| {
+        let decision = match parts.extensions.get::<Article>() {
+            Some(a) => PriceDecision::Charge(vec![
+                PaymentOffer::new(
+                    payment.network.clone(),
+                    payment.token.clone(),
+                    pay_to,
+                    Price::from(a.price_atomic),
+                )
+                .description(format!(
+                    "License to the article \"{}\" by {}",
+                    a.title, a.author_name
+                ))
+                .mime_type("application/json"),
+            ]),
+            None => {
+                tracing::error!("x402 price source reached without an article");
+                let mut resp = http::Response::new(Full::new(Bytes::from_static(
+                    br#"{"error":"internal","detail":"article lookup missing"}"#,
+                )));
+                *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                PriceDecision::Respond(resp)
+            }
+        };
+        std::future::ready(decision)
+    };
+    let settler: Arc<dyn Settler> = match &settings.facilitator_url {
+        Some(url) => Arc::new(
+            FacilitatorSettler::builder(url.clone())
+                .build()
+                .map_err(|e| BuildError::Payment(format!("facilitator {url}: {e}")))?,
+        ),
+        None => Arc::new(VerifyOnlySettler),
+    };
+    X402Layer::builder(public_url.to_owned())
+        .price_source(price)
+        .settler(settler)
+        .settle_timing(SettleTiming::BeforeHandler)
+        .build()
+        .map_err(|e| BuildError::Payment(e.to_string()))
+}
+
+/// Append the x402 layer's payment counters (by outcome) to the Prometheus text.
+pub(crate) fn render_payment_metrics(layer: &X402Layer, out: &mut String) {
+    let m = layer.metrics().snapshot();
+    let _ = write!(
+        out,
+        "# HELP x402_payment_required_total 402 answers sent by the x402 layer.\n\
+         # TYPE x402_payment_required_total counter\nx402_payment_required_total {}\n\
+         # HELP x402_payments_total Payments by outcome.\n# TYPE x402_payments_total counter\n\
+         x402_payments_total{{outcome=\"accepted\"}} {}\n\
+         x402_payments_total{{outcome=\"settlement_failed\"}} {}\n\
+         x402_payments_total{{outcome=\"settlement_unknown\"}} {}\n\
+         x402_payments_total{{outcome=\"upstream_error\"}} {}\n",
+        m.payment_required_sent,
+        m.payments_accepted,
+        m.settlements_failed,
+        m.settlements_unknown,
+        m.upstream_errors
+    );
+    for (reason, n) in &m.rejected {
+        let _ = writeln!(
+            out,
+            "x402_payments_total{{outcome=\"rejected\",reason=\"{reason}\"}} {n}"
+        );
+    }
+}

@@ -87,9 +87,10 @@ pub(crate) fn detail(status: StatusCode, message: &str) -> Response {
 pub(crate) async fn surface(req: Request, next: Next) -> Response {
     let renderer = negotiate(req.uri().query(), req.headers());
     let is_head = req.method() == Method::HEAD;
-    let request_line = format!("{} {}", if is_head { "HEAD" } else { req.method().as_str() }, req.uri());
+    // HEAD shows the GET page (same bytes, so the same Content-Length).
+    let request_line = format!("{} {}", if is_head { "GET" } else { req.method().as_str() }, req.uri());
     let mut response = match renderer {
-        Err(early) => early,
+        Err(early) => finish(early, Renderer::Json, &request_line).await,
         Ok(renderer) => {
             let mut req = req;
             if is_head {

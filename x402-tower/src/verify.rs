@@ -242,6 +242,12 @@ pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value), Rejection
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not Base64"))?;
     let json: Value = serde_json::from_slice(&bytes)
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
+    if !json.is_object() {
+        return Err(reject(
+            RejectReason::InvalidPayload,
+            "payment header is not a JSON object",
+        ));
+    }
     let version = json.get("x402Version").and_then(Value::as_u64);
     let payload = match version {
         Some(1) => PaymentPayload::V1(PaymentPayloadV1::deserialize(&json).map_err(|_| {

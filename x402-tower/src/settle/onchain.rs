@@ -1,0 +1,620 @@
+//! Direct on-chain settlement: the relayer calls USDC's `transferWithAuthorization` over JSON-RPC.
+//!
+//! [`OnchainSettler`] needs a JSON-RPC URL and a relayer private key (the relayer pays the gas, never the
+//! USDC). For every payment it:
+//!
+//! 1. **simulates** `transferWithAuthorization` with `eth_call` from the relayer (in [`Settler::verify`]) and
+//!    with `eth_estimateGas` (in [`Settler::settle`]): this is what catches an insufficient balance, a nonce
+//!    already used on chain, a wrong EIP-712 domain (name/version), a payer with code whose ERC-1271
+//!    `isValidSignature` refuses, a paused token or a blacklisted account. The token's revert string is mapped
+//!    to the spec's error string (`insufficient_funds`, `invalid_exact_evm_nonce_already_used`,
+//!    `invalid_exact_evm_payload_signature`, `invalid_exact_evm_payload_authorization_valid_after` /
+//!    `_valid_before`, otherwise `invalid_transaction_state` with the token's message);
+//! 2. **sends** an EIP-1559 transaction: a 65-byte signature through the `(v, r, s)` overload (`0xe3ee160e`,
+//!    every USDC version), a longer one (ERC-1271, EIP-6492) through the `bytes` overload (`0xcf092995`,
+//!    FiatTokenV2_2);
+//! 3. **waits for the receipt** (polling, with a timeout) and checks that the `Transfer(from, to, value)` log of
+//!    the token really is in it, then reports the transaction hash.
+//!
+//! Outcomes: a failure before broadcast is [`SettleOutcome::Failed`] with `authorization_still_usable: true`;
+//! a reverted transaction is `Failed` too, still usable only if `authorizationState(from, nonce)` is false; a
+//! broadcast whose receipt does not come in time (or a send whose answer was lost) is
+//! [`SettleOutcome::Unknown`]: not a success, not a failure. Node and gas errors are reported in the message,
+//! never swallowed.
+//!
+//! **Relayer nonces.** One relayer key serves concurrent settlements: a local nonce manager hands out
+//! consecutive nonces (read once with `eth_getTransactionCount(relayer, "pending")`) and only the signing and
+//! `eth_sendRawTransaction` run under its lock, so sends are ordered by nonce while the receipts are awaited
+//! concurrently (pipelining). A send the node refuses does not consume the nonce; a send whose answer is lost
+//! makes the manager re-read the count before the next one.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use x402_tower::settle::onchain::OnchainSettler;
+//!
+//! let settler = OnchainSettler::builder(
+//!     "http://127.0.0.1:8545",
+//!     "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d", // anvil account #1
+//! )
+//! .receipt_timeout(Duration::from_secs(60))
+//! .build()
+//! .unwrap();
+//! println!("relayer {}", settler.relayer());
+//! ```
+
+mod nonce;
+mod revert;
+mod rpc;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use alloy_sol_types::{SolCall, SolEvent, sol};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+use tracing::{Instrument, info_span, warn};
+
+pub use rpc::RpcError;
+
+use self::nonce::NonceManager;
+use self::revert::Revert;
+use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
+use crate::pricing::BoxFuture;
+use crate::proto::{SCHEME_EXACT, SupportedKind, SupportedResponse};
+
+sol! {
+    /// FiatToken's EIP-3009 entry point for ECDSA signatures (`0xe3ee160e`).
+    function transferWithAuthorization(
+        address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce,
+        uint8 v, bytes32 r, bytes32 s
+    );
+    /// FiatTokenV2_2's overload for any signature (ERC-1271 wallets) (`0xcf092995`).
+    function transferWithAuthorization(
+        address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce,
+        bytes signature
+    );
+    /// Whether `(authorizer, nonce)` was used or canceled (`0xe94a0102`).
+    function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
+    /// ERC-20 `Transfer`.
+    event Transfer(address indexed from, address indexed to, uint256 value);
+}
+
+/// Why an [`OnchainSettler`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum OnchainConfigError {
+    /// The relayer key is not a 32-byte hex private key.
+    #[error("invalid relayer key: {0}")]
+    Key(String),
+    /// The JSON-RPC URL is not an http(s) URL.
+    #[error("invalid JSON-RPC URL {0:?}: expected http:// or https://")]
+    Url(String),
+    /// The HTTP client could not be built.
+    #[error("HTTP client: {0}")]
+    Http(String),
+}
+
+/// Builder of an [`OnchainSettler`].
+#[derive(Debug)]
+pub struct OnchainSettlerBuilder {
+    rpc_url: String,
+    relayer_key: String,
+    rpc_timeout: Duration,
+    receipt_timeout: Duration,
+    poll_interval: Duration,
+    gas_margin_percent: u64,
+}
+
+impl OnchainSettlerBuilder {
+    /// Timeout of one JSON-RPC call (default 10 s).
+    pub fn rpc_timeout(mut self, timeout: Duration) -> Self {
+        self.rpc_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for the receipt after broadcast before the outcome is unknown (default 60 s).
+    pub fn receipt_timeout(mut self, timeout: Duration) -> Self {
+        self.receipt_timeout = timeout;
+        self
+    }
+
+    /// The first interval between receipt polls; it doubles up to 1 s (default 20 ms).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Gas limit margin over `eth_estimateGas`, in percent (default 20).
+    pub fn gas_margin_percent(mut self, percent: u64) -> Self {
+        self.gas_margin_percent = percent;
+        self
+    }
+
+    /// Builds the settler. Nothing is sent to the node yet.
+    pub fn build(self) -> Result<OnchainSettler, OnchainConfigError> {
+        let signer: PrivateKeySigner = self
+            .relayer_key
+            .trim()
+            .parse()
+            .map_err(|e| OnchainConfigError::Key(format!("{e}")))?;
+        if !(self.rpc_url.starts_with("http://") || self.rpc_url.starts_with("https://")) {
+            return Err(OnchainConfigError::Url(self.rpc_url));
+        }
+        let rpc = rpc::RpcClient::new(self.rpc_url.clone(), self.rpc_timeout)
+            .map_err(|e| OnchainConfigError::Http(e.to_string()))?;
+        Ok(OnchainSettler {
+            inner: Arc::new(Inner {
+                rpc,
+                rpc_url: self.rpc_url,
+                relayer: signer.address(),
+                signer,
+                chain_id: OnceCell::new(),
+                nonces: NonceManager::default(),
+                receipt_timeout: self.receipt_timeout,
+                poll_interval: self.poll_interval,
+                gas_margin_percent: self.gas_margin_percent,
+            }),
+        })
+    }
+}
+
+/// A [`Settler`] that settles on chain with a relayer key. See the [module docs](self).
+#[derive(Clone)]
+pub struct OnchainSettler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    rpc: rpc::RpcClient,
+    rpc_url: String,
+    relayer: Address,
+    signer: PrivateKeySigner,
+    chain_id: OnceCell<u64>,
+    nonces: NonceManager,
+    receipt_timeout: Duration,
+    poll_interval: Duration,
+    gas_margin_percent: u64,
+}
+
+impl std::fmt::Debug for OnchainSettler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnchainSettler")
+            .field("rpc_url", &self.inner.rpc_url)
+            .field("relayer", &self.inner.relayer)
+            .field("receipt_timeout", &self.inner.receipt_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The subset of a transaction receipt we read.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Receipt {
+    status: Option<String>,
+    #[serde(default)]
+    logs: Vec<Log>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Log {
+    address: Address,
+    topics: Vec<B256>,
+    data: Bytes,
+}
+
+impl OnchainSettler {
+    /// Starts a builder from the JSON-RPC URL and the relayer's private key (hex, with or without `0x`).
+    pub fn builder(
+        rpc_url: impl Into<String>,
+        relayer_key: impl Into<String>,
+    ) -> OnchainSettlerBuilder {
+        OnchainSettlerBuilder {
+            rpc_url: rpc_url.into(),
+            relayer_key: relayer_key.into(),
+            rpc_timeout: Duration::from_secs(10),
+            receipt_timeout: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(20),
+            gas_margin_percent: 20,
+        }
+    }
+
+    /// The relayer's address (it pays the gas).
+    pub fn relayer(&self) -> Address {
+        self.inner.relayer
+    }
+
+    /// The chain id of the node (asked once, then cached).
+    pub async fn chain_id(&self) -> Result<u64, RpcError> {
+        self.inner.chain_id().await
+    }
+}
+
+/// The calldata of `transferWithAuthorization` for this payment: the `(v,r,s)` overload for 65 bytes, the
+/// `bytes` overload otherwise.
+pub fn transfer_calldata(request: &SettleRequest) -> Bytes {
+    let auth = &request.payload.exact().authorization;
+    let sig = &request.signature;
+    if sig.len() == 65 {
+        transferWithAuthorization_0Call {
+            from: auth.from,
+            to: auth.to,
+            value: auth.value,
+            validAfter: auth.valid_after,
+            validBefore: auth.valid_before,
+            nonce: auth.nonce,
+            v: sig[64],
+            r: B256::from_slice(&sig[..32]),
+            s: B256::from_slice(&sig[32..64]),
+        }
+        .abi_encode()
+        .into()
+    } else {
+        transferWithAuthorization_1Call {
+            from: auth.from,
+            to: auth.to,
+            value: auth.value,
+            validAfter: auth.valid_after,
+            validBefore: auth.valid_before,
+            nonce: auth.nonce,
+            signature: sig.clone(),
+        }
+        .abi_encode()
+        .into()
+    }
+}
+
+fn hex_u64(v: &str) -> Option<u64> {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+}
+
+fn hex_u128(v: &str) -> Option<u128> {
+    u128::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+}
+
+/// How a settlement attempt ended before the receipt.
+enum SendError {
+    /// Nothing reached the chain; the authorization may be used again.
+    NotSent {
+        reason: &'static str,
+        message: String,
+    },
+    /// The transaction may have been broadcast.
+    Unknown(String),
+}
+
+impl Inner {
+    async fn chain_id(&self) -> Result<u64, RpcError> {
+        self.chain_id
+            .get_or_try_init(|| async {
+                let id: String = self.rpc.call("eth_chainId", json!([])).await?;
+                hex_u64(&id).ok_or(RpcError::BadResponse {
+                    method: "eth_chainId",
+                    message: id,
+                })
+            })
+            .await
+            .copied()
+    }
+
+    /// Checks the chain id against the offer's; `Err` carries the mismatch message.
+    async fn check_network(&self, request: &SettleRequest) -> Result<Result<(), String>, RpcError> {
+        let node = self.chain_id().await?;
+        let offered = request.offer.network.chain_id();
+        Ok(if node == offered {
+            Ok(())
+        } else {
+            Err(format!(
+                "the JSON-RPC node is chain {node}, the payment is for chain {offered}"
+            ))
+        })
+    }
+
+    fn call_object(&self, request: &SettleRequest) -> Value {
+        json!({
+            "from": self.relayer,
+            "to": request.offer.token.address,
+            "data": transfer_calldata(request),
+        })
+    }
+
+    /// Simulates with `eth_call`: `Ok(None)` = would succeed, `Ok(Some(revert))` = would revert.
+    async fn simulate(&self, request: &SettleRequest) -> Result<Option<Revert>, RpcError> {
+        match self
+            .rpc
+            .call::<Bytes>("eth_call", json!([self.call_object(request), "latest"]))
+            .await
+        {
+            Ok(_) => Ok(None),
+            Err(e) => revert::from_rpc(&e).map(Some).ok_or(e),
+        }
+    }
+
+    async fn authorization_used(&self, request: &SettleRequest) -> Result<bool, RpcError> {
+        let auth = &request.payload.exact().authorization;
+        let data: Bytes = authorizationStateCall {
+            authorizer: auth.from,
+            nonce: auth.nonce,
+        }
+        .abi_encode()
+        .into();
+        let out: Bytes = self
+            .rpc
+            .call(
+                "eth_call",
+                json!([{"to": request.offer.token.address, "data": data}, "latest"]),
+            )
+            .await?;
+        Ok(out.len() >= 32 && out[31] == 1)
+    }
+
+    /// Estimates gas (a second simulation) and fees, then signs and sends under the nonce lock.
+    async fn send(&self, request: &SettleRequest) -> Result<B256, SendError> {
+        let not_sent = |e: RpcError| SendError::NotSent {
+            reason: "unexpected_settle_error",
+            message: e.to_string(),
+        };
+        match self.check_network(request).await.map_err(not_sent)? {
+            Ok(()) => {}
+            Err(message) => {
+                return Err(SendError::NotSent {
+                    reason: "invalid_network",
+                    message,
+                });
+            }
+        }
+        let chain_id = self.chain_id().await.map_err(not_sent)?;
+        let call = self.call_object(request);
+        let (gas, gas_price, tip) = tokio::join!(
+            self.rpc.call::<String>("eth_estimateGas", json!([call])),
+            self.rpc.call::<String>("eth_gasPrice", json!([])),
+            self.rpc
+                .call::<String>("eth_maxPriorityFeePerGas", json!([])),
+        );
+        let gas = match gas {
+            Ok(g) => hex_u64(&g).ok_or_else(|| not_sent(bad("eth_estimateGas", &g)))?,
+            Err(e) => {
+                return Err(match revert::from_rpc(&e) {
+                    Some(r) => SendError::NotSent {
+                        reason: r.reason,
+                        message: r.message,
+                    },
+                    None => not_sent(e),
+                });
+            }
+        };
+        let gas_price = gas_price.map_err(not_sent)?;
+        let gas_price =
+            hex_u128(&gas_price).ok_or_else(|| not_sent(bad("eth_gasPrice", &gas_price)))?;
+        let tip = tip.map_err(not_sent)?;
+        let tip = hex_u128(&tip).ok_or_else(|| not_sent(bad("eth_maxPriorityFeePerGas", &tip)))?;
+
+        let mut tx = TxEip1559 {
+            chain_id,
+            nonce: 0,
+            gas_limit: gas.saturating_mul(100 + self.gas_margin_percent) / 100,
+            max_fee_per_gas: gas_price.saturating_mul(2).saturating_add(tip),
+            max_priority_fee_per_gas: tip,
+            to: TxKind::Call(request.offer.token.address),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input: transfer_calldata(request),
+        };
+
+        let mut slot = self.nonces.lock().await;
+        let nonce = match slot.get() {
+            Some(n) => n,
+            None => {
+                let count: String = self
+                    .rpc
+                    .call("eth_getTransactionCount", json!([self.relayer, "pending"]))
+                    .await
+                    .map_err(not_sent)?;
+                hex_u64(&count).ok_or_else(|| not_sent(bad("eth_getTransactionCount", &count)))?
+            }
+        };
+        tx.nonce = nonce;
+        let signature = self
+            .signer
+            .sign_hash_sync(&tx.signature_hash())
+            .map_err(|e| SendError::NotSent {
+                reason: "unexpected_settle_error",
+                message: e.to_string(),
+            })?;
+        let envelope = TxEnvelope::from(tx.into_signed(signature));
+        let hash = *envelope.tx_hash();
+        let raw: Bytes = envelope.encoded_2718().into();
+        match self
+            .rpc
+            .call::<B256>("eth_sendRawTransaction", json!([raw]))
+            .await
+        {
+            Ok(_) => {
+                slot.set(Some(nonce + 1));
+                Ok(hash)
+            }
+            Err(e) if e.is_rejection() => {
+                // Refused by the node: the nonce is not consumed. Re-read it next time in case ours was stale.
+                slot.set(None);
+                Err(SendError::NotSent {
+                    reason: "unexpected_settle_error",
+                    message: e.to_string(),
+                })
+            }
+            Err(e) => {
+                slot.set(None);
+                Err(SendError::Unknown(format!(
+                    "transaction {hash} may have been broadcast: {e}"
+                )))
+            }
+        }
+    }
+
+    async fn wait_receipt(&self, hash: B256) -> Result<Receipt, String> {
+        let deadline = Instant::now() + self.receipt_timeout;
+        let mut interval = self.poll_interval;
+        loop {
+            match self
+                .rpc
+                .call::<Option<Receipt>>("eth_getTransactionReceipt", json!([hash]))
+                .await
+            {
+                Ok(Some(receipt)) => return Ok(receipt),
+                Ok(None) => {}
+                Err(e) => warn!(%hash, error = %e, "receipt poll failed"),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "transaction {hash} was broadcast but no receipt came within {:?}",
+                    self.receipt_timeout
+                ));
+            }
+            tokio::time::sleep(interval.min(deadline - now)).await;
+            interval = (interval * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn settle(&self, request: &SettleRequest) -> SettleOutcome {
+        let auth = &request.payload.exact().authorization;
+        let hash = match self.send(request).await {
+            Ok(hash) => hash,
+            Err(SendError::NotSent { reason, message }) => {
+                let still_usable = reason != "invalid_exact_evm_nonce_already_used";
+                return SettleOutcome::Failed {
+                    reason: reason.to_owned(),
+                    message: Some(message),
+                    authorization_still_usable: still_usable,
+                };
+            }
+            Err(SendError::Unknown(message)) => return SettleOutcome::Unknown { message },
+        };
+        let receipt = match self.wait_receipt(hash).await {
+            Ok(r) => r,
+            Err(message) => return SettleOutcome::Unknown { message },
+        };
+        if receipt.status.as_deref().and_then(hex_u64) != Some(1) {
+            let used = self.authorization_used(request).await;
+            return SettleOutcome::Failed {
+                reason: "invalid_transaction_state".to_owned(),
+                message: Some(format!("transaction {hash} reverted")),
+                authorization_still_usable: matches!(used, Ok(false)),
+            };
+        }
+        let moved = receipt.logs.iter().any(|log| {
+            log.address == request.offer.token.address
+                && log.topics.len() == 3
+                && log.topics[0] == Transfer::SIGNATURE_HASH
+                && log.topics[1] == auth.from.into_word()
+                && log.topics[2] == auth.to.into_word()
+                && log.data.len() == 32
+                && U256::from_be_slice(&log.data) == auth.value
+        });
+        if !moved {
+            return SettleOutcome::Failed {
+                reason: "invalid_transaction_state".to_owned(),
+                message: Some(format!(
+                    "transaction {hash} succeeded without the expected Transfer log"
+                )),
+                authorization_still_usable: false,
+            };
+        }
+        SettleOutcome::Settled {
+            transaction: format!("{hash}"),
+            payer: auth.from,
+            network: request.wire_network(),
+        }
+    }
+}
+
+fn bad(method: &'static str, value: &str) -> RpcError {
+    RpcError::BadResponse {
+        method,
+        message: format!("not a hex quantity: {value:?}"),
+    }
+}
+
+impl Settler for OnchainSettler {
+    fn verify<'a>(
+        &'a self,
+        request: &'a SettleRequest,
+    ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+        let span = info_span!("x402.onchain.simulate", payer = %request.payer());
+        Box::pin(
+            async move {
+                let to_settle_error = |e: RpcError| match e {
+                    RpcError::Timeout { .. } => SettleError::Timeout,
+                    RpcError::BadResponse { .. } => SettleError::BadResponse(e.to_string()),
+                    other => SettleError::Transport(other.to_string()),
+                };
+                if let Err(message) = self
+                    .inner
+                    .check_network(request)
+                    .await
+                    .map_err(to_settle_error)?
+                {
+                    return Ok(VerifyOutcome::Invalid {
+                        reason: "invalid_network".to_owned(),
+                        message: Some(message),
+                    });
+                }
+                Ok(
+                    match self
+                        .inner
+                        .simulate(request)
+                        .await
+                        .map_err(to_settle_error)?
+                    {
+                        None => VerifyOutcome::Valid,
+                        Some(revert) => VerifyOutcome::Invalid {
+                            reason: revert.reason.to_owned(),
+                            message: Some(revert.message),
+                        },
+                    },
+                )
+            }
+            .instrument(span),
+        )
+    }
+
+    fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
+        let span = info_span!("x402.onchain.settle", payer = %request.payer());
+        Box::pin(self.inner.settle(request).instrument(span))
+    }
+
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
+        Box::pin(async move {
+            let chain_id = self
+                .inner
+                .chain_id()
+                .await
+                .map_err(|e| SettleError::Transport(e.to_string()))?;
+            let network = crate::network::Network::from_chain_id(chain_id);
+            let mut kinds = vec![SupportedKind {
+                x402_version: 2,
+                scheme: SCHEME_EXACT.to_owned(),
+                network: network.caip2().to_owned(),
+                extra: None,
+            }];
+            if let Some(v1) = network.legacy_v1_name() {
+                kinds.push(SupportedKind {
+                    x402_version: 1,
+                    scheme: SCHEME_EXACT.to_owned(),
+                    network: v1.to_owned(),
+                    extra: None,
+                });
+            }
+            let mut signers = serde_json::Map::new();
+            signers.insert("eip155:*".to_owned(), json!([self.inner.relayer]));
+            Ok(SupportedResponse {
+                kinds,
+                extensions: Vec::new(),
+                signers,
+            })
+        })
+    }
+}

@@ -1,0 +1,10 @@
+//! Integration tests of x402-tower (one binary).
+
+mod support;
+
+mod protocol;
+mod rejections;
+mod replay;
+mod service;
+mod settlement;
+mod vectors;

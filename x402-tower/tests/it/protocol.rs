@@ -1,0 +1,234 @@
+//! The 402 answer, both versions, both headers, HTML, receipts.
+
+use http::StatusCode;
+use tower::Layer;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn no_payment_gets_the_spec_402() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/report?id=7", &[("host", "evil.example")])).await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(a.header("cache-control"), Some("no-store"));
+    assert_eq!(a.header("content-type"), Some("application/json"));
+    assert_eq!(a.error(), "X-PAYMENT header is required");
+    // v2 document in both headers.
+    let pr = a.payment_required();
+    assert_eq!(pr["x402Version"], 2);
+    assert_eq!(pr["resource"]["url"], "https://shop.example/report?id=7");
+    assert_eq!(pr["resource"]["description"], "A report");
+    assert_eq!(pr["resource"]["mimeType"], "application/json");
+    assert_eq!(pr["accepts"][0], accepted_v2());
+    // v1 body as the legacy client's schema wants it: no nulls, absolute resource, strings.
+    let body = a.json();
+    assert_eq!(body["x402Version"], 1);
+    let acc = &body["accepts"][0];
+    assert_eq!(acc["scheme"], "exact");
+    assert_eq!(acc["network"], "base-sepolia");
+    assert_eq!(acc["maxAmountRequired"], "10000");
+    assert_eq!(acc["resource"], "https://shop.example/report?id=7");
+    assert_eq!(acc["description"], "A report");
+    assert_eq!(acc["mimeType"], "application/json");
+    assert_eq!(acc["payTo"], "0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
+    assert_eq!(acc["asset"], "0x036CbD53842c5426634e7929541eC2318f3dCF7e");
+    assert_eq!(acc["maxTimeoutSeconds"], 300);
+    assert_eq!(
+        acc["extra"],
+        serde_json::json!({"name": "USDC", "version": "2"})
+    );
+    assert!(
+        !a.body.windows(4).any(|w| w == b"null"),
+        "no nulls in the v1 body"
+    );
+    assert_eq!(inner.calls(), 0);
+}
+
+#[tokio::test]
+async fn empty_description_is_an_empty_string_not_null() {
+    let inner = Inner::new();
+    let o = offer().description("").mime_type("");
+    let svc = x402_tower::X402Layer::builder(BASE_URL)
+        .offer(o)
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/r", &[])).await;
+    assert_eq!(a.json()["accepts"][0]["mimeType"], "");
+    assert_eq!(a.json()["accepts"][0]["description"], "");
+}
+
+#[tokio::test]
+async fn v2_only_networks_are_not_offered_to_v1_clients() {
+    let inner = Inner::new();
+    let arb =
+        x402_tower::PaymentOffer::usdc(network("arbitrum"), PAY_TO, x402_tower::Price::from(5u64))
+            .unwrap();
+    let svc = config()
+        .offer(arb)
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/r", &[])).await;
+    assert_eq!(a.json()["accepts"].as_array().unwrap().len(), 1);
+    let pr = a.payment_required();
+    assert_eq!(pr["accepts"].as_array().unwrap().len(), 2);
+    assert_eq!(pr["accepts"][1]["network"], "eip155:42161");
+    assert_eq!(pr["accepts"][1]["extra"]["name"], "USD Coin");
+}
+
+#[tokio::test]
+async fn browser_gets_html_with_the_same_headers() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let accept = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+    let a = send(svc, req("/report", &[("accept", accept)])).await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(a.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(a.header("cache-control"), Some("no-store"));
+    assert_eq!(a.payment_required()["x402Version"], 2);
+    let html = std::str::from_utf8(&a.body).unwrap();
+    assert!(html.contains("0.01 USDC"), "{html}");
+    assert!(html.contains("base-sepolia"));
+    assert!(html.contains("x402"));
+}
+
+#[tokio::test]
+async fn v2_payment_accepted_with_v2_receipt() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/report", &[("payment-signature", &v2_header(1))])).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    assert_eq!(a.header("cache-control"), Some("private"));
+    assert!(a.header("x-payment-response").is_none());
+    let r = a.receipt("payment-response");
+    assert!(r.success);
+    assert_eq!(r.transaction, "verify-only");
+    assert_eq!(r.network, "eip155:84532");
+    assert_eq!(
+        r.payer.as_deref(),
+        Some("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266")
+    );
+    assert_eq!(
+        a.json()["payer"],
+        "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+    );
+    assert_eq!(inner.calls(), 1);
+}
+
+#[tokio::test]
+async fn v1_payment_accepted_with_v1_receipt() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/report", &[("x-payment", &v1_header(2))])).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    assert!(a.header("payment-response").is_none());
+    let r = a.receipt("x-payment-response");
+    assert!(r.success);
+    assert_eq!(r.network, "base-sepolia");
+}
+
+#[tokio::test]
+async fn version_is_taken_from_the_payload_not_the_header_name() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    // A v1 payload in the v2 header is a v1 payment.
+    let a = send(
+        svc.clone(),
+        req("/report", &[("payment-signature", &v1_header(3))]),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.header("x-payment-response").is_some());
+    // A v2 payload in the v1 header is a v2 payment.
+    let a = send(svc, req("/report", &[("x-payment", &v2_header(4))])).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.header("payment-response").is_some());
+}
+
+#[tokio::test]
+async fn whitespace_around_the_header_is_tolerated_and_cache_control_merged() {
+    let inner = Inner::new();
+    let calls = inner.calls.clone();
+    let svc = tower::service_fn(
+        move |_req: http::Request<http_body_util::Full<bytes::Bytes>>| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("cache-control", "public, max-age=60")
+                        .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+                        .unwrap(),
+                )
+            }
+        },
+    );
+    let svc = config().build().unwrap().layer(svc);
+    let h = format!("  {}  ", v2_header(5));
+    let a = send(svc, req("/report", &[("payment-signature", &h)])).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    assert_eq!(a.header("cache-control"), Some("private, max-age=60"));
+}
+
+#[tokio::test]
+async fn expose_headers_option() {
+    let inner = Inner::new();
+    let svc = config()
+        .expose_headers(true)
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc.clone(), req("/report", &[])).await;
+    let expose = a.header("access-control-expose-headers").unwrap();
+    for h in [
+        "PAYMENT-REQUIRED",
+        "PAYMENT-RESPONSE",
+        "X-PAYMENT-RESPONSE",
+        "X-Payment-Required",
+    ] {
+        assert!(expose.contains(h));
+    }
+    let a = send(svc, req("/report", &[("payment-signature", &v2_header(6))])).await;
+    assert!(a.header("access-control-expose-headers").is_some());
+    let plain = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(plain, req("/report", &[])).await;
+    assert!(a.header("access-control-expose-headers").is_none());
+}
+
+#[tokio::test]
+async fn metrics_count() {
+    let inner = Inner::new();
+    let layer = config().build().unwrap();
+    let svc = layer.layer(inner.service(StatusCode::OK));
+    send(svc.clone(), req("/r", &[])).await;
+    send(svc.clone(), req("/r", &[("x-payment", "garbage")])).await;
+    send(
+        svc.clone(),
+        req("/r", &[("payment-signature", &v2_header(7))]),
+    )
+    .await;
+    let m = layer.metrics().snapshot();
+    assert_eq!(m.payment_required_sent, 2);
+    assert_eq!(m.payments_accepted, 1);
+    assert_eq!(m.rejected_for("invalid_payload"), 1);
+    assert_eq!(m.settlements_failed, 0);
+}

@@ -1,0 +1,357 @@
+//! Every rejection reason is a 402 with the spec's error string, and the inner service never runs.
+
+use alloy_primitives::{U256, address};
+use http::StatusCode;
+use serde_json::json;
+use tower::Layer;
+
+use crate::support::*;
+
+async fn rejected_with(header_name: &str, header: &str) -> String {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/report", &[(header_name, header)])).await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED, "{a:?}");
+    assert_eq!(a.header("cache-control"), Some("no-store"));
+    assert_eq!(
+        a.payment_required()["accepts"][0],
+        accepted_v2(),
+        "a rejection carries the requirements"
+    );
+    assert_eq!(inner.calls(), 0);
+    a.error()
+}
+
+fn signed_v2(auth: &Auth) -> String {
+    b64(&payload_v2(
+        auth,
+        &auth.sign(&signer(), &domain_base_sepolia()),
+    ))
+}
+
+fn signed_v1(auth: &Auth) -> String {
+    b64(&payload_v1(
+        auth,
+        &auth.sign(&signer(), &domain_base_sepolia()),
+    ))
+}
+
+#[tokio::test]
+async fn undecodable_headers_are_invalid_payload() {
+    let long = "A".repeat(20_000);
+    let cases = [
+        "not base64 !!!".to_owned(),
+        b64_raw(b"not json"),
+        b64_raw(b"[1,2,3]"),
+        b64(&json!({"x402Version": 2})),
+        b64(&json!({"x402Version": 1, "scheme": "exact"})),
+        b64(&json!({"x402Version": 2, "accepted": accepted_v2(), "payload": {"signature": 5}})),
+        long,
+        String::new(),
+    ];
+    for h in cases {
+        assert_eq!(
+            rejected_with("payment-signature", &h).await,
+            "invalid_payload",
+            "{h:.40}"
+        );
+    }
+}
+
+fn b64_raw(b: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+#[tokio::test]
+async fn unknown_version() {
+    for v in [json!(3), json!(0), json!("2"), json!(null), json!(2.5)] {
+        let mut p = payload_v2(&Auth::v2(1), "0x00");
+        p["x402Version"] = v;
+        assert_eq!(
+            rejected_with("x-payment", &b64(&p)).await,
+            "invalid_x402_version"
+        );
+    }
+}
+
+#[tokio::test]
+async fn wrong_scheme() {
+    let a = Auth::v2(1);
+    let mut p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
+    p["accepted"]["scheme"] = json!("upto");
+    assert_eq!(
+        rejected_with("payment-signature", &b64(&p)).await,
+        "invalid_scheme"
+    );
+    let mut p = payload_v1(&a, "0x00");
+    p["scheme"] = json!("upto");
+    assert_eq!(rejected_with("x-payment", &b64(&p)).await, "invalid_scheme");
+}
+
+#[tokio::test]
+async fn unknown_network() {
+    let a = Auth::v2(1);
+    let mut p = payload_v2(&a, "0x00");
+    p["accepted"]["network"] = json!("solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp");
+    assert_eq!(
+        rejected_with("payment-signature", &b64(&p)).await,
+        "invalid_network"
+    );
+    let mut p = payload_v1(&a, "0x00");
+    p["network"] = json!("solana");
+    assert_eq!(
+        rejected_with("x-payment", &b64(&p)).await,
+        "invalid_network"
+    );
+}
+
+#[tokio::test]
+async fn no_matching_offer() {
+    let a = Auth::v2(1);
+    let sig = a.sign(&signer(), &domain_base_sepolia());
+    for (k, v) in [
+        ("amount", json!("5000")),
+        ("network", json!("eip155:8453")),
+        ("payTo", json!("0x0000000000000000000000000000000000000001")),
+        ("maxTimeoutSeconds", json!(60)),
+        ("extra", json!({"name": "USD Coin", "version": "2"})),
+    ] {
+        let mut p = payload_v2(&a, &sig);
+        p["accepted"][k] = v;
+        assert_eq!(
+            rejected_with("payment-signature", &b64(&p)).await,
+            "No matching payment requirements",
+            "{k}"
+        );
+    }
+    let mut p = payload_v1(&a, &sig);
+    p["network"] = json!("base");
+    assert_eq!(
+        rejected_with("x-payment", &b64(&p)).await,
+        "No matching payment requirements"
+    );
+}
+
+#[tokio::test]
+async fn accepted_matches_semantically() {
+    // Lowercase addresses, padded amount, reordered keys: still the same offer.
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = Auth::v2(9);
+    let mut p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
+    p["accepted"] = json!({
+        "extra": {"version": "2", "name": "USDC"},
+        "payTo": PAY_TO.to_string().to_lowercase(),
+        "asset": USDC_BASE_SEPOLIA.to_string().to_lowercase(),
+        "amount": "00010000",
+        "maxTimeoutSeconds": 300,
+        "network": "eip155:84532",
+        "scheme": "exact",
+    });
+    let res = send(svc, req("/report", &[("payment-signature", &b64(&p))])).await;
+    assert_eq!(res.status, StatusCode::OK, "{res:?}");
+}
+
+#[tokio::test]
+async fn recipient_mismatch() {
+    let a = Auth {
+        to: address!("0x0000000000000000000000000000000000000bad"),
+        ..Auth::v2(1)
+    };
+    assert_eq!(
+        rejected_with("payment-signature", &signed_v2(&a)).await,
+        "invalid_exact_evm_payload_recipient_mismatch"
+    );
+    let a = Auth {
+        to: address!("0x0000000000000000000000000000000000000bad"),
+        ..Auth::v1(1)
+    };
+    assert_eq!(
+        rejected_with("x-payment", &signed_v1(&a)).await,
+        "invalid_exact_evm_payload_recipient_mismatch"
+    );
+}
+
+#[tokio::test]
+async fn amounts() {
+    let low = Auth {
+        value: U256::from(9_999u64),
+        ..Auth::v1(1)
+    };
+    assert_eq!(
+        rejected_with("x-payment", &signed_v1(&low)).await,
+        "invalid_exact_evm_payload_authorization_value"
+    );
+    let high = Auth {
+        value: U256::from(10_001u64),
+        ..Auth::v2(1)
+    };
+    assert_eq!(
+        rejected_with("payment-signature", &signed_v2(&high)).await,
+        "invalid_exact_evm_payload_authorization_value_mismatch"
+    );
+    // v1 may pay more than asked.
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let more = Auth {
+        value: U256::from(20_000u64),
+        ..Auth::v1(2)
+    };
+    let res = send(svc, req("/report", &[("x-payment", &signed_v1(&more))])).await;
+    assert_eq!(res.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn time_window() {
+    let early = Auth {
+        valid_after: now() + 120,
+        ..Auth::v2(1)
+    };
+    assert_eq!(
+        rejected_with("payment-signature", &signed_v2(&early)).await,
+        "invalid_exact_evm_payload_authorization_valid_after"
+    );
+    let late = Auth {
+        valid_before: now() + 3,
+        ..Auth::v2(1)
+    };
+    assert_eq!(
+        rejected_with("payment-signature", &signed_v2(&late)).await,
+        "invalid_exact_evm_payload_authorization_valid_before"
+    );
+    let past = Auth {
+        valid_before: now() - 1,
+        ..Auth::v1(1)
+    };
+    assert_eq!(
+        rejected_with("x-payment", &signed_v1(&past)).await,
+        "invalid_exact_evm_payload_authorization_valid_before"
+    );
+}
+
+#[tokio::test]
+async fn bad_signatures() {
+    let a = Auth::v2(1);
+    let other: alloy_signer_local::PrivateKeySigner =
+        "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+            .parse()
+            .unwrap();
+    let good = a.sign(&signer(), &domain_base_sepolia());
+    let cases = [
+        a.sign(&other, &domain_base_sepolia()),
+        good[..good.len() - 2].to_owned(),
+        format!("{good}00"),
+        "0xzz".to_owned(),
+        "nothex".to_owned(),
+        format!("{}00", &good[..good.len() - 2]),
+    ];
+    for sig in cases {
+        assert_eq!(
+            rejected_with("payment-signature", &b64(&payload_v2(&a, &sig))).await,
+            "invalid_exact_evm_payload_signature",
+            "{sig}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn settler_reason_passes_through() {
+    use std::sync::Arc;
+    use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
+    struct Poor;
+    impl Settler for Poor {
+        fn verify<'a>(
+            &'a self,
+            _: &'a SettleRequest,
+        ) -> x402_tower::pricing::BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+            Box::pin(async {
+                Ok(VerifyOutcome::Invalid {
+                    reason: "insufficient_funds".into(),
+                    message: Some("balance 0".into()),
+                })
+            })
+        }
+        fn settle<'a>(
+            &'a self,
+            _: &'a SettleRequest,
+        ) -> x402_tower::pricing::BoxFuture<'a, SettleOutcome> {
+            unreachable!("never settled")
+        }
+        fn supported(
+            &self,
+        ) -> x402_tower::pricing::BoxFuture<
+            '_,
+            Result<x402_tower::proto::SupportedResponse, SettleError>,
+        > {
+            Box::pin(async { Ok(Default::default()) })
+        }
+    }
+    let inner = Inner::new();
+    let layer = config().settler(Arc::new(Poor)).build().unwrap();
+    let svc = layer.layer(inner.service(StatusCode::OK));
+    let h = v2_header(1);
+    let a = send(svc.clone(), req("/report", &[("payment-signature", &h)])).await;
+    assert_eq!(a.error(), "insufficient_funds");
+    // The reservation was released: the same authorization is judged again, not called a replay.
+    let a = send(svc, req("/report", &[("payment-signature", &h)])).await;
+    assert_eq!(a.error(), "insufficient_funds");
+    assert_eq!(inner.calls(), 0);
+    assert_eq!(
+        layer.metrics().snapshot().rejected_for("settler_rejected"),
+        2
+    );
+}
+
+#[tokio::test]
+async fn garbage_never_makes_a_5xx() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let nested = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    let values = [
+        b64_raw(nested.as_bytes()),
+        b64_raw(&[0xff, 0xfe, 0x00]),
+        b64(
+            &json!({"x402Version": 1, "scheme": "exact", "network": "base-sepolia", "payload": {"signature": "0x", "authorization": {"from": "0x1", "to": "x", "value": "-1", "validAfter": "1e9", "validBefore": "0x10", "nonce": "0x"}}}),
+        ),
+        b64(
+            &json!({"x402Version": 2, "accepted": {"scheme": "exact", "network": "eip155:99999999999999999999999", "amount": "1", "asset": "0x", "payTo": "0x", "maxTimeoutSeconds": -1}, "payload": {}}),
+        ),
+        b64(&json!({"x402Version": 18446744073709551615u64})),
+        "====".to_owned(),
+        "\u{7f}".to_owned(),
+    ];
+    for v in values {
+        let Ok(hv) = http::HeaderValue::from_str(&v) else {
+            continue;
+        };
+        let r = http::Request::get("/report")
+            .header("payment-signature", hv)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let a = send(svc.clone(), r).await;
+        assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED, "{v:.60}");
+    }
+    // Non-UTF-8 header bytes.
+    let r = http::Request::get("/report")
+        .header(
+            "x-payment",
+            http::HeaderValue::from_bytes(&[0xC3, 0x28, b'A']).unwrap(),
+        )
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    assert_eq!(send(svc, r).await.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(inner.calls(), 0);
+}

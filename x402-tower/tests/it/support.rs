@@ -1,0 +1,301 @@
+//! Shared test helpers: a counting inner service, signing like the official clients, header encoding.
+#![allow(unreachable_pub)]
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use alloy_primitives::{Address, B256, U256, address};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use alloy_sol_types::{Eip712Domain, eip712_domain};
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use x402_tower::proto::SettleResponse;
+use x402_tower::{Network, PaymentOffer, Price, X402Config, X402Layer};
+
+alloy_sol_types::sol! {
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+pub const ACCOUNT0_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+pub const ACCOUNT0: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+pub const PAY_TO: Address = address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
+pub const USDC_BASE_SEPOLIA: Address = address!("0x036CbD53842c5426634e7929541eC2318f3dCF7e");
+pub const BASE_URL: &str = "https://shop.example";
+
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// 0.01 USDC on Base Sepolia to PAY_TO.
+pub fn offer() -> PaymentOffer {
+    PaymentOffer::usdc(
+        "base-sepolia".parse().unwrap(),
+        PAY_TO,
+        Price::from_usdc_decimal("0.01").unwrap(),
+    )
+    .unwrap()
+    .description("A report")
+    .mime_type("application/json")
+}
+
+pub fn config() -> X402Config {
+    X402Layer::builder(BASE_URL).offer(offer())
+}
+
+pub fn signer() -> PrivateKeySigner {
+    ACCOUNT0_KEY.parse().unwrap()
+}
+
+pub fn domain_base_sepolia() -> Eip712Domain {
+    eip712_domain! {
+        name: "USDC",
+        version: "2",
+        chain_id: 84532,
+        verifying_contract: USDC_BASE_SEPOLIA,
+    }
+}
+
+/// An authorization as a client would build it.
+#[derive(Clone, Debug)]
+pub struct Auth {
+    pub from: Address,
+    pub to: Address,
+    pub value: U256,
+    pub valid_after: u64,
+    pub valid_before: u64,
+    pub nonce: B256,
+}
+
+impl Auth {
+    /// v2 client: validAfter = 0, validBefore = now + 300.
+    pub fn v2(nonce: u8) -> Auth {
+        Auth {
+            from: ACCOUNT0,
+            to: PAY_TO,
+            value: U256::from(10_000u64),
+            valid_after: 0,
+            valid_before: now() + 300,
+            nonce: B256::repeat_byte(nonce),
+        }
+    }
+
+    /// legacy v1 client: validAfter = now - 600.
+    pub fn v1(nonce: u8) -> Auth {
+        Auth {
+            valid_after: now() - 600,
+            ..Auth::v2(nonce)
+        }
+    }
+
+    pub fn sign(&self, signer: &PrivateKeySigner, domain: &Eip712Domain) -> String {
+        let msg = TransferWithAuthorization {
+            from: self.from,
+            to: self.to,
+            value: self.value,
+            validAfter: U256::from(self.valid_after),
+            validBefore: U256::from(self.valid_before),
+            nonce: self.nonce,
+        };
+        let sig = signer.sign_typed_data_sync(&msg, domain).unwrap();
+        format!("0x{}", hex(&sig.as_bytes()))
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "from": self.from.to_checksum(None),
+            "to": self.to.to_checksum(None),
+            "value": self.value.to_string(),
+            "validAfter": self.valid_after.to_string(),
+            "validBefore": self.valid_before.to_string(),
+            "nonce": self.nonce.to_string(),
+        })
+    }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The v2 `accepted` for [`offer`].
+pub fn accepted_v2() -> Value {
+    json!({
+        "scheme": "exact",
+        "network": "eip155:84532",
+        "amount": "10000",
+        "asset": USDC_BASE_SEPOLIA.to_checksum(None),
+        "payTo": PAY_TO.to_checksum(None),
+        "maxTimeoutSeconds": 300,
+        "extra": {"name": "USDC", "version": "2"}
+    })
+}
+
+pub fn payload_v2(auth: &Auth, signature: &str) -> Value {
+    json!({
+        "x402Version": 2,
+        "payload": {"authorization": auth.json(), "signature": signature},
+        "resource": {"url": format!("{BASE_URL}/report"), "description": "A report", "mimeType": "application/json"},
+        "accepted": accepted_v2(),
+    })
+}
+
+pub fn payload_v1(auth: &Auth, signature: &str) -> Value {
+    json!({
+        "x402Version": 1,
+        "scheme": "exact",
+        "network": "base-sepolia",
+        "payload": {"signature": signature, "authorization": auth.json()},
+    })
+}
+
+pub fn b64(v: &Value) -> String {
+    base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(v).unwrap())
+}
+
+pub fn unb64(s: &str) -> Value {
+    serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(s).unwrap()).unwrap()
+}
+
+/// A signed v2 payment header value for [`offer`].
+pub fn v2_header(nonce: u8) -> String {
+    let a = Auth::v2(nonce);
+    b64(&payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia())))
+}
+
+/// A signed v1 payment header value for [`offer`].
+pub fn v1_header(nonce: u8) -> String {
+    let a = Auth::v1(nonce);
+    b64(&payload_v1(&a, &a.sign(&signer(), &domain_base_sepolia())))
+}
+
+/// An inner service that counts its calls and answers `status` with a JSON body.
+#[derive(Clone)]
+pub struct Inner {
+    pub calls: Arc<AtomicUsize>,
+}
+
+impl Inner {
+    pub fn new() -> Self {
+        Inner {
+            calls: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    pub fn service(
+        &self,
+        status: StatusCode,
+    ) -> impl tower::Service<
+        Request<Full<Bytes>>,
+        Response = Response<Full<Bytes>>,
+        Error = Infallible,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static {
+        let calls = self.calls.clone();
+        tower::service_fn(move |req: Request<Full<Bytes>>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let paid = req
+                .extensions()
+                .get::<x402_tower::VerifiedPayment>()
+                .cloned();
+            async move {
+                let body = json!({
+                    "ok": true,
+                    "payer": paid.as_ref().map(|p| p.payer.to_checksum(None)),
+                    "settled": paid.as_ref().and_then(|p| p.settlement.as_ref()).map(|s| s.transaction.clone()),
+                });
+                let mut res = Response::new(Full::new(Bytes::from(body.to_string())));
+                *res.status_mut() = status;
+                Ok::<_, Infallible>(res)
+            }
+        })
+    }
+}
+
+pub fn get(path: &str) -> http::request::Builder {
+    Request::get(path)
+}
+
+pub fn req(path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut b = get(path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Full::new(Bytes::new())).unwrap()
+}
+
+/// The parts of a response tests look at.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+    /// The decoded v2 PaymentRequired of a 402.
+    pub fn payment_required(&self) -> Value {
+        let v = unb64(self.header("payment-required").expect("PAYMENT-REQUIRED"));
+        assert_eq!(
+            self.header("x-payment-required"),
+            self.header("payment-required")
+        );
+        v
+    }
+    /// The `error` of a 402, checked to agree between the body and the header.
+    pub fn error(&self) -> String {
+        assert_eq!(self.status, StatusCode::PAYMENT_REQUIRED, "{self:?}");
+        let e = self.json()["error"].as_str().unwrap().to_owned();
+        assert_eq!(self.payment_required()["error"], e.as_str());
+        e
+    }
+    pub fn receipt(&self, name: &str) -> SettleResponse {
+        serde_json::from_value(unb64(self.header(name).expect("receipt header"))).unwrap()
+    }
+}
+
+pub async fn send<S, B>(svc: S, req: Request<Full<Bytes>>) -> Answer
+where
+    S: tower::Service<Request<Full<Bytes>>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let res = svc.oneshot(req).await.unwrap();
+    let (parts, body) = res.into_parts();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+pub fn network(s: &str) -> Network {
+    s.parse().unwrap()
+}

@@ -16,6 +16,7 @@ use tower_http::trace::TraceLayer;
 use crate::config::Settings;
 use crate::licensing::{self, handlers};
 use crate::metrics::Metrics;
+use crate::registry::RegistryConfig;
 use crate::store::Db;
 use crate::store::articles::LicensingStore;
 use x402_tower::X402Layer;
@@ -102,9 +103,11 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .with_state(state.clone());
-    // Interface B: `/api/v3/assets/` and its signed media URLs.
-    // REGISTRY: enable when crate::registry lands:
-    // let app = app.merge(crate::registry::router(state.db.clone(), registry_config(&state)));
+    // Interface B: `/api/v3/assets/`, its signed media URLs and verification pages.
+    let app = app.merge(crate::registry::router(
+        state.db.clone(),
+        registry_config(&state),
+    ));
 
     let cors = CorsLayer::new()
         .allow_origin(Any)
@@ -123,6 +126,19 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .layer(middleware::from_fn_with_state(state, count_requests))
         .layer(cors)
         .layer(TraceLayer::new_for_http()))
+}
+
+/// The registry's configuration, from the server's settings.
+fn registry_config(state: &AppState) -> RegistryConfig {
+    let s = &state.settings;
+    let media = s.media_dir.clone().unwrap_or_else(|| crate::media_dir(s));
+    let mut cfg = RegistryConfig::new(state.public_url.clone(), media);
+    cfg.api_token = s.api_token.clone();
+    if let Some(key) = &s.url_signing_key {
+        cfg.url_signing_key = key.clone();
+    }
+    cfg.url_ttl = s.url_ttl;
+    cfg
 }
 
 async fn count_requests(

@@ -111,8 +111,12 @@ pub async fn open_database(settings: &Settings) -> Result<Db, StartError> {
     if seeded > 0 {
         tracing::info!(articles = seeded, "seeded the article catalog");
     }
-    // REGISTRY: enable when crate::registry lands:
-    // registry::seed(&db, settings.seed_assets).await.map_err(db_err)?;
+    let assets = registry::seed(&db, settings.seed_assets)
+        .await
+        .map_err(db_err)?;
+    if assets > 0 {
+        tracing::info!(assets, "seeded the asset registry");
+    }
     Ok(db)
 }
 
@@ -143,9 +147,10 @@ pub struct Server {
 
 impl Server {
     /// Open and seed the database, bind the listen address, build the app.
-    pub async fn bind(settings: Settings) -> Result<Server, StartError> {
+    pub async fn bind(mut settings: Settings) -> Result<Server, StartError> {
         let db = open_database(&settings).await?;
         let media = media_dir(&settings);
+        settings.media_dir = Some(media.clone());
         std::fs::create_dir_all(&media).map_err(|source| StartError::MediaDir {
             path: media.clone(),
             source,

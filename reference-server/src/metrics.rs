@@ -11,6 +11,7 @@ pub const ROUTES: &[&str] = &[
     "/receipts",
     "/api/v3/assets/",
     "/media",
+    "/verify",
     "/openapi.json",
     "/healthz",
     "/metrics",
@@ -54,6 +55,7 @@ pub fn route_of(path: &str) -> &'static str {
         p if p.starts_with("/receipts/") => "/receipts",
         p if p.starts_with("/api/v3/assets") => "/api/v3/assets/",
         p if p.starts_with("/media/") => "/media",
+        p if p.starts_with("/verify/") => "/verify",
         p if p.starts_with("/operator/") => "/operator",
         _ => "other",
     }

@@ -63,30 +63,35 @@ impl SortedQuery {
 
     /// Like [`encode`](Self::encode), appending to `out`.
     pub fn encode_into(&self, edits: &[QueryEdit<'_>], out: &mut String) {
-        // The last edit of a key decides; keys set by an edit but absent from the query are merged in at
-        // their sorted position.
+        // The last edit of a key decides. Keys set by an edit but absent from the query are merged in at
+        // their sorted position; edits are few, so they are searched rather than collected (no allocation).
         let decision = |key: &str| edits.iter().rev().find(|e| e.key() == key).copied();
-        let mut added: Vec<(&str, u64)> = Vec::new();
-        for edit in edits {
-            if let QueryEdit::Set(k, _) = *edit
-                && decision(k) == Some(*edit)
-                && !added.iter().any(|(key, _)| *key == k)
-                && self
-                    .pairs
-                    .binary_search_by(|(key, _)| key.as_str().cmp(k))
-                    .is_err()
-            {
-                added.push((k, edit.value()));
-            }
-        }
-        added.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let absent = |k: &str| {
+            self.pairs
+                .binary_search_by(|(key, _)| key.as_str().cmp(k))
+                .is_err()
+        };
+        let next_added = |after: Option<&str>| {
+            edits
+                .iter()
+                .filter_map(|e| match *e {
+                    QueryEdit::Set(k, v)
+                        if after.is_none_or(|a| k > a) && decision(k) == Some(*e) && absent(k) =>
+                    {
+                        Some((k, v))
+                    }
+                    _ => None,
+                })
+                .min_by(|a, b| a.0.cmp(b.0))
+        };
 
         let mut writer = PairWriter { out, first: true };
-        let mut added = added.into_iter().peekable();
+        let mut added = next_added(None);
         for run in self.pairs.chunk_by(|a, b| a.0 == b.0) {
             let key = run[0].0.as_str();
-            while let Some((k, v)) = added.next_if(|(k, _)| *k < key) {
+            while let Some((k, v)) = added.filter(|(k, _)| *k < key) {
                 writer.int(k, v);
+                added = next_added(Some(k));
             }
             match decision(key) {
                 Some(QueryEdit::Remove(_)) => {}
@@ -94,8 +99,9 @@ impl SortedQuery {
                 None => run.iter().for_each(|(_, value)| writer.text(key, value)),
             }
         }
-        for (k, v) in added {
+        while let Some((k, v)) = added {
             writer.int(k, v);
+            added = next_added(Some(k));
         }
     }
 }
@@ -249,6 +255,28 @@ mod tests {
         let encoded = SortedQuery::parse(&query).encode(&[QueryEdit::Set("limit", 1)]);
         assert!(encoded.starts_with("k00000=&k00001=&"));
         assert!(encoded.ends_with("k19999=&limit=1"));
+    }
+
+    #[test]
+    fn several_edits_merge_in_order() {
+        let q = SortedQuery::parse("m=1");
+        let edits = [
+            QueryEdit::Set("z", 1),
+            QueryEdit::Set("a", 2),
+            QueryEdit::Set("z", 3),
+            QueryEdit::Remove("m"),
+        ];
+        assert_eq!(q.encode(&edits), "a=2&z=3");
+        let edits = [
+            QueryEdit::Set("n", 1),
+            QueryEdit::Set("b", 2),
+            QueryEdit::Set("m", 3),
+        ];
+        assert_eq!(q.encode(&edits), "b=2&m=3&n=1");
+        assert_eq!(
+            q.encode(&[QueryEdit::Set("n", 1), QueryEdit::Remove("n")]),
+            "m=1"
+        );
     }
 
     #[test]

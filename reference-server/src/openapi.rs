@@ -72,8 +72,16 @@ pub fn licensing_openapi(public_url: &str, payment: &PaymentNetwork) -> Value {
                                 "PAYMENT-REQUIRED": b64_header("The same document, under the x402 v2 header name."),
                                 "Cache-Control": {"schema": {"type": "string", "const": "no-store"}}
                             },
-                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PaymentRequiredV1"}}}
+                            "content": {
+                                "application/json": {"schema": {"$ref": "#/components/schemas/PaymentRequiredV1"}},
+                                "text/html": {
+                                    "description": "A paywall page, for a request whose Accept prefers text/html (a browser).",
+                                    "schema": {"type": "string"}
+                                }
+                            }
                         },
+                        "503": {"description": "The replay guard is full or failing; retry later.",
+                                "content": {"application/json": {"schema": {"type": "object"}}}},
                         "502": {"description": "The facilitator failed or answered garbage.",
                                 "content": {"application/json": {"schema": {"type": "object"}}}}
                     }

@@ -513,3 +513,65 @@ async fn bad_configuration_exits_with_code_2_before_listening() {
         );
     }
 }
+
+#[tokio::test]
+async fn binary_prints_banner_serves_and_stops_cleanly_on_sigterm() {
+    use std::io::BufRead as _;
+    let dir = TempDir::new();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--seed-assets",
+            "5",
+            "--database",
+        ])
+        .arg(dir.path().join("db.sqlite3"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn binary");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let first = lines.next().expect("a banner line").expect("utf-8");
+    let base = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("listen URL in the banner")
+        .to_owned();
+    let mut banner = Vec::new();
+    for line in lines.by_ref().map_while(Result::ok) {
+        let last = line.contains("Settlement:");
+        banner.push(line);
+        if last {
+            break;
+        }
+    }
+    assert!(
+        banner.iter().any(|l| l.contains("How to pay")),
+        "{banner:?}"
+    );
+    assert!(
+        banner.iter().any(|l| l.contains("verify-only")),
+        "{banner:?}"
+    );
+
+    let client = crate::common::test_client();
+    let list = client
+        .get(format!("{base}/x402Article/list"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), 200);
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exit.code(), Some(0), "graceful exit after SIGTERM");
+}

@@ -200,13 +200,15 @@ impl FromStr for Network {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Some(id) = s.strip_prefix("eip155:") {
-            // Digits only: `u64::from_str` would also take a leading '+'.
-            if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) {
-                if let Ok(chain_id) = id.parse::<u64>() {
-                    if chain_id != 0 && !(id.len() > 1 && id.starts_with('0')) {
-                        return Ok(Self::from_chain_id(chain_id));
-                    }
-                }
+            // Digits only (`u64::from_str` would also take a leading '+'), no leading zero, not 0.
+            if !id.is_empty()
+                && id.len() <= 20
+                && id.bytes().all(|b| b.is_ascii_digit())
+                && !(id.len() > 1 && id.starts_with('0'))
+                && let Ok(chain_id) = id.parse::<u64>()
+                && chain_id != 0
+            {
+                return Ok(Self::from_chain_id(chain_id));
             }
             return Err(UnknownNetwork(s.to_owned()));
         }

@@ -267,6 +267,7 @@ pub struct PaymentPayloadV2 {
 
 /// A decoded payment of either version.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // both are large; boxing would cost an allocation per payment
 pub enum PaymentPayload {
     /// x402 v1.
     V1(PaymentPayloadV1),

@@ -135,10 +135,10 @@ impl InMemoryReplayStore {
         now: u64,
     ) -> Result<Reservation, StoreError> {
         let mut map = self.lock();
-        if let Some(e) = map.get(key) {
-            if e.expires_at >= now {
-                return Ok(Reservation::AlreadyUsed);
-            }
+        if let Some(e) = map.get(key)
+            && e.expires_at >= now
+        {
+            return Ok(Reservation::AlreadyUsed);
         }
         if map.len() >= self.capacity && !map.contains_key(key) {
             map.retain(|_, e| e.expires_at >= now);

@@ -65,11 +65,11 @@ where
 }
 
 /// Starts checking a charged request: a 402 right away when no payment came, else the check future.
-fn start_check<B>(
+fn start_check<B, F>(
     shared: &Arc<Shared>,
     offers: Arc<[CompiledOffer]>,
     req: &Request<B>,
-) -> Result<BoxFuture<'static, Checked>, Response<Full<Bytes>>> {
+) -> State<F> {
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let info = RequestInfo {
         resource_url: format!("{}{}", shared.base_url, path),
@@ -81,8 +81,12 @@ fn start_check<B>(
         .or_else(|| req.headers().get(X_PAYMENT))
         .cloned();
     match header {
-        None => Err(flow::no_payment(shared, &offers, &info)),
-        Some(h) => Ok(Box::pin(flow::check(shared.clone(), offers, info, h))),
+        None => State::Early {
+            response: Some(flow::no_payment(shared, &offers, &info)),
+        },
+        Some(h) => State::Checking {
+            fut: Box::pin(flow::check(shared.clone(), offers, info, h)),
+        },
     }
 }
 
@@ -92,14 +96,7 @@ where
 {
     pub(crate) fn new(shared: Arc<Shared>, inner: S, req: Request<ReqB>) -> Self {
         let state = match &shared.pricing {
-            super::config::Pricing::Static(offers) => {
-                match start_check(&shared, offers.clone(), &req) {
-                    Ok(fut) => State::Checking { fut },
-                    Err(response) => State::Early {
-                        response: Some(response),
-                    },
-                }
-            }
+            super::config::Pricing::Static(offers) => start_check(&shared, offers.clone(), &req),
             super::config::Pricing::Dynamic(source) => {
                 let (parts, body) = req.into_parts();
                 let fut = source.price(&parts);
@@ -172,12 +169,7 @@ where
                                 Some(State::Early { response: Some(r) })
                             }
                             (None, Some(req)) => {
-                                match start_check(this.shared, this.shared.compile(offers), req) {
-                                    Ok(fut) => Some(State::Checking { fut }),
-                                    Err(response) => Some(State::Early {
-                                        response: Some(response),
-                                    }),
-                                }
+                                Some(start_check(this.shared, this.shared.compile(offers), req))
                             }
                             (None, None) => unreachable!("request taken before pricing finished"),
                         }

@@ -222,10 +222,13 @@ enum Mode {
     SettleFails,
 }
 
+/// (endpoint, body, authorization header) of each call.
+type Seen = (String, Value, Option<String>);
+
 #[derive(Clone)]
 struct Fake {
     mode: Mode,
-    seen: Arc<Mutex<Vec<(String, Value, Option<String>)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 async fn fake_facilitator(mode: Mode) -> (String, Fake) {

@@ -17,7 +17,7 @@ use futures_util::FutureExt as _;
 use http::{Request, Response};
 use http_body_util::{BodyExt as _, Full};
 use registry_pagination::{BaseUrl, Page, PageCount, PaginationLayer, RequestUrl, envelope_prefix};
-use tower::{Layer as _, Service as _, service_fn};
+use tower::{Layer as _, service_fn};
 
 struct Counting;
 

@@ -38,6 +38,12 @@ fn push_json_string_or_null(value: Option<&str>, out: &mut String) {
         return;
     };
     out.push('"');
+    // Links are URL-encoded ASCII: the escaping loop is for configurations nobody should have.
+    if !value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(value);
+        out.push('"');
+        return;
+    }
     for c in value.chars() {
         match c {
             '"' => out.push_str("\\\""),

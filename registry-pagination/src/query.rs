@@ -112,13 +112,6 @@ impl QueryEdit<'_> {
             QueryEdit::Set(k, _) | QueryEdit::Remove(k) => k,
         }
     }
-
-    fn value(&self) -> u64 {
-        match *self {
-            QueryEdit::Set(_, v) => v,
-            QueryEdit::Remove(_) => 0,
-        }
-    }
 }
 
 /// Writes `key=value` pairs separated by `&`, both sides quoted.

@@ -1,1 +1,13 @@
-//! End-to-end tests across the workspace (filled in by the interoperability work).
+//! End-to-end tests across the workspace: the official x402 clients (JavaScript v1 and v2, Python) buy
+//! articles from the reference server; on anvil with Circle's FiatTokenV2_2, the on-chain settler moves real
+//! (test) USDC, directly and through the reference server's facilitator API, also for an official
+//! `@x402/express` server.
+//!
+//! Needs the tools `scripts/test.sh` installs (npm, PyPI, anvil); without them every test here fails with
+//! a message saying what to run.
+
+mod common;
+mod facilitator_api;
+mod official_clients;
+mod onchain_settler;
+mod purchases_onchain;

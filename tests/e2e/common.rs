@@ -1,0 +1,157 @@
+//! The reference server in-process, and the facilitator router.
+
+use std::sync::Arc;
+
+use alloy_primitives::Address;
+use reference_server::{Config, Server};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, address_of};
+use workspace_tests::pay::decode_b64_json;
+use x402_tower::settle::Settler;
+use x402_tower::settle::onchain::OnchainSettler;
+
+// The facilitator lives in reference-server/src/facilitator.rs; until the server's lib.rs declares it, the
+// tests compile the same file here.
+#[allow(unreachable_pub, dead_code)]
+#[path = "../../reference-server/src/facilitator.rs"]
+pub(crate) mod facilitator;
+
+/// An article of the demo catalog and its price (0.05 USDC).
+pub(crate) const ARTICLE: &str = "provenance-newsroom-2025";
+/// Its price in atomic units.
+pub(crate) const ARTICLE_PRICE: u64 = 50_000;
+/// Where payments go.
+pub(crate) const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+
+/// A running reference server, stopped on drop.
+pub(crate) struct RefServer {
+    pub(crate) url: String,
+    _stop: oneshot::Sender<()>,
+}
+
+impl RefServer {
+    pub(crate) async fn start(adjust: impl FnOnce(&mut Config)) -> RefServer {
+        let mut config = Config::for_tests();
+        config.seed_assets = 5;
+        config.pay_to = PAY_TO.into();
+        adjust(&mut config);
+        let server = Server::bind(config.validate().expect("valid config"))
+            .await
+            .expect("server starts");
+        let url = server.public_url().to_owned();
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        RefServer { url, _stop: stop }
+    }
+
+    /// Configured for the anvil token, settling through `facilitator` (base URL ending in `/facilitator`).
+    pub(crate) async fn on_chain(chain: &Chain, facilitator: &str) -> RefServer {
+        let usdc = chain.usdc.to_checksum(None);
+        let facilitator = facilitator.to_owned();
+        RefServer::start(move |c| {
+            c.network = format!("eip155:{CHAIN_ID}");
+            c.asset = Some(usdc);
+            c.asset_name = Some(TOKEN_NAME.into());
+            c.asset_version = Some(TOKEN_VERSION.into());
+            c.facilitator_url = Some(facilitator);
+        })
+        .await
+    }
+
+    pub(crate) fn article_url(&self) -> String {
+        format!("{}/x402Article?articleId={ARTICLE}", self.url)
+    }
+}
+
+/// Serves `router` on a free loopback port; returns its base URL.
+pub(crate) async fn serve(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{addr}")
+}
+
+/// The relayer key (anvil account #1) and an on-chain settler for `chain`.
+pub(crate) fn settler(chain: &Chain) -> OnchainSettler {
+    OnchainSettler::builder(chain.anvil.url.clone(), DEV_KEYS[1])
+        .build()
+        .expect("settler")
+}
+
+/// Starts the facilitator API over an on-chain settler; returns its base URL (`http://.../facilitator`).
+pub(crate) async fn facilitator_for(chain: &Chain) -> String {
+    let settler: Arc<dyn Settler> = Arc::new(settler(chain));
+    format!("{}/facilitator", serve(facilitator::router(settler)).await)
+}
+
+pub(crate) fn pay_to() -> Address {
+    PAY_TO.parse().expect("address")
+}
+
+/// A payer key from the dev accounts, and its address.
+pub(crate) fn payer(n: usize) -> (&'static str, Address) {
+    (DEV_KEYS[n], address_of(DEV_KEYS[n]))
+}
+
+pub(crate) fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// GET the article unpaid: the decoded PAYMENT-REQUIRED.
+pub(crate) async fn offer(url: &str) -> Value {
+    let resp = http().get(url).send().await.expect("GET");
+    assert_eq!(resp.status(), 402);
+    let header = resp.headers()["payment-required"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    decode_b64_json(&header)
+}
+
+/// Checks a purchase from outside: 200, the article, the receipt header decodes with success, and the
+/// receipt's verify URL confirms the payer. Returns the settlement transaction of the verify URL's record.
+pub(crate) async fn check_purchase(
+    p: &workspace_tests::clients::Purchase,
+    payer: Address,
+) -> String {
+    assert_eq!(p.status, 200, "purchase failed: {}", p.body);
+    assert_eq!(p.receipt["success"], true, "receipt {}", p.receipt);
+    let body: Value = serde_json::from_str(&p.body).expect("JSON body");
+    assert!(
+        body["article"]["content"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty()),
+        "{body}"
+    );
+    let verify_url = body["receipt"]["nft"]["verifyUrl"]
+        .as_str()
+        .expect("verifyUrl");
+    let resp = http().get(verify_url).send().await.expect("verify URL");
+    assert_eq!(resp.status(), 200);
+    let record: Value = resp.json().await.expect("receipt JSON");
+    let recorded_payer = record["payer"].as_str().expect("payer");
+    assert!(
+        recorded_payer.eq_ignore_ascii_case(&payer.to_string()),
+        "{record}"
+    );
+    assert_eq!(record["amount"], ARTICLE_PRICE.to_string(), "{record}");
+    let settlement = record["settlement"]
+        .as_str()
+        .expect("settlement")
+        .to_owned();
+    assert_eq!(
+        p.receipt["transaction"].as_str(),
+        Some(settlement.as_str()),
+        "{record} vs {}",
+        p.receipt
+    );
+    settlement
+}

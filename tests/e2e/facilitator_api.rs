@@ -1,0 +1,121 @@
+//! The reference server's facilitator API (`/facilitator/verify`, `/settle`, `/supported`) over the on-chain
+//! settler.
+
+use alloy_primitives::U256;
+use serde_json::{Value, json};
+use workspace_tests::chain::{CHAIN_ID, Chain};
+use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
+
+use crate::common::{ARTICLE_PRICE, facilitator_for, http, pay_to, payer};
+use crate::onchain_settler::payment_required;
+
+async fn post(url: &str, body: &Value) -> (u16, Value) {
+    let resp = http().post(url).json(body).send().await.expect("POST");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.expect("JSON answer"))
+}
+
+fn body_for(chain: &Chain, key: &str, knobs: &Knobs) -> Value {
+    let required = payment_required(chain);
+    let payload = decode_b64_json(&pay_v2(key, &required, knobs));
+    json!({"x402Version": 2, "paymentPayload": payload, "paymentRequirements": required["accepts"][0]})
+}
+
+#[tokio::test]
+async fn verify_settle_supported_speak_the_facilitator_api() {
+    let chain = Chain::start().await;
+    let base = facilitator_for(&chain).await;
+    let (key, from) = payer(2);
+    chain.mint(from, 1_000_000).await;
+
+    let supported: Value = http()
+        .get(format!("{base}/supported"))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON");
+    assert!(
+        supported["kinds"]
+            .as_array()
+            .expect("kinds")
+            .iter()
+            .any(|k| k["x402Version"] == 2
+                && k["scheme"] == "exact"
+                && k["network"] == format!("eip155:{CHAIN_ID}")),
+        "{supported}"
+    );
+
+    let body = body_for(&chain, key, &Knobs::default());
+    let (status, verdict) = post(&format!("{base}/verify"), &body).await;
+    assert_eq!(status, 200);
+    assert_eq!(verdict["isValid"], true, "{verdict}");
+    assert!(
+        verdict["payer"]
+            .as_str()
+            .is_some_and(|p| p.eq_ignore_ascii_case(&from.to_string()))
+    );
+
+    let before = chain.balance(pay_to()).await;
+    let (status, settled) = post(&format!("{base}/settle"), &body).await;
+    assert_eq!(status, 200);
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(settled["network"], format!("eip155:{CHAIN_ID}"));
+    assert!(
+        settled["transaction"]
+            .as_str()
+            .is_some_and(|t| t.len() == 66)
+    );
+    assert_eq!(
+        chain.balance(pay_to()).await,
+        before + U256::from(ARTICLE_PRICE)
+    );
+
+    // The same payment again.
+    let (_, again) = post(&format!("{base}/settle"), &body).await;
+    assert_eq!(again["success"], false);
+    assert_eq!(again["errorReason"], "invalid_exact_evm_nonce_already_used");
+    assert_eq!(again["transaction"], "");
+    let (_, verdict) = post(&format!("{base}/verify"), &body).await;
+    assert_eq!(verdict["isValid"], false);
+    assert_eq!(
+        verdict["invalidReason"],
+        "invalid_exact_evm_nonce_already_used"
+    );
+
+    // Checked locally before the chain: a wrong domain is a bad signature, an amount change a mismatch.
+    let (_, verdict) = post(
+        &format!("{base}/verify"),
+        &body_for(
+            &chain,
+            key,
+            &Knobs {
+                domain_name: Some("USDC".into()),
+                ..Knobs::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(
+        verdict["invalidReason"], "invalid_exact_evm_payload_signature",
+        "{verdict}"
+    );
+    let mut tampered = body_for(&chain, key, &Knobs::default());
+    tampered["paymentPayload"]["payload"]["authorization"]["value"] = json!("1");
+    let (_, verdict) = post(&format!("{base}/verify"), &tampered).await;
+    assert_eq!(
+        verdict["invalidReason"], "invalid_exact_evm_payload_authorization_value_mismatch",
+        "{verdict}"
+    );
+
+    // Not a facilitator request at all.
+    let resp = http()
+        .post(format!("{base}/verify"))
+        .body("nope")
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(resp.status(), 400);
+}

@@ -1,0 +1,323 @@
+//! The on-chain settler against anvil + FiatTokenV2_2: simulation verdicts, settlement, pipelining, unknown
+//! outcomes, RPC errors.
+
+use std::time::Duration;
+
+use alloy_primitives::{B256, Bytes, U256};
+use serde_json::{Value, json};
+use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION};
+use workspace_tests::pay::{Knobs, decode_b64_json, now, pay_v2};
+use x402_tower::network::{Network, Token};
+use x402_tower::offer::PaymentOffer;
+use x402_tower::price::Price;
+use x402_tower::proto::{PaymentPayload, PaymentRequirements};
+use x402_tower::settle::onchain::OnchainSettler;
+use x402_tower::settle::{SettleOutcome, SettleRequest, Settler, VerifyOutcome};
+
+use crate::common::{ARTICLE_PRICE, PAY_TO, pay_to, payer, settler};
+
+/// A v2 PAYMENT-REQUIRED document for the anvil token.
+pub(crate) fn payment_required(chain: &Chain) -> Value {
+    json!({
+        "x402Version": 2,
+        "resource": {"url": "http://127.0.0.1/test", "description": "", "mimeType": ""},
+        "accepts": [{
+            "scheme": "exact",
+            "network": format!("eip155:{CHAIN_ID}"),
+            "amount": ARTICLE_PRICE.to_string(),
+            "asset": chain.usdc.to_checksum(None),
+            "payTo": PAY_TO,
+            "maxTimeoutSeconds": 300,
+            "extra": {"name": TOKEN_NAME, "version": TOKEN_VERSION},
+        }],
+    })
+}
+
+/// A settle request for a payment by `key`, signed with `knobs`.
+pub(crate) fn request(chain: &Chain, key: &str, knobs: &Knobs) -> SettleRequest {
+    let header = pay_v2(key, &payment_required(chain), knobs);
+    let payload_json = decode_b64_json(&header);
+    let payload: x402_tower::proto::PaymentPayloadV2 =
+        serde_json::from_value(payload_json.clone()).expect("v2 payload");
+    let signature: Bytes = payload.payload.signature.parse().expect("hex signature");
+    let requirements = PaymentRequirements::V2(payload.accepted.clone());
+    let offer = PaymentOffer::new(
+        Network::from_chain_id(CHAIN_ID),
+        Token::new(chain.usdc, TOKEN_NAME, TOKEN_VERSION, 6),
+        pay_to(),
+        Price::from(ARTICLE_PRICE),
+    );
+    SettleRequest {
+        payload: PaymentPayload::V2(payload),
+        payload_json,
+        requirements,
+        offer,
+        signature,
+    }
+}
+
+fn invalid_reason(outcome: VerifyOutcome) -> String {
+    match outcome {
+        VerifyOutcome::Invalid { reason, .. } => reason,
+        VerifyOutcome::Valid => panic!("expected an invalid verdict"),
+    }
+}
+
+#[tokio::test]
+async fn settles_on_chain_and_moves_exactly_the_amount() {
+    let chain = Chain::start().await;
+    let (key, from) = payer(2);
+    chain.mint(from, 1_000_000).await;
+    let settler = settler(&chain);
+    let req = request(&chain, key, &Knobs::default());
+    assert_eq!(
+        settler.verify(&req).await.expect("rpc"),
+        VerifyOutcome::Valid
+    );
+    let before = (chain.balance(from).await, chain.balance(pay_to()).await);
+    let tx = match settler.settle(&req).await {
+        SettleOutcome::Settled {
+            transaction,
+            payer,
+            network,
+        } => {
+            assert_eq!(payer, from);
+            assert_eq!(network, format!("eip155:{CHAIN_ID}"));
+            transaction
+        }
+        other => panic!("not settled: {other:?}"),
+    };
+    let receipt = chain
+        .receipt(tx.parse::<B256>().expect("hash"))
+        .await
+        .expect("tx on chain");
+    assert_eq!(receipt["status"], "0x1");
+    assert_eq!(
+        receipt["to"].as_str().map(str::to_lowercase),
+        Some(chain.usdc.to_string().to_lowercase())
+    );
+    let price = U256::from(ARTICLE_PRICE);
+    assert_eq!(chain.balance(from).await, before.0 - price);
+    assert_eq!(chain.balance(pay_to()).await, before.1 + price);
+    // The same authorization again: the chain says the nonce is used, no second transfer.
+    assert_eq!(
+        invalid_reason(settler.verify(&req).await.expect("rpc")),
+        "invalid_exact_evm_nonce_already_used"
+    );
+    match settler.settle(&req).await {
+        SettleOutcome::Failed {
+            reason,
+            authorization_still_usable,
+            ..
+        } => {
+            assert_eq!(reason, "invalid_exact_evm_nonce_already_used");
+            assert!(!authorization_still_usable);
+        }
+        other => panic!("replay settled: {other:?}"),
+    }
+    assert_eq!(chain.balance(from).await, before.0 - price);
+}
+
+#[tokio::test]
+async fn concurrent_settlements_from_one_relayer_do_not_collide() {
+    let chain = Chain::start().await;
+    let settler = settler(&chain);
+    let mut requests = Vec::new();
+    for n in 2..8 {
+        let (key, from) = payer(n);
+        chain.mint(from, 1_000_000).await;
+        requests.push(request(&chain, key, &Knobs::default()));
+        requests.push(request(&chain, key, &Knobs::default()));
+    }
+    let before = chain.balance(pay_to()).await;
+    let outcomes = futures_join_all(&settler, &requests).await;
+    let mut hashes = std::collections::HashSet::new();
+    for outcome in outcomes {
+        match outcome {
+            SettleOutcome::Settled { transaction, .. } => assert!(hashes.insert(transaction)),
+            other => panic!("not settled: {other:?}"),
+        }
+    }
+    assert_eq!(
+        chain.balance(pay_to()).await,
+        before + U256::from(ARTICLE_PRICE * requests.len() as u64)
+    );
+}
+
+async fn futures_join_all(
+    settler: &OnchainSettler,
+    requests: &[SettleRequest],
+) -> Vec<SettleOutcome> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, r) in requests.iter().enumerate() {
+        let s = settler.clone();
+        let r = r.clone();
+        set.spawn(async move { (i, s.settle(&r).await) });
+    }
+    let mut out: Vec<(usize, SettleOutcome)> = set.join_all().await;
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, o)| o).collect()
+}
+
+#[tokio::test]
+async fn simulation_maps_every_on_chain_refusal_to_the_spec_string() {
+    let chain = Chain::start().await;
+    let settler = settler(&chain);
+    let (rich_key, rich) = payer(2);
+    chain.mint(rich, 1_000_000).await;
+
+    // No USDC.
+    let (poor_key, _) = payer(3);
+    let verdict = settler
+        .verify(&request(&chain, poor_key, &Knobs::default()))
+        .await
+        .expect("rpc");
+    assert_eq!(invalid_reason(verdict), "insufficient_funds");
+
+    // Wrong EIP-712 domain name ("USDC" where the token says "USD Coin").
+    let knobs = Knobs {
+        domain_name: Some("USDC".into()),
+        ..Knobs::default()
+    };
+    let verdict = settler
+        .verify(&request(&chain, rich_key, &knobs))
+        .await
+        .expect("rpc");
+    assert_eq!(
+        invalid_reason(verdict),
+        "invalid_exact_evm_payload_signature"
+    );
+
+    // A payer with code (an ERC-1271 wallet that refuses): ECDSA would pass, the token asks the wallet.
+    let (wallet_key, wallet) = payer(4);
+    chain.mint(wallet, 1_000_000).await;
+    let code = chain.erc1271_wallet_code(payer(9).1).await;
+    chain.set_code(wallet, &code).await;
+    let verdict = settler
+        .verify(&request(&chain, wallet_key, &Knobs::default()))
+        .await
+        .expect("rpc");
+    assert_eq!(
+        invalid_reason(verdict),
+        "invalid_exact_evm_payload_signature"
+    );
+
+    // Expired on chain: the chain's clock is past validBefore.
+    let knobs = Knobs {
+        valid_before: Some(now() + 30),
+        ..Knobs::default()
+    };
+    let req = request(&chain, rich_key, &knobs);
+    assert_eq!(
+        settler.verify(&req).await.expect("rpc"),
+        VerifyOutcome::Valid
+    );
+    chain.advance_time(3600).await;
+    assert_eq!(
+        invalid_reason(settler.verify(&req).await.expect("rpc")),
+        "invalid_exact_evm_payload_authorization_valid_before"
+    );
+    match settler.settle(&req).await {
+        SettleOutcome::Failed {
+            reason,
+            authorization_still_usable,
+            ..
+        } => {
+            assert_eq!(
+                reason,
+                "invalid_exact_evm_payload_authorization_valid_before"
+            );
+            assert!(authorization_still_usable, "nothing was sent");
+        }
+        other => panic!("expired settled: {other:?}"),
+    }
+
+    // Paused token.
+    chain.pause().await;
+    let verdict = settler
+        .verify(&request(&chain, rich_key, &Knobs::default()))
+        .await
+        .expect("rpc");
+    assert_eq!(invalid_reason(verdict), "invalid_transaction_state");
+}
+
+#[tokio::test]
+async fn a_receipt_that_never_comes_is_an_unknown_outcome() {
+    let chain = Chain::start().await;
+    let (key, from) = payer(2);
+    chain.mint(from, 1_000_000).await;
+    chain.rpc.call("evm_setAutomine", json!([false])).await;
+    let settler = OnchainSettler::builder(chain.anvil.url.clone(), DEV_KEYS[1])
+        .receipt_timeout(Duration::from_millis(300))
+        .build()
+        .expect("settler");
+    match settler
+        .settle(&request(&chain, key, &Knobs::default()))
+        .await
+    {
+        SettleOutcome::Unknown { message } => assert!(message.contains("no receipt"), "{message}"),
+        other => panic!("expected unknown: {other:?}"),
+    }
+    // Once mined, the transfer did happen: "unknown" was right not to call it a failure.
+    chain.rpc.call("evm_mine", json!([])).await;
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+}
+
+#[tokio::test]
+async fn rpc_errors_are_reported_not_swallowed() {
+    let chain = Chain::start().await;
+    let (key, from) = payer(2);
+    chain.mint(from, 1_000_000).await;
+    let req = request(&chain, key, &Knobs::default());
+    // A node that is not there.
+    let dead = OnchainSettler::builder("http://127.0.0.1:9", DEV_KEYS[1])
+        .build()
+        .expect("settler");
+    assert!(
+        dead.verify(&req).await.is_err(),
+        "an unreachable node must be an error, not a verdict"
+    );
+    match dead.settle(&req).await {
+        SettleOutcome::Failed {
+            reason,
+            message,
+            authorization_still_usable,
+        } => {
+            assert_eq!(reason, "unexpected_settle_error");
+            assert!(message.is_some_and(|m| m.contains("JSON-RPC")));
+            assert!(authorization_still_usable);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A relayer without ETH for gas: the node refuses the transaction, the error says why.
+    let broke_key = "0x0000000000000000000000000000000000000000000000000000000000000a11";
+    let broke = OnchainSettler::builder(chain.anvil.url.clone(), broke_key)
+        .build()
+        .expect("settler");
+    match broke.settle(&req).await {
+        SettleOutcome::Failed {
+            reason,
+            message,
+            authorization_still_usable,
+        } => {
+            assert_eq!(reason, "unexpected_settle_error");
+            assert!(message.is_some(), "the node's reason is reported");
+            assert!(authorization_still_usable);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Bad configuration fails at build time.
+    assert!(
+        OnchainSettler::builder("ftp://x", DEV_KEYS[1])
+            .build()
+            .is_err()
+    );
+    assert!(
+        OnchainSettler::builder("http://127.0.0.1:1", "0x1234")
+            .build()
+            .is_err()
+    );
+}

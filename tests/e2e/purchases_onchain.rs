@@ -1,0 +1,170 @@
+//! Purchases that really move USDC on anvil: the official v2 client buys from the reference server (which
+//! settles through its facilitator API and the on-chain settler), an official `@x402/express` server uses
+//! the same facilitator, and the chain's refusals come back as 402s with the right reason.
+
+use alloy_primitives::{B256, U256};
+use serde_json::Value;
+use workspace_tests::chain::{CHAIN_ID, Chain, TOKEN_NAME, TOKEN_VERSION};
+use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
+use workspace_tests::pay::{Knobs, now, pay_v2};
+
+use crate::common::{
+    ARTICLE_PRICE, PAY_TO, RefServer, check_purchase, facilitator_for, http, offer, pay_to, payer,
+};
+
+#[tokio::test]
+async fn v2_client_purchase_moves_exactly_the_price_on_chain_and_a_replay_is_refused() {
+    let chain = Chain::start().await;
+    let facilitator = facilitator_for(&chain).await;
+    let server = RefServer::on_chain(&chain, &facilitator).await;
+    let (key, from) = payer(2);
+    chain.mint(from, 1_000_000).await;
+    let before = (chain.balance(from).await, chain.balance(pay_to()).await);
+
+    let purchase = buy(Client::JsV2, &server.article_url(), key).await;
+    let tx = check_purchase(&purchase, from).await;
+    let price = U256::from(ARTICLE_PRICE);
+    assert_eq!(chain.balance(from).await, before.0 - price);
+    assert_eq!(chain.balance(pay_to()).await, before.1 + price);
+    let receipt = chain
+        .receipt(tx.parse::<B256>().expect("a transaction hash"))
+        .await
+        .expect("tx on chain");
+    assert_eq!(receipt["status"], "0x1");
+
+    // The same payment header again: refused before the handler, no content, no second transfer.
+    let header = purchase.payment_header.as_str().expect("payment header");
+    let resp = http()
+        .get(server.article_url())
+        .header("PAYMENT-SIGNATURE", header)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status(), 402);
+    let body: Value = resp.json().await.expect("402 body");
+    assert_eq!(
+        body["error"], "invalid_exact_evm_nonce_already_used",
+        "{body}"
+    );
+    assert!(body.get("article").is_none());
+    assert_eq!(chain.balance(from).await, before.0 - price);
+}
+
+#[tokio::test]
+async fn official_express_server_settles_through_the_reference_facilitator() {
+    let chain = Chain::start().await;
+    let facilitator = facilitator_for(&chain).await;
+    let express = ExpressServer::start(&ExpressConfig {
+        facilitator,
+        network: format!("eip155:{CHAIN_ID}"),
+        asset: chain.usdc.to_checksum(None),
+        name: TOKEN_NAME.into(),
+        version: TOKEN_VERSION.into(),
+        pay_to: PAY_TO.into(),
+        amount: "10000".into(),
+    })
+    .await;
+    let (key, from) = payer(3);
+    chain.mint(from, 1_000_000).await;
+    let before = chain.balance(pay_to()).await;
+    let purchase = buy(Client::JsV2, &express.url, key).await;
+    assert_eq!(purchase.status, 200, "{}", purchase.body);
+    assert!(purchase.body.contains("sunny"));
+    assert_eq!(purchase.receipt["success"], true);
+    let tx: B256 = purchase.receipt["transaction"]
+        .as_str()
+        .expect("tx")
+        .parse()
+        .expect("hash");
+    assert!(chain.receipt(tx).await.is_some());
+    assert_eq!(
+        chain.balance(pay_to()).await,
+        before + U256::from(10_000u64)
+    );
+    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64 - 10_000));
+}
+
+/// Pays the article with a Rust-signed payment; expects 402 with `reason` and no content.
+async fn refused(server: &RefServer, key: &str, knobs: &Knobs, reason: &str) {
+    let required = offer(&server.article_url()).await;
+    let header = pay_v2(key, &required, knobs);
+    let resp = http()
+        .get(server.article_url())
+        .header("PAYMENT-SIGNATURE", header)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status(), 402);
+    let body: Value = resp.json().await.expect("402 body");
+    assert_eq!(body["error"], reason, "{body}");
+    assert!(body.get("article").is_none(), "{body}");
+}
+
+#[tokio::test]
+async fn chain_refusals_are_402_with_the_right_reason_and_no_content() {
+    let chain = Chain::start().await;
+    let facilitator = facilitator_for(&chain).await;
+    let server = RefServer::on_chain(&chain, &facilitator).await;
+    let before = chain.balance(pay_to()).await;
+
+    // A payer without enough USDC.
+    let (poor, poor_addr) = payer(4);
+    chain.mint(poor_addr, ARTICLE_PRICE - 1).await;
+    refused(&server, poor, &Knobs::default(), "insufficient_funds").await;
+
+    // A wrong EIP-712 domain name.
+    let (rich, rich_addr) = payer(5);
+    chain.mint(rich_addr, 1_000_000).await;
+    refused(
+        &server,
+        rich,
+        &Knobs {
+            domain_name: Some("USDC".into()),
+            ..Knobs::default()
+        },
+        "invalid_exact_evm_payload_signature",
+    )
+    .await;
+
+    // An EIP-1271 wallet that refuses (a payer address with code).
+    let (wallet_key, wallet) = payer(6);
+    chain.mint(wallet, 1_000_000).await;
+    let code = chain.erc1271_wallet_code(payer(9).1).await;
+    chain.set_code(wallet, &code).await;
+    refused(
+        &server,
+        wallet_key,
+        &Knobs::default(),
+        "invalid_exact_evm_payload_signature",
+    )
+    .await;
+
+    // An authorization already expired: by the server's clock, then by the chain's.
+    refused(
+        &server,
+        rich,
+        &Knobs {
+            valid_before: Some(now() - 1),
+            ..Knobs::default()
+        },
+        "invalid_exact_evm_payload_authorization_valid_before",
+    )
+    .await;
+    chain.advance_time(3600).await;
+    refused(
+        &server,
+        rich,
+        &Knobs {
+            valid_before: Some(now() + 60),
+            ..Knobs::default()
+        },
+        "invalid_exact_evm_payload_authorization_valid_before",
+    )
+    .await;
+
+    assert_eq!(
+        chain.balance(pay_to()).await,
+        before,
+        "no refused payment moved money"
+    );
+}

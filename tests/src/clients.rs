@@ -1,0 +1,145 @@
+//! The official x402 clients (`tests/js/pay-v1.mjs`, `tests/js/pay-v2.mjs`, `tests/py/pay.py`) and the
+//! official `@x402/express` server (`tests/js/express-server.mjs`), run as child processes.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::tools;
+
+/// Which official client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    /// Legacy `x402-fetch` 1.x + viem (x402 v1).
+    JsV1,
+    /// `@x402/fetch` + `@x402/evm` 2.x.
+    JsV2,
+    /// PyPI `x402[evm,httpx]`.
+    Python,
+}
+
+/// What a client script printed: `{status, body, receipt, receiptHeader, paymentHeader}`.
+#[derive(Debug, Clone)]
+pub struct Purchase {
+    /// HTTP status of the final answer.
+    pub status: u16,
+    /// Its body.
+    pub body: String,
+    /// The decoded receipt header (null when absent).
+    pub receipt: Value,
+    /// The raw payment header the client sent (null when it sent none).
+    pub payment_header: Value,
+}
+
+async fn run(program: &Path, args: &[&str], cwd: &Path) -> String {
+    let child = Command::new(program)
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{} {args:?} did not finish within 120 s", program.display()))
+        .expect("client output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{} {args:?} failed ({}):\n{stderr}\n{stdout}",
+        program.display(),
+        out.status
+    );
+    stdout
+}
+
+/// Buys `url` with `client`, paying with `key`.
+pub async fn buy(client: Client, url: &str, key: &str) -> Purchase {
+    let stdout = match client {
+        Client::JsV1 => run(&tools::node(), &["pay-v1.mjs", url, key], &tools::js_dir()).await,
+        Client::JsV2 => run(&tools::node(), &["pay-v2.mjs", url, key], &tools::js_dir()).await,
+        Client::Python => run(&tools::python(), &["pay.py", url, key], &tools::py_dir()).await,
+    };
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line in {stdout}"));
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    Purchase {
+        status: v["status"].as_u64().expect("status") as u16,
+        body: v["body"].as_str().unwrap_or_default().to_owned(),
+        receipt: v["receipt"].clone(),
+        payment_header: v["paymentHeader"].clone(),
+    }
+}
+
+/// A running official `@x402/express` server, killed on drop.
+#[derive(Debug)]
+pub struct ExpressServer {
+    _child: Child,
+    /// The URL of its paid route.
+    pub url: String,
+}
+
+/// What the express server sells, and through which facilitator.
+#[derive(Debug, Clone)]
+pub struct ExpressConfig {
+    /// The facilitator's base URL (`.../facilitator`).
+    pub facilitator: String,
+    /// CAIP-2 network.
+    pub network: String,
+    /// Token address.
+    pub asset: String,
+    /// EIP-712 name.
+    pub name: String,
+    /// EIP-712 version.
+    pub version: String,
+    /// Recipient.
+    pub pay_to: String,
+    /// Price in atomic units.
+    pub amount: String,
+}
+
+impl ExpressServer {
+    /// Starts `tests/js/express-server.mjs` and waits until it listens.
+    pub async fn start(c: &ExpressConfig) -> ExpressServer {
+        let mut child = Command::new(tools::node())
+            .args([
+                "express-server.mjs",
+                &c.facilitator,
+                &c.network,
+                &c.asset,
+                &c.name,
+                &c.version,
+                &c.pay_to,
+                &c.amount,
+            ])
+            .current_dir(tools::js_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("cannot start node express-server.mjs");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("express server did not start within 60 s")
+            .expect("express server output")
+            .expect("express server exited before listening");
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        ExpressServer {
+            _child: child,
+            url: v["url"].as_str().expect("url").to_owned(),
+        }
+    }
+}

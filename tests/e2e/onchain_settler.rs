@@ -3,57 +3,23 @@
 
 use std::time::Duration;
 
-use alloy_primitives::{B256, Bytes, U256};
+use alloy_primitives::{B256, U256};
 use serde_json::{Value, json};
-use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION};
-use workspace_tests::pay::{Knobs, decode_b64_json, now, pay_v2};
-use x402_tower::network::{Network, Token};
-use x402_tower::offer::PaymentOffer;
-use x402_tower::price::Price;
-use x402_tower::proto::{PaymentPayload, PaymentRequirements};
+use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS};
+use workspace_tests::pay::{Knobs, now};
 use x402_tower::settle::onchain::OnchainSettler;
 use x402_tower::settle::{SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 
-use crate::common::{ARTICLE_PRICE, PAY_TO, pay_to, payer, settler};
+use crate::common::{ARTICLE_PRICE, pay_to, payer, settler};
 
 /// A v2 PAYMENT-REQUIRED document for the anvil token.
 pub(crate) fn payment_required(chain: &Chain) -> Value {
-    json!({
-        "x402Version": 2,
-        "resource": {"url": "http://127.0.0.1/test", "description": "", "mimeType": ""},
-        "accepts": [{
-            "scheme": "exact",
-            "network": format!("eip155:{CHAIN_ID}"),
-            "amount": ARTICLE_PRICE.to_string(),
-            "asset": chain.usdc.to_checksum(None),
-            "payTo": PAY_TO,
-            "maxTimeoutSeconds": 300,
-            "extra": {"name": TOKEN_NAME, "version": TOKEN_VERSION},
-        }],
-    })
+    workspace_tests::pay::payment_required(chain.usdc, ARTICLE_PRICE)
 }
 
 /// A settle request for a payment by `key`, signed with `knobs`.
 pub(crate) fn request(chain: &Chain, key: &str, knobs: &Knobs) -> SettleRequest {
-    let header = pay_v2(key, &payment_required(chain), knobs);
-    let payload_json = decode_b64_json(&header);
-    let payload: x402_tower::proto::PaymentPayloadV2 =
-        serde_json::from_value(payload_json.clone()).expect("v2 payload");
-    let signature: Bytes = payload.payload.signature.parse().expect("hex signature");
-    let requirements = PaymentRequirements::V2(payload.accepted.clone());
-    let offer = PaymentOffer::new(
-        Network::from_chain_id(CHAIN_ID),
-        Token::new(chain.usdc, TOKEN_NAME, TOKEN_VERSION, 6),
-        pay_to(),
-        Price::from(ARTICLE_PRICE),
-    );
-    SettleRequest {
-        payload: PaymentPayload::V2(payload),
-        payload_json,
-        requirements,
-        offer,
-        signature,
-    }
+    workspace_tests::pay::settle_request(chain.usdc, ARTICLE_PRICE, key, knobs)
 }
 
 fn invalid_reason(outcome: VerifyOutcome) -> String {

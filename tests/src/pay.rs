@@ -108,3 +108,60 @@ pub fn pay_v2(key: &str, payment_required: &Value, knobs: &Knobs) -> String {
     });
     B64.encode(payload.to_string())
 }
+
+/// Where the tests' payments go (`PAY_TO` of the reference server's demo).
+pub const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+
+/// A v2 `PAYMENT-REQUIRED` document for `amount` atomic units of the anvil token `usdc`, paid to [`PAY_TO`].
+pub fn payment_required(usdc: Address, amount: u64) -> Value {
+    use crate::chain::{CHAIN_ID, TOKEN_NAME, TOKEN_VERSION};
+    json!({
+        "x402Version": 2,
+        "resource": {"url": "http://127.0.0.1/test", "description": "", "mimeType": ""},
+        "accepts": [{
+            "scheme": "exact",
+            "network": format!("eip155:{CHAIN_ID}"),
+            "amount": amount.to_string(),
+            "asset": usdc.to_checksum(None),
+            "payTo": PAY_TO,
+            "maxTimeoutSeconds": 300,
+            "extra": {"name": TOKEN_NAME, "version": TOKEN_VERSION},
+        }],
+    })
+}
+
+/// A [`SettleRequest`](x402_tower::settle::SettleRequest) for a payment of `amount` by `key` to [`PAY_TO`] on
+/// the anvil token `usdc`, as the layer would hand it to a settler.
+pub fn settle_request(
+    usdc: Address,
+    amount: u64,
+    key: &str,
+    knobs: &Knobs,
+) -> x402_tower::settle::SettleRequest {
+    use crate::chain::{CHAIN_ID, TOKEN_NAME, TOKEN_VERSION};
+    use x402_tower::network::Network;
+    use x402_tower::offer::PaymentOffer;
+    use x402_tower::price::Price;
+    use x402_tower::proto::{PaymentPayload, PaymentPayloadV2, PaymentRequirements};
+
+    let header = pay_v2(key, &payment_required(usdc, amount), knobs);
+    let payload_json = decode_b64_json(&header);
+    let payload: PaymentPayloadV2 =
+        serde_json::from_value(payload_json.clone()).expect("v2 payload");
+    let signature: alloy_primitives::Bytes =
+        payload.payload.signature.parse().expect("hex signature");
+    let requirements = PaymentRequirements::V2(payload.accepted.clone());
+    let offer = PaymentOffer::new(
+        Network::from_chain_id(CHAIN_ID),
+        Token::new(usdc, TOKEN_NAME, TOKEN_VERSION, 6),
+        PAY_TO.parse().expect("address"),
+        Price::from(amount),
+    );
+    x402_tower::settle::SettleRequest {
+        payload: PaymentPayload::V2(payload),
+        payload_json,
+        requirements,
+        offer,
+        signature,
+    }
+}

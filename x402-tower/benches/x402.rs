@@ -1,0 +1,219 @@
+//! Criterion benchmarks of the X402 layer. Every future here completes without waiting (service_fn,
+//! verify-only settler, in-memory store), so a no-op-waker poll loop drives them: no runtime in the figures.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use alloy_primitives::{Address, B256, U256, address};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use base64::Engine as _;
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use serde_json::json;
+use tower::{Layer, Service, ServiceExt};
+use x402_tower::pricing::BoxFuture;
+use x402_tower::replay::{Reservation, StoreError};
+use x402_tower::{PaymentOffer, Price, PriceDecision, ReplayKey, ReplayStore, X402Layer};
+
+alloy_sol_types::sol! {
+    struct TransferWithAuthorization {
+        address from; address to; uint256 value; uint256 validAfter; uint256 validBefore; bytes32 nonce;
+    }
+}
+
+const VECTOR_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
+const PAY_TO: Address = address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+fn inner()
+-> impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone
+{
+    tower::service_fn(|_req: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(
+            b"{\"ok\":true}",
+        ))))
+    })
+}
+
+fn offer() -> PaymentOffer {
+    PaymentOffer::usdc(
+        "base-sepolia".parse().unwrap(),
+        PAY_TO,
+        Price::from_usdc_decimal("0.01").unwrap(),
+    )
+    .unwrap()
+    .description("A report")
+    .mime_type("application/json")
+}
+
+/// A store that always reserves: isolates verification from the replay guard for the paid benchmark.
+struct AlwaysFree;
+impl ReplayStore for AlwaysFree {
+    fn reserve<'a>(
+        &'a self,
+        _: &'a ReplayKey,
+        _: u64,
+        _: u64,
+    ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
+        Box::pin(std::future::ready(Ok(Reservation::Reserved)))
+    }
+    fn release<'a>(&'a self, _: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    fn mark_used<'a>(&'a self, _: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+fn signed_header() -> String {
+    let signer: PrivateKeySigner =
+        "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+            .parse()
+            .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let msg = TransferWithAuthorization {
+        from: signer.address(),
+        to: PAY_TO,
+        value: U256::from(10_000u64),
+        validAfter: U256::ZERO,
+        validBefore: U256::from(now + 3600),
+        nonce: B256::repeat_byte(7),
+    };
+    let domain = alloy_sol_types::eip712_domain! {
+        name: "USDC", version: "2", chain_id: 84532,
+        verifying_contract: address!("0x036CbD53842c5426634e7929541eC2318f3dCF7e"),
+    };
+    let sig = signer.sign_typed_data_sync(&msg, &domain).unwrap();
+    let payload = json!({
+        "x402Version": 2,
+        "payload": {
+            "authorization": {
+                "from": signer.address().to_checksum(None), "to": PAY_TO.to_checksum(None), "value": "10000",
+                "validAfter": "0", "validBefore": (now + 3600).to_string(), "nonce": B256::repeat_byte(7).to_string(),
+            },
+            "signature": format!("0x{}", sig.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>()),
+        },
+        "resource": {"url": "https://shop.example/report", "description": "A report", "mimeType": "application/json"},
+        "accepted": {
+            "scheme": "exact", "network": "eip155:84532", "amount": "10000",
+            "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "payTo": PAY_TO.to_checksum(None),
+            "maxTimeoutSeconds": 300, "extra": {"name": "USDC", "version": "2"},
+        },
+    });
+    base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&payload).unwrap())
+}
+
+fn request(header: Option<&str>) -> Request<Full<Bytes>> {
+    let mut b = Request::get("/report?id=1");
+    if let Some(h) = header {
+        b = b.header("payment-signature", h);
+    }
+    b.body(Full::new(Bytes::new())).unwrap()
+}
+
+fn run<S>(svc: &S, req: Request<Full<Bytes>>) -> StatusCode
+where
+    S: Service<
+            Request<Full<Bytes>>,
+            Response = Response<x402_tower::ResponseBody<Full<Bytes>>>,
+            Error = Infallible,
+        > + Clone,
+{
+    block_on(svc.clone().oneshot(req))
+        .map(|r| r.status())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+fn benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("x402");
+
+    let bare = inner();
+    g.bench_function("bare_service", |b| {
+        b.iter(|| block_on(bare.clone().oneshot(request(None))).map(|r| r.status()))
+    });
+
+    let free = X402Layer::builder("https://shop.example")
+        .price_source(|_: &http::request::Parts| std::future::ready(PriceDecision::Free))
+        .build()
+        .unwrap()
+        .layer(inner());
+    assert_eq!(run(&free, request(None)), StatusCode::OK);
+    g.bench_function("free_route_through_layer", |b| {
+        b.iter(|| run(&free, request(None)))
+    });
+
+    let paid = X402Layer::builder("https://shop.example")
+        .offer(offer())
+        .build()
+        .unwrap()
+        .layer(inner());
+    assert_eq!(run(&paid, request(None)), StatusCode::PAYMENT_REQUIRED);
+    g.bench_function("402_answer", |b| b.iter(|| run(&paid, request(None))));
+
+    let header = signed_header();
+    let verify_only = X402Layer::builder("https://shop.example")
+        .offer(offer())
+        .replay_store(Arc::new(AlwaysFree))
+        .build()
+        .unwrap()
+        .layer(inner());
+    assert_eq!(run(&verify_only, request(Some(&header))), StatusCode::OK);
+    g.bench_function("paid_request_local_verification", |b| {
+        b.iter(|| run(&verify_only, request(Some(&header))))
+    });
+
+    // The header was used once on `paid` (in-memory store): every further request is a replay.
+    assert_eq!(run(&paid, request(Some(&header))), StatusCode::OK);
+    assert_eq!(
+        run(&paid, request(Some(&header))),
+        StatusCode::PAYMENT_REQUIRED
+    );
+    g.bench_function("replayed_request", |b| {
+        b.iter(|| run(&paid, request(Some(&header))))
+    });
+
+    // For the breakdown: the EIP-712 digest + the checks + libsecp256k1 recovery alone (eip3009.md vector A).
+    let auth = x402_tower::proto::Authorization {
+        from: address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"),
+        to: PAY_TO,
+        value: U256::from(10_000u64),
+        valid_after: U256::from(1_740_672_089u64),
+        valid_before: U256::from(1_740_672_154u64),
+        nonce: "0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"
+            .parse()
+            .unwrap(),
+    };
+    let sig: Vec<u8> = (0..65)
+        .map(|i| u8::from_str_radix(&VECTOR_A[2 + 2 * i..4 + 2 * i], 16).unwrap())
+        .collect();
+    let domain = x402_tower::verify::domain_separator(
+        84532,
+        &x402_tower::Token::usdc(&"base-sepolia".parse().unwrap()).unwrap(),
+    );
+    assert!(x402_tower::verify::check_signature(&auth, &sig, &domain).is_ok());
+    g.bench_function("signature_check_only", |b| {
+        b.iter(|| x402_tower::verify::check_signature(&auth, &sig, &domain))
+    });
+    g.finish();
+}
+
+criterion_group!(x402, benches);
+criterion_main!(x402);

@@ -23,9 +23,16 @@ pub(crate) enum Renderer {
 }
 
 /// Pick a renderer from `format` and `Accept`. `Err` is the early answer (404 or 406).
+#[allow(
+    clippy::result_large_err,
+    reason = "the error is the early HTTP answer itself"
+)]
 pub(crate) fn negotiate(query: Option<&str>, headers: &HeaderMap) -> Result<Renderer, Response> {
     let format = query.and_then(|q| {
-        form_urlencoded::parse(q.as_bytes()).filter(|(k, _)| k == "format").map(|(_, v)| v.into_owned()).last()
+        form_urlencoded::parse(q.as_bytes())
+            .filter(|(k, _)| k == "format")
+            .map(|(_, v)| v.into_owned())
+            .last()
     });
     match format.as_deref() {
         Some("json") => return Ok(Renderer::Json),
@@ -33,9 +40,17 @@ pub(crate) fn negotiate(query: Option<&str>, headers: &HeaderMap) -> Result<Rend
         Some(_) => return Err(detail(StatusCode::NOT_FOUND, "Not found.")),
         None => {}
     }
-    let accept = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>().join(",");
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
     if accept.len() > 4096 {
-        return Err(detail(StatusCode::NOT_ACCEPTABLE, "Could not satisfy the request Accept header."));
+        return Err(detail(
+            StatusCode::NOT_ACCEPTABLE,
+            "Could not satisfy the request Accept header.",
+        ));
     }
     if accept.trim().is_empty() {
         return Ok(Renderer::Json);
@@ -53,7 +68,10 @@ pub(crate) fn negotiate(query: Option<&str>, headers: &HeaderMap) -> Result<Rend
             }
         }
         let (ty, sub) = media.split_once('/').unwrap_or((media.as_str(), ""));
-        for (i, (rty, rsub)) in [("application", "json"), ("text", "html")].into_iter().enumerate() {
+        for (i, (rty, rsub)) in [("application", "json"), ("text", "html")]
+            .into_iter()
+            .enumerate()
+        {
             let spec = match (ty, sub) {
                 (t, s) if t == rty && s == rsub => 2,
                 (t, "*") if t == rty => 1,
@@ -69,7 +87,10 @@ pub(crate) fn negotiate(query: Option<&str>, headers: &HeaderMap) -> Result<Rend
     let json_ok = js >= 0 && jq > 0.0;
     let html_ok = hs >= 0 && hq > 0.0;
     match (json_ok, html_ok) {
-        (false, false) => Err(detail(StatusCode::NOT_ACCEPTABLE, "Could not satisfy the request Accept header.")),
+        (false, false) => Err(detail(
+            StatusCode::NOT_ACCEPTABLE,
+            "Could not satisfy the request Accept header.",
+        )),
         (true, false) => Ok(Renderer::Json),
         (false, true) => Ok(Renderer::Html),
         (true, true) if hq > jq || (hq == jq && hs > js) => Ok(Renderer::Html),
@@ -88,7 +109,15 @@ pub(crate) async fn surface(req: Request, next: Next) -> Response {
     let renderer = negotiate(req.uri().query(), req.headers());
     let is_head = req.method() == Method::HEAD;
     // HEAD shows the GET page (same bytes, so the same Content-Length).
-    let request_line = format!("{} {}", if is_head { "GET" } else { req.method().as_str() }, req.uri());
+    let request_line = format!(
+        "{} {}",
+        if is_head {
+            "GET"
+        } else {
+            req.method().as_str()
+        },
+        req.uri()
+    );
     let mut response = match renderer {
         Err(early) => finish(early, Renderer::Json, &request_line).await,
         Ok(renderer) => {
@@ -112,6 +141,26 @@ pub(crate) async fn surface(req: Request, next: Next) -> Response {
 /// Buffer the body (to give every answer an exact `Content-Length`, kept on HEAD) and render it as HTML
 /// when asked.
 async fn finish(response: Response, renderer: Renderer, request_line: &str) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if renderer == Renderer::Json || !is_json {
+        // No re-rendering: pass the body through, with its exact length when known (a page always is).
+        if let Some(len) = axum::body::HttpBody::size_hint(response.body()).exact() {
+            let mut response = response;
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+            if is_json {
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+            }
+            return response;
+        }
+    }
     let (mut parts, body) = response.into_parts();
     let bytes = match to_bytes(body, MAX_BUFFER).await {
         Ok(b) => b,
@@ -120,33 +169,51 @@ async fn finish(response: Response, renderer: Renderer, request_line: &str) -> R
             return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"error": {"type": "internal_error", "message": "response failed", "details": null}}))).into_response();
         }
     };
-    let is_json = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let is_json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
     let bytes = if renderer == Renderer::Html && is_json {
         let page = html_page(parts.status, &bytes, request_line);
-        parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
         bytes::Bytes::from(page)
     } else {
         if is_json {
-            parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
         }
         bytes
     };
-    parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     Response::from_parts(parts, Body::from(bytes))
 }
 
 /// The browsable rendering: the same body pretty-printed, absolute URLs clickable, next/previous links.
 fn html_page(status: StatusCode, json_bytes: &[u8], request_line: &str) -> String {
-    let value: serde_json::Value = serde_json::from_slice(json_bytes).unwrap_or(serde_json::Value::Null);
+    let value: serde_json::Value =
+        serde_json::from_slice(json_bytes).unwrap_or(serde_json::Value::Null);
     let pretty = serde_json::to_string_pretty(&value).unwrap_or_default();
     let mut nav = String::new();
     for key in ["previous", "next"] {
         if let Some(url) = value.get(key).and_then(|v| v.as_str()) {
             let url = escape(url);
-            nav.push_str(&format!("<a class=\"btn\" rel=\"{key}\" href=\"{url}\">{key}</a> "));
+            nav.push_str(&format!(
+                "<a class=\"btn\" rel=\"{key}\" href=\"{url}\">{key}</a> "
+            ));
         }
     }
-    let count = value.get("count").and_then(|c| c.as_u64()).map(|c| format!("<p>{c} assets</p>")).unwrap_or_default();
+    let count = value
+        .get("count")
+        .and_then(|c| c.as_u64())
+        .map(|c| format!("<p>{c} assets</p>"))
+        .unwrap_or_default();
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Asset List – Registry API</title>\
 <style>body{{font-family:system-ui,sans-serif;margin:2em}}pre{{background:#f6f8fa;padding:1em;overflow:auto;white-space:pre-wrap}}\
@@ -184,13 +251,24 @@ fn linkify(pretty: &str) -> String {
         // A value line looks like `    "key": "https://...",` (pretty JSON never splits a string).
         let trimmed = line.trim_end();
         let body = trimmed.strip_suffix(',').unwrap_or(trimmed);
-        let start = line.find("\"http://").or_else(|| line.find("\"https://")).map(|i| i + 1);
+        let start = line
+            .find("\"http://")
+            .or_else(|| line.find("\"https://"))
+            .map(|i| i + 1);
         match start {
-            Some(start) if body.ends_with('"') && body.len() > start + 1 && !line[..start - 1].ends_with('\\') => {
+            Some(start)
+                if body.ends_with('"')
+                    && body.len() > start + 1
+                    && !line[..start - 1].ends_with('\\') =>
+            {
                 let end = body.len() - 1;
                 let raw: String = serde_json::from_str(&line[start - 1..=end]).unwrap_or_default();
                 out.push_str(&escape(&line[..start]));
-                out.push_str(&format!("<a href=\"{}\">{}</a>", escape(&raw), escape(&line[start..end])));
+                out.push_str(&format!(
+                    "<a href=\"{}\">{}</a>",
+                    escape(&raw),
+                    escape(&line[start..end])
+                ));
                 out.push_str(&escape(&line[end..]));
             }
             _ => out.push_str(&escape(line)),
@@ -229,7 +307,10 @@ pub(crate) async fn options() -> Response {
 
 /// 405 for every method the collection does not support.
 pub(crate) async fn method_not_allowed(method: Method) -> Response {
-    detail(StatusCode::METHOD_NOT_ALLOWED, &format!("Method \"{method}\" not allowed."))
+    detail(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &format!("Method \"{method}\" not allowed."),
+    )
 }
 
 #[cfg(test)]
@@ -248,12 +329,30 @@ mod tests {
     fn negotiation() {
         assert_eq!(pick(None, None), Ok(Renderer::Json));
         assert_eq!(pick(None, Some("*/*")), Ok(Renderer::Json));
-        assert_eq!(pick(None, Some("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")), Ok(Renderer::Html));
-        assert_eq!(pick(None, Some("application/json, text/html")), Ok(Renderer::Json));
+        assert_eq!(
+            pick(
+                None,
+                Some("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+            ),
+            Ok(Renderer::Html)
+        );
+        assert_eq!(
+            pick(None, Some("application/json, text/html")),
+            Ok(Renderer::Json)
+        );
         assert_eq!(pick(None, Some("text/*")), Ok(Renderer::Html));
-        assert_eq!(pick(None, Some("image/png")), Err(StatusCode::NOT_ACCEPTABLE));
-        assert_eq!(pick(None, Some("application/json;q=0")), Err(StatusCode::NOT_ACCEPTABLE));
-        assert_eq!(pick(Some("format=api"), Some("image/png")), Ok(Renderer::Html));
+        assert_eq!(
+            pick(None, Some("image/png")),
+            Err(StatusCode::NOT_ACCEPTABLE)
+        );
+        assert_eq!(
+            pick(None, Some("application/json;q=0")),
+            Err(StatusCode::NOT_ACCEPTABLE)
+        );
+        assert_eq!(
+            pick(Some("format=api"), Some("image/png")),
+            Ok(Renderer::Html)
+        );
         assert_eq!(pick(Some("format=json&limit=2"), None), Ok(Renderer::Json));
         assert_eq!(pick(Some("format=xml"), None), Err(StatusCode::NOT_FOUND));
     }
@@ -261,7 +360,10 @@ mod tests {
     #[test]
     fn links_are_clickable_and_text_escaped() {
         let html = html_page(StatusCode::OK, br#"{"count":1,"next":"http://h/?a=1&b=2","previous":null,"results":[{"caption":"<b>x</b>"}]}"#, "GET /");
-        assert!(html.contains(r#"<a href="http://h/?a=1&amp;b=2">http://h/?a=1&amp;b=2</a>"#), "{html}");
+        assert!(
+            html.contains(r#"<a href="http://h/?a=1&amp;b=2">http://h/?a=1&amp;b=2</a>"#),
+            "{html}"
+        );
         assert!(html.contains("&lt;b&gt;x&lt;/b&gt;"));
         assert!(html.contains(r#"rel="next""#));
     }

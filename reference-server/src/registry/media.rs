@@ -29,7 +29,11 @@ pub fn cid_v1_raw(bytes: &[u8]) -> String {
     raw.extend_from_slice(&digest);
     let mut s = String::with_capacity(60);
     s.push('b');
-    s.push_str(&data_encoding::BASE32_NOPAD.encode(&raw).to_ascii_lowercase());
+    s.push_str(
+        &data_encoding::BASE32_NOPAD
+            .encode(&raw)
+            .to_ascii_lowercase(),
+    );
     s
 }
 
@@ -127,7 +131,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &byte in data {
         crc ^= u32::from(byte);
         for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -168,7 +176,11 @@ impl Derived {
 
     /// The URL path of this derived file for `name` (a CID or an account handle).
     pub fn path(self, name: &str) -> String {
-        let (_, kind, ext) = Self::ALL.iter().find(|(d, ..)| *d == self).copied().unwrap_or(Self::ALL[0]);
+        let (_, kind, ext) = Self::ALL
+            .iter()
+            .find(|(d, ..)| *d == self)
+            .copied()
+            .unwrap_or(Self::ALL[0]);
         format!("/media/g/{kind}/{name}.{ext}")
     }
 
@@ -182,9 +194,15 @@ impl Derived {
         }
         let label = format!("{kind}:{name}");
         Some(match d {
-            Derived::Snapshot | Derived::Thumbnail | Derived::SharableCopy => ("image/jpeg", jpeg(&label)),
-            Derived::Certified | Derived::QrCode | Derived::Avatar => ("image/png", png(&label, 32)),
-            Derived::CertifiedThumbnail | Derived::AvatarThumbnail => ("image/png", png(&label, 12)),
+            Derived::Snapshot | Derived::Thumbnail | Derived::SharableCopy => {
+                ("image/jpeg", jpeg(&label))
+            }
+            Derived::Certified | Derived::QrCode | Derived::Avatar => {
+                ("image/png", png(&label, 32))
+            }
+            Derived::CertifiedThumbnail | Derived::AvatarThumbnail => {
+                ("image/png", png(&label, 12))
+            }
         })
     }
 }
@@ -196,7 +214,10 @@ mod tests {
     #[test]
     fn cid_of_known_bytes() {
         // `echo -n hello | ipfs add --cid-version 1 --raw-leaves -Q`
-        assert_eq!(cid_v1_raw(b"hello"), "bafkreibm6jg3ux5qumhcn2b3flc3tyu6dmlb4xa7u5bf44yegnrjhc4yeq");
+        assert_eq!(
+            cid_v1_raw(b"hello"),
+            "bafkreibm6jg3ux5qumhcn2b3flc3tyu6dmlb4xa7u5bf44yegnrjhc4yeq"
+        );
     }
 
     #[test]

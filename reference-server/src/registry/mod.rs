@@ -98,7 +98,11 @@ impl std::fmt::Debug for RegistryConfig {
 impl RegistryConfig {
     /// Defaults: random signing key, URLs valid one hour, uploads up to 10 MiB, no API token.
     pub fn new(public_base_url: impl Into<String>, media_dir: impl Into<PathBuf>) -> Self {
-        let key = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+        let key = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
         Self {
             public_base_url: public_base_url.into().trim_end_matches('/').to_owned(),
             api_token: None,
@@ -139,9 +143,15 @@ pub fn router(db: Db, cfg: RegistryConfig) -> Router {
     let state = Arc::new(Registry {
         store: AssetStore::new(db),
         signer: UrlSigner::new(&cfg.url_signing_key, cfg.url_ttl),
-        cfg: RegistryConfig { public_base_url: base, ..cfg },
+        cfg: RegistryConfig {
+            public_base_url: base,
+            ..cfg
+        },
     });
-    let body_cap = state.cfg.max_upload_bytes.saturating_add(upload::MULTIPART_OVERHEAD);
+    let body_cap = state
+        .cfg
+        .max_upload_bytes
+        .saturating_add(upload::MULTIPART_OVERHEAD);
     let collection = get(handlers::list)
         .post(upload::create)
         .options(drf::options)

@@ -31,18 +31,66 @@ struct Account {
 }
 
 const ACCOUNTS: &[Account] = &[
-    Account { email: "ada.lovelace@example.org", handle: "ada", display: "Ada Lovelace" },
-    Account { email: "grace.hopper@example.org", handle: "grace_h", display: "Grace Hopper" },
-    Account { email: "newsdesk@dailyledger.example", handle: "dailyledger", display: "The Daily Ledger" },
-    Account { email: "photo@field-reports.example", handle: "fieldreports", display: "Field Reports" },
-    Account { email: "kenji.sato@example.net", handle: "kenji", display: "Kenji Sato" },
-    Account { email: "amara.okafor@example.net", handle: "amara_o", display: "Amara Okafor" },
-    Account { email: "lucia.mendes@example.com", handle: "lucia", display: "Lúcia Mendes" },
-    Account { email: "archive@museum.example", handle: "citymuseum", display: "City Museum Archive" },
-    Account { email: "noor.haddad@example.com", handle: "noorh", display: "Noor Haddad" },
-    Account { email: "tom.becker@example.de", handle: "tbecker", display: "Tom Becker" },
-    Account { email: "wei.zhang@example.cn", handle: "weizhang", display: "張偉" },
-    Account { email: "studio@pixelforge.example", handle: "pixelforge", display: "PixelForge Studio" },
+    Account {
+        email: "ada.lovelace@example.org",
+        handle: "ada",
+        display: "Ada Lovelace",
+    },
+    Account {
+        email: "grace.hopper@example.org",
+        handle: "grace_h",
+        display: "Grace Hopper",
+    },
+    Account {
+        email: "newsdesk@dailyledger.example",
+        handle: "dailyledger",
+        display: "The Daily Ledger",
+    },
+    Account {
+        email: "photo@field-reports.example",
+        handle: "fieldreports",
+        display: "Field Reports",
+    },
+    Account {
+        email: "kenji.sato@example.net",
+        handle: "kenji",
+        display: "Kenji Sato",
+    },
+    Account {
+        email: "amara.okafor@example.net",
+        handle: "amara_o",
+        display: "Amara Okafor",
+    },
+    Account {
+        email: "lucia.mendes@example.com",
+        handle: "lucia",
+        display: "Lúcia Mendes",
+    },
+    Account {
+        email: "archive@museum.example",
+        handle: "citymuseum",
+        display: "City Museum Archive",
+    },
+    Account {
+        email: "noor.haddad@example.com",
+        handle: "noorh",
+        display: "Noor Haddad",
+    },
+    Account {
+        email: "tom.becker@example.de",
+        handle: "tbecker",
+        display: "Tom Becker",
+    },
+    Account {
+        email: "wei.zhang@example.cn",
+        handle: "weizhang",
+        display: "張偉",
+    },
+    Account {
+        email: "studio@pixelforge.example",
+        handle: "pixelforge",
+        display: "PixelForge Studio",
+    },
 ];
 
 const CAPTIONS: &[&str] = &[
@@ -65,11 +113,28 @@ marker posts.\n\nAll images were captured with the registration app, which seals
 a hash of the pixels at the moment of capture, so later edits can be detected.\n\nContact the newsdesk before \
 republishing.";
 
-const HEADLINES: &[&str] = &["Harbour sunrise", "Flooded market", "March for rights", "Council minutes", "Ridge fire", "", "Night market", "Polling queue"];
+const HEADLINES: &[&str] = &[
+    "Harbour sunrise",
+    "Flooded market",
+    "March for rights",
+    "Council minutes",
+    "Ridge fire",
+    "",
+    "Night market",
+    "Polling queue",
+];
 
 const PLACES: &[(f64, f64, &str)] = &[
-    (25.033_964, 121.564_472, "Xinyi District, Taipei City, Taiwan"),
-    (51.507_351, -0.127_758, "Westminster, London, United Kingdom"),
+    (
+        25.033_964,
+        121.564_472,
+        "Xinyi District, Taipei City, Taiwan",
+    ),
+    (
+        51.507_351,
+        -0.127_758,
+        "Westminster, London, United Kingdom",
+    ),
     (-23.550_520, -46.633_308, "Sé, São Paulo, Brazil"),
     (6.524_379, 3.379_206, "Lagos Island, Lagos, Nigeria"),
     (48.856_614, 2.352_222, "4th arrondissement, Paris, France"),
@@ -162,7 +227,11 @@ fn seed_uploaded_us(i: u64, n: u64) -> i64 {
         let jitter = (Rng(i).next() % (step.max(2) as u64 / 2)) as i64;
         SEED_START_US + step * i as i64 + jitter
     };
-    if i > 0 && i % 17 == 0 { slot(i - 1) } else { slot(i) }
+    if i > 0 && i.is_multiple_of(17) {
+        slot(i - 1)
+    } else {
+        slot(i)
+    }
 }
 
 /// Build seed asset `i` of `n`.
@@ -174,14 +243,19 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
     let proof_hash = media::sha256_hex(&bytes);
     let uploaded_us = seed_uploaded_us(i, n);
     let captured_s = uploaded_us / 1_000_000 - rng.below(86_400 * 3) as i64;
-    let updated_us = uploaded_us + (rng.below(3) as i64) * 3_600_000_000 + rng.below(1_000_000) as i64;
+    let updated_us =
+        uploaded_us + (rng.below(3) as i64) * 3_600_000_000 + rng.below(1_000_000) as i64;
     let is_image = mime.starts_with("image/");
     let is_visual = is_image || mime.starts_with("video/");
     let owner = &ACCOUNTS[(i % ACCOUNTS.len() as u64) as usize];
     let store = i % 13 == 5;
     let creator_null = !store && i % 10 == 3;
-    let creator = if store { &ACCOUNTS[((i + 5) % ACCOUNTS.len() as u64) as usize] } else { owner };
-    let minted = i % 4 == 0;
+    let creator = if store {
+        &ACCOUNTS[((i + 5) % ACCOUNTS.len() as u64) as usize]
+    } else {
+        owner
+    };
+    let minted = i.is_multiple_of(4);
     let place = PLACES[(i % PLACES.len() as u64) as usize];
     let captured = i % 3 != 2 && is_visual;
     let uuid = uuid_of(&format!("asset:{i}"));
@@ -199,12 +273,20 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         integrity_provider: "nit".into(),
         search_id: tx_hash(&format!("nit:{cid}")),
         search_index: cid.clone(),
-        explorer_url: format!("https://mainnet.num.network/tx/{}", tx_hash(&format!("nit:{cid}"))),
+        explorer_url: format!(
+            "https://mainnet.num.network/tx/{}",
+            tx_hash(&format!("nit:{cid}"))
+        ),
         created_at: at.clone(),
     };
     let legacy_id = trytes(&format!("legacy:{cid}"), 81);
     let legacy_tag = "CAPTURE9PROOF9LEGACY9999999".to_string();
-    let (mut integrity_info, mut verification_hash, mut verification_tag, legacy) = (Vec::new(), String::new(), String::new(), matches!(provider, Some("iota_legacy")));
+    let (mut integrity_info, mut verification_hash, mut verification_tag, legacy) = (
+        Vec::new(),
+        String::new(),
+        String::new(),
+        matches!(provider, Some("iota_legacy")),
+    );
     match provider {
         Some("nit") => integrity_info.push(nit()),
         Some("iota_legacy") => {
@@ -212,7 +294,9 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
                 integrity_provider: "iota_legacy".into(),
                 search_id: legacy_id.clone(),
                 search_index: legacy_tag.clone(),
-                explorer_url: format!("https://explorer.iota.org/legacy-mainnet/transaction/{legacy_id}"),
+                explorer_url: format!(
+                    "https://explorer.iota.org/legacy-mainnet/transaction/{legacy_id}"
+                ),
                 created_at: at.clone(),
             });
             verification_hash = legacy_id;
@@ -248,7 +332,11 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         }
     }
 
-    let caption = if i % 29 == 7 { LONG_CAPTION.to_string() } else { CAPTIONS[(i % CAPTIONS.len() as u64) as usize].to_string() };
+    let caption = if i % 29 == 7 {
+        LONG_CAPTION.to_string()
+    } else {
+        CAPTIONS[(i % CAPTIONS.len() as u64) as usize].to_string()
+    };
     let headline = HEADLINES[(i % HEADLINES.len() as u64) as usize].to_string();
     let (origin_type, digital_source_type, service_name) = match i % 6 {
         0 | 1 => ("captureCamera", "digitalCapture", "Capture App"),
@@ -262,17 +350,45 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         vec![
             item("Capture", "Capture App", "Capture App"),
             item("Capture", "App Version", "2.18.0"),
-            InfoItem { provider: "Capture".into(), name: "Battery Level".into(), value: json!(0.42 + (i % 50) as f64 / 100.0) },
+            InfoItem {
+                provider: "Capture".into(),
+                name: "Battery Level".into(),
+                value: json!(0.42 + (i % 50) as f64 / 100.0),
+            },
             item("Capture", "Disk", &format!("{} GB free", 12 + i % 90)),
             item("Capture", "Memory", &format!("{} MB", 2048 + (i % 8) * 512)),
-            item("Capture", "Platform", if i % 2 == 0 { "Android 14" } else { "iOS 17.5" }),
-            InfoItem { provider: "Capture".into(), name: "Current GPS Latitude".into(), value: json!(place.0) },
-            InfoItem { provider: "Capture".into(), name: "Current GPS Longitude".into(), value: json!(place.1) },
+            item(
+                "Capture",
+                "Platform",
+                if i.is_multiple_of(2) {
+                    "Android 14"
+                } else {
+                    "iOS 17.5"
+                },
+            ),
+            InfoItem {
+                provider: "Capture".into(),
+                name: "Current GPS Latitude".into(),
+                value: json!(place.0),
+            },
+            InfoItem {
+                provider: "Capture".into(),
+                name: "Current GPS Longitude".into(),
+                value: json!(place.1),
+            },
             item("Capture", "Current Address", place.2),
-            InfoItem { provider: "Capture".into(), name: "Timestamp".into(), value: json!(captured_s) },
+            InfoItem {
+                provider: "Capture".into(),
+                name: "Timestamp".into(),
+                value: json!(captured_s),
+            },
         ]
     });
-    let device = if i % 2 == 0 { "Pixel 8" } else { "iPhone 15" };
+    let device = if i.is_multiple_of(2) {
+        "Pixel 8"
+    } else {
+        "iPhone 15"
+    };
     let signed_metadata = if i % 8 == 6 {
         String::new()
     } else {
@@ -280,9 +396,19 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         doc.insert("asset_mime_type".into(), json!(mime));
         doc.insert("caption".into(), json!(caption));
         // Seconds in some records, milliseconds in others, as observed.
-        doc.insert("created_at".into(), if i % 2 == 0 { json!(captured_s) } else { json!(captured_s * 1000) });
+        doc.insert(
+            "created_at".into(),
+            if i.is_multiple_of(2) {
+                json!(captured_s)
+            } else {
+                json!(captured_s * 1000)
+            },
+        );
         doc.insert("device_name".into(), json!(device));
-        doc.insert("information".into(), json!({"device": device, "os": if i % 2 == 0 { "Android 14" } else { "iOS 17.5" }}));
+        doc.insert(
+            "information".into(),
+            json!({"device": device, "os": if i.is_multiple_of(2) { "Android 14" } else { "iOS 17.5" }}),
+        );
         doc.insert("location_latitude".into(), json!(place.0));
         doc.insert("location_longitude".into(), json!(place.1));
         doc.insert("proof_hash".into(), json!(proof_hash));
@@ -290,45 +416,89 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         doc.insert("spec_version".into(), json!("2.0.0"));
         doc.insert("app_version".into(), json!("2.18.0"));
         doc.insert("metadata_schema_version".into(), json!("v1.1.0"));
-        doc.insert("visible_overlays_applied".into(), json!(i % 5 == 0));
+        doc.insert(
+            "visible_overlays_applied".into(),
+            json!(i.is_multiple_of(5)),
+        );
         if origin_type == "others" {
-            doc.insert("web_source_title".into(), json!(format!("Archive page {i}")));
-            doc.insert("web_source_url".into(), json!(format!("https://archive.example.org/items/{i}")));
+            doc.insert(
+                "web_source_title".into(),
+                json!(format!("Archive page {i}")),
+            );
+            doc.insert(
+                "web_source_url".into(),
+                json!(format!("https://archive.example.org/items/{i}")),
+            );
         }
         serde_json::to_string(&doc).unwrap_or_default()
     };
-    let metadata_cid = (!signed_metadata.is_empty()).then(|| media::cid_v1_raw(signed_metadata.as_bytes()));
+    let metadata_cid =
+        (!signed_metadata.is_empty()).then(|| media::cid_v1_raw(signed_metadata.as_bytes()));
 
     let signer_addr = address(&format!("signer:{}", owner.handle));
     let signature = match i % 4 {
         0 => vec![SignatureEntry {
             provider: "AssetSignature".into(),
             proof_hash: proof_hash.clone(),
-            signature: Some(format!("0x{}{}{}", hex32(&format!("r:{cid}")), hex32(&format!("s:{cid}")), if i % 8 == 0 { "1b" } else { "1c" })),
+            signature: Some(format!(
+                "0x{}{}{}",
+                hex32(&format!("r:{cid}")),
+                hex32(&format!("s:{cid}")),
+                if i.is_multiple_of(8) { "1b" } else { "1c" }
+            )),
             public_key: Some(signer_addr.clone()),
             integrity_sha: None,
         }],
         1 => vec![SignatureEntry {
             provider: "AssetSignature".into(),
             proof_hash: proof_hash.clone(),
-            signature: Some(format!("0x{}{}1b", hex32(&format!("r:{cid}")), hex32(&format!("s:{cid}")))),
+            signature: Some(format!(
+                "0x{}{}1b",
+                hex32(&format!("r:{cid}")),
+                hex32(&format!("s:{cid}"))
+            )),
             public_key: Some(signer_addr.clone()),
             integrity_sha: Some(hex32(&format!("integrity:{cid}"))),
         }],
-        2 => vec![SignatureEntry { provider: "UploaderSignature".into(), proof_hash: proof_hash.clone(), signature: None, public_key: None, integrity_sha: None }],
+        2 => vec![SignatureEntry {
+            provider: "UploaderSignature".into(),
+            proof_hash: proof_hash.clone(),
+            signature: None,
+            public_key: None,
+            integrity_sha: None,
+        }],
         _ => Vec::new(),
     };
-    let signature_provider = if signature.is_empty() { "" } else if i % 4 == 2 { "Collections Dashboard" } else { "Capture App" };
+    let signature_provider = if signature.is_empty() {
+        ""
+    } else if i % 4 == 2 {
+        "Collections Dashboard"
+    } else {
+        "Capture App"
+    };
 
     let mut nit_commit_custom = Map::new();
-    if i % 3 == 0 {
-        nit_commit_custom.insert("usedBy".into(), Value::String(format!("https://dailyledger.example/stories/{i}")));
+    if i.is_multiple_of(3) {
+        nit_commit_custom.insert(
+            "usedBy".into(),
+            Value::String(format!("https://dailyledger.example/stories/{i}")),
+        );
     }
     if i % 4 == 1 {
-        nit_commit_custom.insert("assetSourceType".into(), json!(if store { "store" } else { "original" }));
+        nit_commit_custom.insert(
+            "assetSourceType".into(),
+            json!(if store { "store" } else { "original" }),
+        );
     }
     if i % 5 == 2 {
-        nit_commit_custom.insert("digitalSourceType".into(), json!(if digital_source_type.is_empty() { "digitalCapture" } else { digital_source_type }));
+        nit_commit_custom.insert(
+            "digitalSourceType".into(),
+            json!(if digital_source_type.is_empty() {
+                "digitalCapture"
+            } else {
+                digital_source_type
+            }),
+        );
     }
 
     let chain = [(10_507, "numbers"), (137, "polygon"), (8_453, "base")][(i % 3) as usize];
@@ -358,7 +528,11 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
             _ => None,
         },
         asset_file: l.signed(format!("/media/a/{cid}")),
-        asset_file_url: if provider.is_some() { format!("ipfs://{cid}") } else { String::new() },
+        asset_file_url: if provider.is_some() {
+            format!("ipfs://{cid}")
+        } else {
+            String::new()
+        },
         asset_file_name: match ext {
             "jpg" => format!("IMG_{}_{:06}.jpg", 20220101 + i % 1000, i),
             "png" => format!("capture-{i}.png"),
@@ -368,15 +542,34 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         asset_file_size: bytes.len() as u64,
         asset_file_mime_type: mime.into(),
         asset_file_snapshot: is_visual.then(|| l.signed(media::Derived::Snapshot.path(&cid))),
-        asset_file_snapshot_url: if is_visual && provider.is_some() { format!("ipfs://{}", media::cid_v1_raw(&media::jpeg(&format!("snapshot:{cid}")))) } else { String::new() },
+        asset_file_snapshot_url: if is_visual && provider.is_some() {
+            format!(
+                "ipfs://{}",
+                media::cid_v1_raw(&media::jpeg(&format!("snapshot:{cid}")))
+            )
+        } else {
+            String::new()
+        },
         asset_file_thumbnail: is_visual.then(|| l.signed(media::Derived::Thumbnail.path(&cid))),
-        sharable_copy: (is_image && i % 2 == 0).then(|| l.signed(media::Derived::SharableCopy.path(&cid))),
+        sharable_copy: (is_image && i.is_multiple_of(2))
+            .then(|| l.signed(media::Derived::SharableCopy.path(&cid))),
         image_file: None,
         image_file_url: String::new(),
         image_file_size: 0,
         image_file_mime_type: String::new(),
-        supporting_file: if i % 9 == 4 { format!("https://ipfs-pin.numbersprotocol.io/ipfs/{}", seed_cid(i + 1_000_000)) } else { String::new() },
-        supporting_file_mime_type: if i % 9 == 4 { "image/jpeg".into() } else { String::new() },
+        supporting_file: if i % 9 == 4 {
+            format!(
+                "https://ipfs-pin.numbersprotocol.io/ipfs/{}",
+                seed_cid(i + 1_000_000)
+            )
+        } else {
+            String::new()
+        },
+        supporting_file_mime_type: if i % 9 == 4 {
+            "image/jpeg".into()
+        } else {
+            String::new()
+        },
         supporting_file_thumbnail: String::new(),
         integrity_providers,
         integrity_info,
@@ -385,21 +578,52 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         license: ["", "CC-BY-NC-ND-4.0", "CC-BY-4.0", "", "CC0-1.0"][(i % 5) as usize].into(),
         proof_hash: proof_hash.clone(),
         nit_commit_custom,
-        nft_spec: if minted { "erc721".into() } else { String::new() },
+        nft_spec: if minted {
+            "erc721".into()
+        } else {
+            String::new()
+        },
         nft_token_id: minted.then(|| (1000 + i / 4).to_string()),
-        nft_token_uri: if minted { format!("ipfs://{}", media::cid_v1_raw(format!("nft-metadata:{cid}").as_bytes())) } else { String::new() },
-        nft_creation_tx_hash: if minted { tx_hash(&format!("mint:{cid}")) } else { String::new() },
-        nft_creator_address: if minted { address(&format!("wallet:{}", creator.handle)) } else { String::new() },
+        nft_token_uri: if minted {
+            format!(
+                "ipfs://{}",
+                media::cid_v1_raw(format!("nft-metadata:{cid}").as_bytes())
+            )
+        } else {
+            String::new()
+        },
+        nft_creation_tx_hash: if minted {
+            tx_hash(&format!("mint:{cid}"))
+        } else {
+            String::new()
+        },
+        nft_creator_address: if minted {
+            address(&format!("wallet:{}", creator.handle))
+        } else {
+            String::new()
+        },
         nft_chain_id: minted.then_some(chain.0),
-        nft_blockchain_name: if minted { chain.1.into() } else { String::new() },
-        nft_contract_address: if minted { address(&format!("contract:{}", chain.1)) } else { String::new() },
+        nft_blockchain_name: if minted {
+            chain.1.into()
+        } else {
+            String::new()
+        },
+        nft_contract_address: if minted {
+            address(&format!("contract:{}", chain.1))
+        } else {
+            String::new()
+        },
         caption: caption.clone(),
         headline,
         tag: String::new(),
         information: Information {
             proof: Proof {
                 // Legacy registrations stored the hash with a leading space.
-                hash: if legacy { format!(" {proof_hash}") } else { proof_hash.clone() },
+                hash: if legacy {
+                    format!(" {proof_hash}")
+                } else {
+                    proof_hash.clone()
+                },
                 mime_type: mime.into(),
                 timestamp: captured_s,
             },
@@ -413,12 +637,18 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         digital_source_type: digital_source_type.into(),
         service_name: service_name.into(),
         source_type: if store { "store" } else { "original" }.into(),
-        verification_result: if provider.is_some() && i % 2 == 0 { "advanced" } else { "" }.into(),
+        verification_result: if provider.is_some() && i.is_multiple_of(2) {
+            "advanced"
+        } else {
+            ""
+        }
+        .into(),
         owner: owner.email.into(),
         owner_name: owner.handle.into(),
         owner_profile_display_name: owner.display.into(),
         owner_profile_picture: l.signed(media::Derived::Avatar.path(owner.handle)),
-        owner_profile_picture_thumbnail: l.signed(media::Derived::AvatarThumbnail.path(owner.handle)),
+        owner_profile_picture_thumbnail: l
+            .signed(media::Derived::AvatarThumbnail.path(owner.handle)),
         owner_addresses: Addresses {
             asset_wallet_address: Some(address(&format!("wallet:{}", owner.handle))),
             managed_wallet_address: Some(address(&format!("managed:{}", owner.handle))),
@@ -426,15 +656,23 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         creator: (!creator_null).then(|| creator.email.into()),
         creator_name: (!creator_null).then(|| creator.handle.into()),
         creator_profile_display_name: (!creator_null).then(|| creator.display.into()),
-        creator_profile_picture: (!creator_null).then(|| l.signed(media::Derived::Avatar.path(creator.handle))),
-        creator_profile_picture_thumbnail: (!creator_null).then(|| l.signed(media::Derived::AvatarThumbnail.path(creator.handle))),
+        creator_profile_picture: (!creator_null)
+            .then(|| l.signed(media::Derived::Avatar.path(creator.handle))),
+        creator_profile_picture_thumbnail: (!creator_null)
+            .then(|| l.signed(media::Derived::AvatarThumbnail.path(creator.handle))),
         creator_addresses: Addresses {
-            asset_wallet_address: (!creator_null).then(|| address(&format!("wallet:{}", creator.handle))),
-            managed_wallet_address: (!creator_null).then(|| address(&format!("managed:{}", creator.handle))),
+            asset_wallet_address: (!creator_null)
+                .then(|| address(&format!("wallet:{}", creator.handle))),
+            managed_wallet_address: (!creator_null)
+                .then(|| address(&format!("managed:{}", creator.handle))),
         },
         is_original_owner: !store,
         parent_asset: None,
-        parent_asset_cid: if child { seed_cid(i - 1) } else { String::new() },
+        parent_asset_cid: if child {
+            seed_cid(i - 1)
+        } else {
+            String::new()
+        },
         source_transaction: store.then(|| SourceTransaction {
             id: uuid_of(&format!("transaction:{i}")),
             kind: "purchase".into(),
@@ -443,7 +681,11 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
             receiver_email: owner.email.into(),
             receiver_address: address(&format!("wallet:{}", owner.handle)),
             receiver_name: owner.handle.into(),
-            checkout_order_id: if i % 2 == 0 { format!("ord_{}", &hex32(&format!("order:{i}"))[..24]) } else { String::new() },
+            checkout_order_id: if i.is_multiple_of(2) {
+                format!("ord_{}", &hex32(&format!("order:{i}"))[..24])
+            } else {
+                String::new()
+            },
             created_at: iso_micros(uploaded_us - 600_000_000),
             fulfilled_at: iso_micros(uploaded_us - 1_000_000),
             expired_at: iso_micros(uploaded_us + 86_400_000_000 * 7),
@@ -452,17 +694,31 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         task_id: (i % 5 != 4).then(|| uuid_of(&format!("task:{i}"))),
         post_creation_workflow_id: uuid_of(&format!("post-creation:{i}")),
         mint_workflow_id: minted.then(|| uuid_of(&format!("mint:{i}"))),
-        search_image_samples_error: if is_image { String::new() } else { "Image sample search skipped: asset is not an image".into() },
-        create_image_sample_error: if i % 31 == 9 { "Sample creation timed out after 30 s".into() } else { String::new() },
+        search_image_samples_error: if is_image {
+            String::new()
+        } else {
+            "Image sample search skipped: asset is not an image".into()
+        },
+        create_image_sample_error: if i % 31 == 9 {
+            "Sample creation timed out after 30 s".into()
+        } else {
+            String::new()
+        },
         preexisting,
-        certified_asset: (i % 5 == 0).then(|| l.signed(media::Derived::Certified.path(&cid))),
-        certified_asset_mime_type: if i % 5 == 0 { "image/png".into() } else { String::new() },
-        certified_asset_thumbnail: (i % 5 == 0).then(|| l.signed(media::Derived::CertifiedThumbnail.path(&cid))),
+        certified_asset: (i.is_multiple_of(5))
+            .then(|| l.signed(media::Derived::Certified.path(&cid))),
+        certified_asset_mime_type: if i.is_multiple_of(5) {
+            "image/png".into()
+        } else {
+            String::new()
+        },
+        certified_asset_thumbnail: (i.is_multiple_of(5))
+            .then(|| l.signed(media::Derived::CertifiedThumbnail.path(&cid))),
         certificate_qrcode: l.signed(media::Derived::QrCode.path(&cid)),
         certificate_link: l.public(format!("/verify/{cid}")),
         protected: i % 11 == 4,
         public_access: i % 11 != 4,
-        allow_c2pa_download: i % 3 == 0,
+        allow_c2pa_download: i.is_multiple_of(3),
         published: i % 19 != 8,
         uploaded_at: iso_micros(uploaded_us),
         updated_at: iso_micros(updated_us),
@@ -491,5 +747,9 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
 }
 
 fn item(provider: &str, name: &str, value: &str) -> InfoItem {
-    InfoItem { provider: provider.into(), name: name.into(), value: Value::String(value.into()) }
+    InfoItem {
+        provider: provider.into(),
+        name: name.into(),
+        value: Value::String(value.into()),
+    }
 }

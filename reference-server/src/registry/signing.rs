@@ -8,8 +8,10 @@
 //! the same expiry and a page's signatures can be cached by the listing ([`SignatureCache`]). A URL is
 //! therefore valid between `ttl - bucket` and `ttl` after it was issued.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -19,8 +21,8 @@ use sha2::{Digest, Sha256};
 /// Expiry rounding step.
 pub const SIGNING_BUCKET: Duration = Duration::from_secs(60);
 
-/// Most entries a [`SignatureCache`] keeps before it is emptied.
-const CACHE_CAP: usize = 250_000;
+/// Most entries a thread's [`SignatureCache`] keeps before it is emptied.
+const CACHE_CAP: usize = 100_000;
 
 /// Why a signed URL was refused (all map to 403).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -49,16 +51,25 @@ pub struct UrlSigner {
 
 impl std::fmt::Debug for UrlSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UrlSigner").field("key_id", &self.key_id).field("ttl", &self.ttl).finish()
+        f.debug_struct("UrlSigner")
+            .field("key_id", &self.key_id)
+            .field("ttl", &self.ttl)
+            .finish()
     }
 }
 
 impl UrlSigner {
     /// A signer for `key` whose URLs live `ttl` (at least one bucket).
     pub fn new(key: &[u8], ttl: Duration) -> Self {
-        let mac = Hmac::<Sha256>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+        let mac = Hmac::<Sha256>::new_from_slice(key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
         let key_id = format!("K{}", &hex::encode_upper(Sha256::digest(key))[..16]);
-        Self { mac, key_id, ttl: ttl.max(SIGNING_BUCKET), cache: SignatureCache::default() }
+        Self {
+            mac,
+            key_id,
+            ttl: ttl.max(SIGNING_BUCKET),
+            cache: SignatureCache::default(),
+        }
     }
 
     /// The `Key-Pair-Id` value.
@@ -88,7 +99,12 @@ impl UrlSigner {
         out.extend_from_slice(b"?Expires=");
         out.extend_from_slice(expires.to_string().as_bytes());
         out.extend_from_slice(b"&Signature=");
-        self.cache.with(path, expires, || self.signature(path, expires), |sig| out.extend_from_slice(sig.as_bytes()));
+        self.cache.with(
+            path,
+            expires,
+            || self.signature(path, expires),
+            |sig| out.extend_from_slice(sig.as_bytes()),
+        );
         out.extend_from_slice(b"&Key-Pair-Id=");
         out.extend_from_slice(self.key_id.as_bytes());
     }
@@ -116,15 +132,22 @@ impl UrlSigner {
                 _ => {}
             }
         }
-        let (expires, sig, kid) = (expires.ok_or(UrlError::Malformed)?, sig.ok_or(UrlError::Malformed)?, kid.ok_or(UrlError::Malformed)?);
-        if expires.is_empty() || expires.len() > 12 || !expires.bytes().all(|b| b.is_ascii_digit()) {
+        let (expires, sig, kid) = (
+            expires.ok_or(UrlError::Malformed)?,
+            sig.ok_or(UrlError::Malformed)?,
+            kid.ok_or(UrlError::Malformed)?,
+        );
+        if expires.is_empty() || expires.len() > 12 || !expires.bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(UrlError::Malformed);
         }
         let expires_n: u64 = expires.parse().map_err(|_| UrlError::Malformed)?;
         if kid != self.key_id {
             return Err(UrlError::UnknownKey);
         }
-        let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(sig).map_err(|_| UrlError::BadSignature)?;
+        let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(sig)
+            .map_err(|_| UrlError::BadSignature)?;
         let mut mac = self.mac.clone();
         mac.update(self.key_id.as_bytes());
         mac.update(b"\n");
@@ -146,31 +169,85 @@ fn form_pairs(query: &str) -> impl Iterator<Item = (&str, &str)> {
 
 /// Current Unix time in seconds.
 pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
-/// Signatures of the current expiry bucket, by path. Emptied when the bucket changes or it grows past
-/// its cap, so its memory is bounded.
-#[derive(Default)]
+/// Signatures of the current expiry bucket, by path, per thread (no lock on the hot path). Emptied when
+/// the bucket or the signer changes, or when it grows past its cap, so its memory stays bounded.
+#[derive(Debug)]
 pub struct SignatureCache {
-    inner: Mutex<(u64, HashMap<Box<str>, Box<str>>)>,
+    id: u64,
+}
+
+impl Default for SignatureCache {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+struct ThreadCache {
+    signer: u64,
+    expires: u64,
+    map: HashMap<Box<str>, Box<str>, BuildHasherDefault<PathHasher>>,
+}
+
+thread_local! {
+    static CACHE: RefCell<ThreadCache> = RefCell::new(ThreadCache { signer: 0, expires: 0, map: HashMap::default() });
 }
 
 impl SignatureCache {
-    fn with(&self, path: &str, expires: u64, make: impl FnOnce() -> String, use_sig: impl FnOnce(&str)) {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let (bucket, map) = &mut *guard;
-        if *bucket != expires || map.len() >= CACHE_CAP {
-            *bucket = expires;
-            map.clear();
+    fn with(
+        &self,
+        path: &str,
+        expires: u64,
+        make: impl FnOnce() -> String,
+        use_sig: impl FnOnce(&str),
+    ) {
+        CACHE.with(|cell| {
+            let Ok(mut cache) = cell.try_borrow_mut() else {
+                // Re-entered (cannot happen today): sign without the cache.
+                return use_sig(&make());
+            };
+            if cache.signer != self.id || cache.expires != expires || cache.map.len() >= CACHE_CAP {
+                cache.signer = self.id;
+                cache.expires = expires;
+                cache.map.clear();
+            }
+            if let Some(sig) = cache.map.get(path) {
+                return use_sig(sig);
+            }
+            let sig = make();
+            use_sig(&sig);
+            cache.map.insert(path.into(), sig.into());
+        });
+    }
+}
+
+/// A fast non-cryptographic hasher for cache keys (our own paths, not attacker-chosen).
+#[derive(Default)]
+struct PathHasher(u64);
+
+impl Hasher for PathHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = self.0;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            h = (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         }
-        if let Some(sig) = map.get(path) {
-            use_sig(sig);
-            return;
+        for &b in chunks.remainder() {
+            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         }
-        let sig = make();
-        use_sig(&sig);
-        map.insert(path.into(), sig.into());
+        self.0 = h;
+    }
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -190,11 +267,17 @@ mod tests {
         let (path, q) = query_of(&url);
         let now = unix_now();
         assert_eq!(s.verify(path, Some(q), now), Ok(()));
-        assert_eq!(s.verify("/media/a/y", Some(q), now), Err(UrlError::BadSignature));
+        assert_eq!(
+            s.verify("/media/a/y", Some(q), now),
+            Err(UrlError::BadSignature)
+        );
         assert_eq!(s.verify(path, Some(q), now + 601), Err(UrlError::Expired));
         assert_eq!(s.verify(path, None, now), Err(UrlError::Malformed));
         let later = q.replace("Expires=", "Expires=1");
-        assert_eq!(s.verify(path, Some(&later), now), Err(UrlError::BadSignature));
+        assert_eq!(
+            s.verify(path, Some(&later), now),
+            Err(UrlError::BadSignature)
+        );
         let other = UrlSigner::new(b"another key, 16+", Duration::from_secs(600));
         assert_eq!(other.verify(path, Some(q), now), Err(UrlError::UnknownKey));
         assert_eq!(s.expires_at(119) % 60, 0);

@@ -5,6 +5,11 @@
 //! every bad field), duplicate content (409). Then the file is written to the media directory and the
 //! record inserted; the answer is 201 with the full record.
 
+#![allow(
+    clippy::result_large_err,
+    reason = "errors here are complete HTTP answers, built once per request"
+)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -38,7 +43,12 @@ pub(crate) async fn create(State(reg): State<Arc<Registry>>, req: Request) -> Re
     if let Err(r) = authorize(&reg, req.headers()) {
         return r;
     }
-    let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     if !ct.to_ascii_lowercase().starts_with("multipart/form-data") {
         let shown: String = ct.chars().take(100).collect();
         return error(
@@ -49,13 +59,24 @@ pub(crate) async fn create(State(reg): State<Arc<Registry>>, req: Request) -> Re
         );
     }
     let cap = reg.cfg.max_upload_bytes;
-    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > (cap + MULTIPART_OVERHEAD) as u64) {
         return too_large(cap);
     }
     let multipart = match Multipart::from_request(req, &()).await {
         Ok(m) => m,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "parse_error", &format!("Malformed multipart body: {}", e.body_text()), Value::Null),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "parse_error",
+                &format!("Malformed multipart body: {}", e.body_text()),
+                Value::Null,
+            );
+        }
     };
     let form = match read_form(multipart, cap).await {
         Ok(f) => f,
@@ -65,7 +86,12 @@ pub(crate) async fn create(State(reg): State<Arc<Registry>>, req: Request) -> Re
 }
 
 fn too_large(cap: usize) -> Response {
-    error(StatusCode::PAYLOAD_TOO_LARGE, "file_too_large", &format!("The uploaded file exceeds the limit of {cap} bytes."), json!({"max_bytes": cap}))
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "file_too_large",
+        &format!("The uploaded file exceeds the limit of {cap} bytes."),
+        json!({"max_bytes": cap}),
+    )
 }
 
 fn authorize(reg: &Registry, headers: &http::HeaderMap) -> Result<(), Response> {
@@ -77,16 +103,29 @@ fn authorize(reg: &Registry, headers: &http::HeaderMap) -> Result<(), Response> 
             Value::Null,
         ));
     };
-    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
-        let (scheme, token) = v.trim().split_once(' ')?;
-        scheme.eq_ignore_ascii_case("token").then(|| token.trim())
-    });
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("token").then(|| token.trim())
+        });
     match given {
         Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => Ok(()),
         other => {
-            let message = if other.is_some() { "Invalid token." } else { "Authentication credentials were not provided." };
-            let mut r = error(StatusCode::UNAUTHORIZED, "not_authenticated", message, Value::Null);
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Token"));
+            let message = if other.is_some() {
+                "Invalid token."
+            } else {
+                "Authentication credentials were not provided."
+            };
+            let mut r = error(
+                StatusCode::UNAUTHORIZED,
+                "not_authenticated",
+                message,
+                Value::Null,
+            );
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Token"));
             Err(r)
         }
     }
@@ -97,12 +136,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use hmac::{Hmac, Mac};
     use sha2::Sha256;
     let tag = |x: &[u8]| {
-        let mut m = Hmac::<Sha256>::new_from_slice(b"token-compare").unwrap_or_else(|_| unreachable!());
+        let mut m =
+            Hmac::<Sha256>::new_from_slice(b"token-compare").unwrap_or_else(|_| unreachable!());
         m.update(x);
         m.finalize().into_bytes()
     };
     let (ta, tb) = (tag(a), tag(b));
-    ta.iter().zip(tb.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    ta.iter()
+        .zip(tb.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 #[derive(Default)]
@@ -111,7 +154,14 @@ struct Form {
     text: BTreeMap<&'static str, String>,
 }
 
-const TEXT_FIELDS: [&str; 6] = ["caption", "headline", "meta", "signed_metadata", "signature", "nit_commit_custom"];
+const TEXT_FIELDS: [&str; 6] = [
+    "caption",
+    "headline",
+    "meta",
+    "signed_metadata",
+    "signature",
+    "nit_commit_custom",
+];
 
 async fn read_form(mut mp: Multipart, cap: usize) -> Result<Form, Response> {
     let mut form = Form::default();
@@ -119,13 +169,24 @@ async fn read_form(mut mp: Multipart, cap: usize) -> Result<Form, Response> {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             too_large(cap)
         } else {
-            error(StatusCode::BAD_REQUEST, "parse_error", &format!("Malformed multipart body: {}", e.body_text()), Value::Null)
+            error(
+                StatusCode::BAD_REQUEST,
+                "parse_error",
+                &format!("Malformed multipart body: {}", e.body_text()),
+                Value::Null,
+            )
         }
     };
     while let Some(mut field) = mp.next_field().await.map_err(bad)? {
         let name = field.name().unwrap_or("").to_owned();
         if name == "asset_file" || name == "file" {
-            let file_name = field.file_name().unwrap_or("upload").chars().filter(|c| !c.is_control() && *c != '/' && *c != '\\').take(255).collect::<String>();
+            let file_name = field
+                .file_name()
+                .unwrap_or("upload")
+                .chars()
+                .filter(|c| !c.is_control() && *c != '/' && *c != '\\')
+                .take(255)
+                .collect::<String>();
             let mime = field.content_type().map(str::to_owned);
             let mut bytes = Vec::new();
             while let Some(chunk) = field.chunk().await.map_err(bad)? {
@@ -149,7 +210,12 @@ async fn read_form(mut mp: Multipart, cap: usize) -> Result<Form, Response> {
                 text.extend_from_slice(&chunk);
             }
             let text = String::from_utf8(text).map_err(|_| {
-                error(StatusCode::BAD_REQUEST, "validation_error", "Invalid input.", json!({ key: ["Not valid UTF-8 text."] }))
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "validation_error",
+                    "Invalid input.",
+                    json!({ key: ["Not valid UTF-8 text."] }),
+                )
             })?;
             form.text.insert(key, text);
         }
@@ -167,46 +233,79 @@ struct Checked {
     nit_commit_custom: Map<String, Value>,
 }
 
-fn json_object(errors: &mut FieldErrors, key: &'static str, text: Option<&String>) -> Option<Map<String, Value>> {
+fn json_object(
+    errors: &mut FieldErrors,
+    key: &'static str,
+    text: Option<&String>,
+) -> Option<Map<String, Value>> {
     let text = text.filter(|t| !t.trim().is_empty())?;
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => Some(m),
         Ok(_) => {
-            errors.entry(key).or_default().push("Expected a JSON object.".into());
+            errors
+                .entry(key)
+                .or_default()
+                .push("Expected a JSON object.".into());
             None
         }
         Err(e) => {
-            errors.entry(key).or_default().push(format!("Value must be valid JSON: {e}."));
+            errors
+                .entry(key)
+                .or_default()
+                .push(format!("Value must be valid JSON: {e}."));
             None
         }
     }
 }
 
 fn is_hex(s: &str, prefix: bool, len: usize) -> bool {
-    let body = if prefix { s.strip_prefix("0x") } else { Some(s) };
+    let body = if prefix {
+        s.strip_prefix("0x")
+    } else {
+        Some(s)
+    };
     body.is_some_and(|b| b.len() == len && b.bytes().all(|c| c.is_ascii_hexdigit()))
 }
 
 fn check(form: &Form) -> Result<Checked, FieldErrors> {
     let mut errors = FieldErrors::new();
     if form.file.is_none() {
-        errors.entry("asset_file").or_default().push("No file was submitted.".into());
+        errors
+            .entry("asset_file")
+            .or_default()
+            .push("No file was submitted.".into());
     } else if form.file.as_ref().is_some_and(|f| f.2.is_empty()) {
-        errors.entry("asset_file").or_default().push("The submitted file is empty.".into());
+        errors
+            .entry("asset_file")
+            .or_default()
+            .push("The submitted file is empty.".into());
     }
     let caption = form.text.get("caption").cloned().unwrap_or_default();
     if caption.chars().count() > MAX_CAPTION {
-        errors.entry("caption").or_default().push(format!("Ensure this field has no more than {MAX_CAPTION} characters."));
+        errors.entry("caption").or_default().push(format!(
+            "Ensure this field has no more than {MAX_CAPTION} characters."
+        ));
     }
     let headline = form.text.get("headline").cloned().unwrap_or_default();
     if headline.chars().count() > MAX_HEADLINE {
-        errors.entry("headline").or_default().push(format!("Ensure this field has no more than {MAX_HEADLINE} characters."));
+        errors.entry("headline").or_default().push(format!(
+            "Ensure this field has no more than {MAX_HEADLINE} characters."
+        ));
     }
     let meta = json_object(&mut errors, "meta", form.text.get("meta"));
-    let signed_metadata = json_object(&mut errors, "signed_metadata", form.text.get("signed_metadata"))
-        .map(|m| serde_json::to_string(&m).unwrap_or_default())
-        .unwrap_or_default();
-    let nit_commit_custom = json_object(&mut errors, "nit_commit_custom", form.text.get("nit_commit_custom")).unwrap_or_default();
+    let signed_metadata = json_object(
+        &mut errors,
+        "signed_metadata",
+        form.text.get("signed_metadata"),
+    )
+    .map(|m| serde_json::to_string(&m).unwrap_or_default())
+    .unwrap_or_default();
+    let nit_commit_custom = json_object(
+        &mut errors,
+        "nit_commit_custom",
+        form.text.get("nit_commit_custom"),
+    )
+    .unwrap_or_default();
     let mut signature = Vec::new();
     if let Some(text) = form.text.get("signature").filter(|t| !t.trim().is_empty()) {
         match serde_json::from_str::<Value>(text) {
@@ -214,27 +313,70 @@ fn check(form: &Form) -> Result<Checked, FieldErrors> {
                 for (n, item) in items.iter().enumerate() {
                     let s = |k: &str| item.get(k).and_then(Value::as_str).map(str::to_owned);
                     let (Some(provider), Some(proof_hash)) = (s("provider"), s("proofHash")) else {
-                        errors.entry("signature").or_default().push(format!("Item {n}: `provider` and `proofHash` must be strings."));
+                        errors.entry("signature").or_default().push(format!(
+                            "Item {n}: `provider` and `proofHash` must be strings."
+                        ));
                         continue;
                     };
-                    let entry = SignatureEntry { provider, proof_hash, signature: s("signature"), public_key: s("publicKey"), integrity_sha: s("integritySha") };
-                    if entry.signature.as_deref().is_some_and(|v| !is_hex(v, true, 130)) {
-                        errors.entry("signature").or_default().push(format!("Item {n}: `signature` must be 0x-prefixed hex of 65 bytes."));
+                    let entry = SignatureEntry {
+                        provider,
+                        proof_hash,
+                        signature: s("signature"),
+                        public_key: s("publicKey"),
+                        integrity_sha: s("integritySha"),
+                    };
+                    if entry
+                        .signature
+                        .as_deref()
+                        .is_some_and(|v| !is_hex(v, true, 130))
+                    {
+                        errors.entry("signature").or_default().push(format!(
+                            "Item {n}: `signature` must be 0x-prefixed hex of 65 bytes."
+                        ));
                     }
-                    if entry.public_key.as_deref().is_some_and(|v| !is_hex(v, true, 40)) {
-                        errors.entry("signature").or_default().push(format!("Item {n}: `publicKey` must be a 0x-prefixed 40-hex address."));
+                    if entry
+                        .public_key
+                        .as_deref()
+                        .is_some_and(|v| !is_hex(v, true, 40))
+                    {
+                        errors.entry("signature").or_default().push(format!(
+                            "Item {n}: `publicKey` must be a 0x-prefixed 40-hex address."
+                        ));
                     }
-                    if entry.integrity_sha.as_deref().is_some_and(|v| !is_hex(v, false, 64)) {
-                        errors.entry("signature").or_default().push(format!("Item {n}: `integritySha` must be 64 hex characters."));
+                    if entry
+                        .integrity_sha
+                        .as_deref()
+                        .is_some_and(|v| !is_hex(v, false, 64))
+                    {
+                        errors.entry("signature").or_default().push(format!(
+                            "Item {n}: `integritySha` must be 64 hex characters."
+                        ));
                     }
                     signature.push(entry);
                 }
             }
-            Ok(_) => errors.entry("signature").or_default().push("Expected a JSON array.".into()),
-            Err(e) => errors.entry("signature").or_default().push(format!("Value must be valid JSON: {e}.")),
+            Ok(_) => errors
+                .entry("signature")
+                .or_default()
+                .push("Expected a JSON array.".into()),
+            Err(e) => errors
+                .entry("signature")
+                .or_default()
+                .push(format!("Value must be valid JSON: {e}.")),
         }
     }
-    if errors.is_empty() { Ok(Checked { caption, headline, meta, signed_metadata, signature, nit_commit_custom }) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(Checked {
+            caption,
+            headline,
+            meta,
+            signed_metadata,
+            signature,
+            nit_commit_custom,
+        })
+    } else {
+        Err(errors)
+    }
 }
 
 fn sniff(bytes: &[u8]) -> &'static str {
@@ -251,10 +393,22 @@ fn sniff(bytes: &[u8]) -> &'static str {
 async fn register(reg: &Registry, form: Form) -> Response {
     let checked = match check(&form) {
         Ok(c) => c,
-        Err(fields) => return error(StatusCode::BAD_REQUEST, "validation_error", "Invalid input.", json!(fields)),
+        Err(fields) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "validation_error",
+                "Invalid input.",
+                json!(fields),
+            );
+        }
     };
     let Some((file_name, declared_mime, bytes)) = form.file else {
-        return error(StatusCode::BAD_REQUEST, "validation_error", "Invalid input.", json!({"asset_file": ["No file was submitted."]}));
+        return error(
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+            "Invalid input.",
+            json!({"asset_file": ["No file was submitted."]}),
+        );
     };
     let cid = cid_v1_raw(&bytes);
     let proof_hash = sha256_hex(&bytes);
@@ -264,12 +418,20 @@ async fn register(reg: &Registry, form: Form) -> Response {
         Err(e) => return store_error(&e),
     }
     let mime = declared_mime
-        .filter(|m| m.len() <= 100 && m.contains('/') && m != "application/octet-stream" && m.bytes().all(|b| b.is_ascii_graphic()))
+        .filter(|m| {
+            m.len() <= 100
+                && m.contains('/')
+                && m != "application/octet-stream"
+                && m.bytes().all(|b| b.is_ascii_graphic())
+        })
         .unwrap_or_else(|| sniff(&bytes).to_owned());
     // Store the file first: a record never points at a missing file.
     let rel = format!("uploads/{cid}");
     let path = reg.cfg.media_dir.join(&rel);
-    let tmp = reg.cfg.media_dir.join(format!("uploads/.{cid}.{}", uuid::Uuid::new_v4().simple()));
+    let tmp = reg
+        .cfg
+        .media_dir
+        .join(format!("uploads/.{cid}.{}", uuid::Uuid::new_v4().simple()));
     let written = async {
         tokio::fs::create_dir_all(reg.cfg.media_dir.join("uploads")).await?;
         tokio::fs::write(&tmp, &bytes).await?;
@@ -279,7 +441,12 @@ async fn register(reg: &Registry, form: Form) -> Response {
     if let Err(e) = written {
         tracing::error!(error = %e, "could not store an uploaded file");
         let _ = tokio::fs::remove_file(&tmp).await;
-        return error(StatusCode::INTERNAL_SERVER_ERROR, "storage_error", "The file could not be stored.", Value::Null);
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "storage_error",
+            "The file could not be stored.",
+            Value::Null,
+        );
     }
     let now_us = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as i64 / 1000;
     let uuid = uuid::Uuid::new_v4().to_string();
@@ -288,20 +455,30 @@ async fn register(reg: &Registry, form: Form) -> Response {
     let proof = Proof {
         hash: proof_hash.clone(),
         mime_type: mime.clone(),
-        timestamp: meta.get("proof").and_then(|p| p.get("timestamp")).and_then(Value::as_i64).unwrap_or(now_us / 1_000_000),
+        timestamp: meta
+            .get("proof")
+            .and_then(|p| p.get("timestamp"))
+            .and_then(Value::as_i64)
+            .unwrap_or(now_us / 1_000_000),
     };
-    let info_items = meta.get("information").and_then(Value::as_array).map(|items| {
-        items
-            .iter()
-            .filter_map(|it| {
-                Some(InfoItem {
-                    provider: it.get("provider")?.as_str()?.to_owned(),
-                    name: it.get("name")?.as_str()?.to_owned(),
-                    value: it.get("value").filter(|v| v.is_string() || v.is_number())?.clone(),
+    let info_items = meta
+        .get("information")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|it| {
+                    Some(InfoItem {
+                        provider: it.get("provider")?.as_str()?.to_owned(),
+                        name: it.get("name")?.as_str()?.to_owned(),
+                        value: it
+                            .get("value")
+                            .filter(|v| v.is_string() || v.is_number())?
+                            .clone(),
+                    })
                 })
-            })
-            .collect::<Vec<_>>()
-    });
+                .collect::<Vec<_>>()
+        });
     let capture_time = proof.timestamp;
     let mut l = Linker::new();
     let (email, handle, display) = UPLOADER;
@@ -345,10 +522,18 @@ async fn register(reg: &Registry, form: Form) -> Response {
         caption: checked.caption,
         headline: checked.headline,
         tag: String::new(),
-        information: Information { proof, information: info_items },
-        metadata_cid: (!checked.signed_metadata.is_empty()).then(|| cid_v1_raw(checked.signed_metadata.as_bytes())),
+        information: Information {
+            proof,
+            information: info_items,
+        },
+        metadata_cid: (!checked.signed_metadata.is_empty())
+            .then(|| cid_v1_raw(checked.signed_metadata.as_bytes())),
         signed_metadata: checked.signed_metadata,
-        signature_provider: checked.signature.first().map(|s| s.provider.clone()).unwrap_or_default(),
+        signature_provider: checked
+            .signature
+            .first()
+            .map(|s| s.provider.clone())
+            .unwrap_or_default(),
         signature: checked.signature,
         origin_type: "captureUpload".into(),
         digital_source_type: "digitalUpload".into(),
@@ -360,13 +545,19 @@ async fn register(reg: &Registry, form: Form) -> Response {
         owner_profile_display_name: display.into(),
         owner_profile_picture: l.signed(Derived::Avatar.path(handle)),
         owner_profile_picture_thumbnail: l.signed(Derived::AvatarThumbnail.path(handle)),
-        owner_addresses: Addresses { asset_wallet_address: Some(format!("0x{}", &sha256_hex(b"wallet:api")[..40])), managed_wallet_address: Some(format!("0x{}", &sha256_hex(b"managed:api")[..40])) },
+        owner_addresses: Addresses {
+            asset_wallet_address: Some(format!("0x{}", &sha256_hex(b"wallet:api")[..40])),
+            managed_wallet_address: Some(format!("0x{}", &sha256_hex(b"managed:api")[..40])),
+        },
         creator: Some(email.into()),
         creator_name: Some(handle.into()),
         creator_profile_display_name: Some(display.into()),
         creator_profile_picture: Some(l.signed(Derived::Avatar.path(handle))),
         creator_profile_picture_thumbnail: Some(l.signed(Derived::AvatarThumbnail.path(handle))),
-        creator_addresses: Addresses { asset_wallet_address: Some(format!("0x{}", &sha256_hex(b"wallet:api")[..40])), managed_wallet_address: Some(format!("0x{}", &sha256_hex(b"managed:api")[..40])) },
+        creator_addresses: Addresses {
+            asset_wallet_address: Some(format!("0x{}", &sha256_hex(b"wallet:api")[..40])),
+            managed_wallet_address: Some(format!("0x{}", &sha256_hex(b"managed:api")[..40])),
+        },
         is_original_owner: true,
         parent_asset: None,
         parent_asset_cid: String::new(),
@@ -388,16 +579,39 @@ async fn register(reg: &Registry, form: Form) -> Response {
         published: true,
         uploaded_at: iso_micros(now_us),
         updated_at: iso_micros(now_us),
-        parsed_meta: ParsedMeta { proof_hash: proof_hash.clone(), mime_type: mime.clone(), capture_time, capture_latitude: None, capture_longitude: None, capture_address: None, capture_device: None },
+        parsed_meta: ParsedMeta {
+            proof_hash: proof_hash.clone(),
+            mime_type: mime.clone(),
+            capture_time,
+            capture_latitude: None,
+            capture_longitude: None,
+            capture_address: None,
+            capture_device: None,
+        },
     };
     let template = match Template::build(&record, l) {
         Ok(t) => t.0,
         Err(e) => {
             tracing::error!(error = %e, "could not serialise an uploaded record");
-            return error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "The record could not be built.", Value::Null);
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "The record could not be built.",
+                Value::Null,
+            );
         }
     };
-    let new = NewAsset { cid: cid.clone(), uuid, uploaded_us: now_us, source: FileSource::Stored(rel), file_name, mime, size: bytes.len() as u64, proof_hash, template: template.clone() };
+    let new = NewAsset {
+        cid: cid.clone(),
+        uuid,
+        uploaded_us: now_us,
+        source: FileSource::Stored(rel),
+        file_name,
+        mime,
+        size: bytes.len() as u64,
+        proof_hash,
+        template: template.clone(),
+    };
     match reg.store.insert(new).await {
         Ok(()) => {}
         Err(StoreError::Conflict(_)) => return duplicate(&cid),
@@ -414,9 +628,19 @@ async fn register(reg: &Registry, form: Form) -> Response {
         }
         Err(r) => return r,
     };
-    (StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    (
+        StatusCode::CREATED,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 fn duplicate(cid: &str) -> Response {
-    error(StatusCode::CONFLICT, "duplicate_asset", "An asset with the same file content is already registered.", json!({"cid": cid, "asset_file": ["This file is already registered."]}))
+    error(
+        StatusCode::CONFLICT,
+        "duplicate_asset",
+        "An asset with the same file content is already registered.",
+        json!({"cid": cid, "asset_file": ["This file is already registered."]}),
+    )
 }

@@ -74,13 +74,31 @@ impl AssetStore {
 
     /// Number of assets.
     pub async fn count(&self) -> Result<u64, StoreError> {
-        self.db.read(|c| count(c)).await
+        self.db.read(count).await
     }
 
     /// Records `[offset, offset + limit)` in listing order (descending `uploaded_at`, then descending
     /// insertion id) with the count, in one read transaction.
     pub async fn page(&self, offset: u64, limit: u64) -> Result<PageRows, StoreError> {
         self.db.read(move |c| page(c, offset, limit)).await
+    }
+
+    /// Like [`AssetStore::page`], but hands each stored template to `f` straight from the database row
+    /// (no intermediate copy), on the blocking pool. Returns the count and the accumulator.
+    pub async fn page_each<T, F>(
+        &self,
+        offset: u64,
+        limit: u64,
+        acc: T,
+        f: F,
+    ) -> Result<(u64, T), StoreError>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut T, &[u8]) -> Result<(), StoreError> + Send + 'static,
+    {
+        self.db
+            .read(move |c| page_each(c, offset, limit, acc, f))
+            .await
     }
 
     /// The template of one asset by CID.
@@ -102,7 +120,13 @@ impl AssetStore {
     /// True if an asset with this CID exists.
     pub async fn exists(&self, cid: String) -> Result<bool, StoreError> {
         self.db
-            .read(move |c| Ok(c.query_row("SELECT EXISTS(SELECT 1 FROM assets WHERE cid = ?1)", [cid], |r| r.get(0))?))
+            .read(move |c| {
+                Ok(c.query_row(
+                    "SELECT EXISTS(SELECT 1 FROM assets WHERE cid = ?1)",
+                    [cid],
+                    |r| r.get(0),
+                )?)
+            })
             .await
     }
 
@@ -119,7 +143,10 @@ impl AssetStore {
     }
 
     /// Insert many assets in one transaction (seeding).
-    pub fn insert_many_blocking(&self, assets: impl IntoIterator<Item = NewAsset>) -> Result<usize, StoreError> {
+    pub fn insert_many_blocking(
+        &self,
+        assets: impl IntoIterator<Item = NewAsset>,
+    ) -> Result<usize, StoreError> {
         self.db.write_blocking(|c| {
             let tx = c.transaction()?;
             let mut n = 0;
@@ -139,29 +166,58 @@ fn count(c: &Connection) -> Result<u64, StoreError> {
 }
 
 fn page(c: &Connection, offset: u64, limit: u64) -> Result<PageRows, StoreError> {
+    let (count, templates) =
+        page_each(c, offset, limit, Vec::new(), |acc: &mut Vec<Vec<u8>>, t| {
+            acc.push(t.to_vec());
+            Ok(())
+        })?;
+    Ok(PageRows { count, templates })
+}
+
+fn page_each<T>(
+    c: &Connection,
+    offset: u64,
+    limit: u64,
+    mut acc: T,
+    mut f: impl FnMut(&mut T, &[u8]) -> Result<(), StoreError>,
+) -> Result<(u64, T), StoreError> {
+    // One read transaction: the count and the page agree even while uploads land.
     let tx = c.unchecked_transaction()?;
     let count = count(&tx)?;
-    let mut templates = Vec::new();
     if offset < count && limit > 0 {
         // Descending position `count-1-offset` down to `count-offset-limit` (clamped at 0).
         let hi = (count - 1 - offset) as i64;
         let lo = count.saturating_sub(offset.saturating_add(limit)) as i64;
-        let mut stmt = tx.prepare_cached("SELECT tpl FROM assets WHERE pos BETWEEN ?1 AND ?2 ORDER BY pos DESC")?;
-        let rows = stmt.query_map(params![lo, hi], |r| r.get::<_, Vec<u8>>(0))?;
-        templates.reserve((hi - lo + 1) as usize);
-        for row in rows {
-            templates.push(row?);
+        let mut stmt = tx.prepare_cached(
+            "SELECT tpl FROM assets WHERE pos BETWEEN ?1 AND ?2 ORDER BY pos DESC",
+        )?;
+        let mut rows = stmt.query(params![lo, hi])?;
+        while let Some(row) = rows.next()? {
+            let blob = row
+                .get_ref(0)?
+                .as_blob()
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            f(&mut acc, blob)?;
         }
     }
     tx.finish()?;
-    Ok(PageRows { count, templates })
+    Ok((count, acc))
 }
 
 fn file(c: &Connection, cid: &str) -> Result<AssetFile, StoreError> {
     let row = c
-        .query_row("SELECT seed_index, file_path, mime, file_name FROM assets WHERE cid = ?1", [cid], |r| {
-            Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
-        })
+        .query_row(
+            "SELECT seed_index, file_path, mime, file_name FROM assets WHERE cid = ?1",
+            [cid],
+            |r| {
+                Ok((
+                    r.get::<_, Option<i64>>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            },
+        )
         .optional()?
         .ok_or(StoreError::NotFound)?;
     let source = match row {
@@ -169,20 +225,36 @@ fn file(c: &Connection, cid: &str) -> Result<AssetFile, StoreError> {
         (Some(i), None, ..) => FileSource::Seed(i as u64),
         _ => return Err(StoreError::Invalid(format!("asset {cid} has no file"))),
     };
-    Ok(AssetFile { source, mime: row.2, file_name: row.3 })
+    Ok(AssetFile {
+        source,
+        mime: row.2,
+        file_name: row.3,
+    })
 }
 
 fn insert(c: &Connection, a: &NewAsset) -> Result<(), StoreError> {
-    let exists: bool = c.query_row("SELECT EXISTS(SELECT 1 FROM assets WHERE cid = ?1)", [&a.cid], |r| r.get(0))?;
+    let exists: bool = c.query_row(
+        "SELECT EXISTS(SELECT 1 FROM assets WHERE cid = ?1)",
+        [&a.cid],
+        |r| r.get(0),
+    )?;
     if exists {
-        return Err(StoreError::Conflict(format!("an asset with cid {} already exists", a.cid)));
+        return Err(StoreError::Conflict(format!(
+            "an asset with cid {} already exists",
+            a.cid
+        )));
     }
     let n = count(c)? as i64;
     // The new row gets the largest id, so it sorts after every row with the same uploaded_us.
-    let newest: Option<i64> = c.query_row("SELECT max(uploaded_us) FROM assets", [], |r| r.get(0))?;
+    let newest: Option<i64> =
+        c.query_row("SELECT max(uploaded_us) FROM assets", [], |r| r.get(0))?;
     let pos = match newest {
         Some(newest) if newest > a.uploaded_us => {
-            let p: i64 = c.query_row("SELECT count(*) FROM assets WHERE uploaded_us <= ?1", [a.uploaded_us], |r| r.get(0))?;
+            let p: i64 = c.query_row(
+                "SELECT count(*) FROM assets WHERE uploaded_us <= ?1",
+                [a.uploaded_us],
+                |r| r.get(0),
+            )?;
             // Shift [p, n) up by one without transient duplicates in the unique index.
             c.execute("UPDATE assets SET pos = -pos - 1 WHERE pos >= ?1", [p])?;
             c.execute("UPDATE assets SET pos = -pos WHERE pos < 0", [])?;
@@ -235,21 +307,48 @@ mod tests {
     #[tokio::test]
     async fn pages_follow_descending_time_with_id_tie_break_and_positions_stay_dense() {
         let store = AssetStore::new(Db::open_in_memory().unwrap());
-        for (cid, us) in [("a", 10), ("b", 30), ("c", 20), ("d", 30), ("e", 5), ("f", 40)] {
+        for (cid, us) in [
+            ("a", 10),
+            ("b", 30),
+            ("c", 20),
+            ("d", 30),
+            ("e", 5),
+            ("f", 40),
+        ] {
             store.insert(asset(cid, us)).await.unwrap();
         }
         let p = store.page(0, 100).await.unwrap();
         assert_eq!(p.count, 6);
-        let order: Vec<String> = p.templates.iter().map(|t| String::from_utf8(t.clone()).unwrap()).collect();
+        let order: Vec<String> = p
+            .templates
+            .iter()
+            .map(|t| String::from_utf8(t.clone()).unwrap())
+            .collect();
         assert_eq!(order, ["f", "d", "b", "c", "a", "e"]);
         let p = store.page(2, 3).await.unwrap();
         assert_eq!(p.templates, [b"b".to_vec(), b"c".to_vec(), b"a".to_vec()]);
         assert!(store.page(6, 3).await.unwrap().templates.is_empty());
-        assert!(store.page(u64::MAX, u64::MAX).await.unwrap().templates.is_empty());
-        assert_eq!(store.page(5, u64::MAX).await.unwrap().templates, [b"e".to_vec()]);
+        assert!(
+            store
+                .page(u64::MAX, u64::MAX)
+                .await
+                .unwrap()
+                .templates
+                .is_empty()
+        );
+        assert_eq!(
+            store.page(5, u64::MAX).await.unwrap().templates,
+            [b"e".to_vec()]
+        );
         let dup = store.insert(asset("a", 99)).await.unwrap_err();
         assert!(dup.is_unique_violation());
-        assert_eq!(store.file("c".into()).await.unwrap().source, FileSource::Seed(0));
-        assert!(matches!(store.file("zz".into()).await, Err(StoreError::NotFound)));
+        assert_eq!(
+            store.file("c".into()).await.unwrap().source,
+            FileSource::Seed(0)
+        );
+        assert!(matches!(
+            store.file("zz".into()).await,
+            Err(StoreError::NotFound)
+        ));
     }
 }

@@ -55,7 +55,11 @@ impl Registry {
         let dir = TempDir::new();
         let db = Db::open(dir.path().join("db.sqlite3")).unwrap();
         assert_eq!(registry::seed(&db, n_assets).await.unwrap(), n_assets);
-        assert_eq!(registry::seed(&db, n_assets).await.unwrap(), 0, "seeding a non-empty registry is a no-op");
+        assert_eq!(
+            registry::seed(&db, n_assets).await.unwrap(),
+            0,
+            "seeding a non-empty registry is a no-op"
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let mut cfg = RegistryConfig::new(base.clone(), dir.path().join("media"));
@@ -66,7 +70,12 @@ impl Registry {
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Self { base, client: super::common::test_client(), _dir: dir, task }
+        Self {
+            base,
+            client: super::common::test_client(),
+            _dir: dir,
+            task,
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -92,7 +101,12 @@ impl Registry {
 }
 
 fn assert_drf_headers(r: &reqwest::Response) {
-    assert_eq!(r.headers()["allow"], "GET, POST, HEAD, OPTIONS", "{}", r.url());
+    assert_eq!(
+        r.headers()["allow"],
+        "GET, POST, HEAD, OPTIONS",
+        "{}",
+        r.url()
+    );
     assert_eq!(r.headers()["vary"], "Accept", "{}", r.url());
 }
 
@@ -109,7 +123,10 @@ async fn walk_from_offset_zero_sees_every_asset_once_newest_first() {
         assert_drf_headers(&r);
         let page: Value = r.json().await.unwrap();
         assert_eq!(page["count"], 450);
-        assert_eq!(page["previous"].as_str().map(str::to_owned), expected_previous);
+        assert_eq!(
+            page["previous"].as_str().map(str::to_owned),
+            expected_previous
+        );
         for rec in page["results"].as_array().unwrap() {
             let up = rec["uploaded_at"].as_str().unwrap().to_owned();
             assert!(up <= last_uploaded, "descending uploaded_at");
@@ -120,7 +137,10 @@ async fn walk_from_offset_zero_sees_every_asset_once_newest_first() {
         pages += 1;
         expected_previous = Some(match pages {
             1 => reg.url("/api/v3/assets/?limit=200"),
-            n => reg.url(&format!("/api/v3/assets/?limit=200&offset={}", (n - 1) * 200)),
+            n => reg.url(&format!(
+                "/api/v3/assets/?limit=200&offset={}",
+                (n - 1) * 200
+            )),
         });
         next = page["next"].as_str().map(str::to_owned);
         if let Some(n) = &next {
@@ -129,19 +149,38 @@ async fn walk_from_offset_zero_sees_every_asset_once_newest_first() {
     }
     assert_eq!(pages, 3);
     assert_eq!(ids.len(), 450);
-    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 450, "every asset exactly once");
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        450,
+        "every asset exactly once"
+    );
 
     // The tie-break is stable: the same page twice is byte-identical apart from nothing.
-    let a = reg.get_json(&reg.url("/api/v3/assets/?limit=7&offset=100")).await;
-    let b = reg.get_json(&reg.url("/api/v3/assets/?limit=7&offset=100")).await;
+    let a = reg
+        .get_json(&reg.url("/api/v3/assets/?limit=7&offset=100"))
+        .await;
+    let b = reg
+        .get_json(&reg.url("/api/v3/assets/?limit=7&offset=100"))
+        .await;
     assert_eq!(a["results"], b["results"]);
-    let ids_a: Vec<&str> = a["results"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
-    assert_eq!(ids_a, ids[100..107].iter().map(String::as_str).collect::<Vec<_>>());
+    let ids_a: Vec<&str> = a["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids_a,
+        ids[100..107].iter().map(String::as_str).collect::<Vec<_>>()
+    );
     // Past the end: empty page, previous steps back.
     let past = reg.get_json(&reg.url("/api/v3/assets/?offset=5000")).await;
     assert_eq!(past["results"].as_array().unwrap().len(), 0);
     assert_eq!(past["next"], Value::Null);
-    assert_eq!(past["previous"].as_str().unwrap(), reg.url("/api/v3/assets/?limit=200&offset=4800"));
+    assert_eq!(
+        past["previous"].as_str().unwrap(),
+        reg.url("/api/v3/assets/?limit=200&offset=4800")
+    );
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -253,11 +292,17 @@ const FIELDS: &[(&str, Ty)] = {
 };
 
 fn is_url(v: &Value) -> bool {
-    v.as_str().is_some_and(|s| s.starts_with("http://") || s.starts_with("https://"))
+    v.as_str()
+        .is_some_and(|s| s.starts_with("http://") || s.starts_with("https://"))
 }
 
 fn is_signed(v: &Value) -> bool {
-    v.as_str().is_some_and(|s| is_url(v) && s.contains("?Expires=") && s.contains("&Signature=") && s.contains("&Key-Pair-Id="))
+    v.as_str().is_some_and(|s| {
+        is_url(v)
+            && s.contains("?Expires=")
+            && s.contains("&Signature=")
+            && s.contains("&Key-Pair-Id=")
+    })
 }
 
 fn type_ok(v: &Value, ty: Ty) -> bool {
@@ -281,11 +326,20 @@ fn type_ok(v: &Value, ty: Ty) -> bool {
 
 fn is_iso_micros(s: &str) -> bool {
     let b = s.as_bytes();
-    b.len() == 27 && b[4] == b'-' && b[10] == b'T' && b[19] == b'.' && b[26] == b'Z' && b[20..26].iter().all(u8::is_ascii_digit)
+    b.len() == 27
+        && b[4] == b'-'
+        && b[10] == b'T'
+        && b[19] == b'.'
+        && b[26] == b'Z'
+        && b[20..26].iter().all(u8::is_ascii_digit)
 }
 
 fn is_hex(s: &str, prefixed: bool, len: usize) -> bool {
-    let body = if prefixed { s.strip_prefix("0x") } else { Some(s) };
+    let body = if prefixed {
+        s.strip_prefix("0x")
+    } else {
+        Some(s)
+    };
     body.is_some_and(|b| b.len() == len && b.bytes().all(|c| c.is_ascii_hexdigit()))
 }
 
@@ -294,7 +348,9 @@ fn check_record(r: &Value) {
     let id = r["id"].as_str().unwrap();
     let obj = r.as_object().unwrap();
     for (field, ty) in FIELDS {
-        let v = obj.get(*field).unwrap_or_else(|| panic!("{id}: field {field} missing"));
+        let v = obj
+            .get(*field)
+            .unwrap_or_else(|| panic!("{id}: field {field} missing"));
         assert!(type_ok(v, *ty), "{id}: field {field} = {v} is not {ty:?}");
     }
     assert_eq!(obj.len(), FIELDS.len(), "{id}: no extra fields");
@@ -308,7 +364,13 @@ fn check_record(r: &Value) {
     assert!(is_iso_micros(r["uploaded_at"].as_str().unwrap()));
     assert!(is_iso_micros(r["updated_at"].as_str().unwrap()));
     for info in r["integrity_info"].as_array().unwrap() {
-        for k in ["integrity_provider", "search_id", "search_index", "explorer_url", "created_at"] {
+        for k in [
+            "integrity_provider",
+            "search_id",
+            "search_index",
+            "explorer_url",
+            "created_at",
+        ] {
             assert!(info[k].is_string(), "{id}: integrity_info.{k}");
         }
         assert!(is_url(&info["explorer_url"]));
@@ -318,9 +380,18 @@ fn check_record(r: &Value) {
             assert_eq!(info["search_index"], r["cid"]);
         }
     }
-    assert!(r["integrity_providers"].as_array().unwrap().iter().all(Value::is_string));
+    assert!(
+        r["integrity_providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(Value::is_string)
+    );
     let proof = &r["information"]["proof"];
-    assert!(proof["hash"].is_string() && proof["mimeType"].is_string() && proof["timestamp"].is_i64(), "{id}: {proof}");
+    assert!(
+        proof["hash"].is_string() && proof["mimeType"].is_string() && proof["timestamp"].is_i64(),
+        "{id}: {proof}"
+    );
     assert_eq!(proof["hash"].as_str().unwrap().trim(), r["proof_hash"]);
     if let Some(items) = r["information"].get("information") {
         for it in items.as_array().unwrap() {
@@ -332,7 +403,10 @@ fn check_record(r: &Value) {
     if !sm.is_empty() {
         let doc: Value = serde_json::from_str(sm).unwrap();
         assert_eq!(doc["spec_version"], "2.0.0");
-        assert_eq!(r["metadata_cid"].as_str().unwrap(), cid_v1_raw(sm.as_bytes()));
+        assert_eq!(
+            r["metadata_cid"].as_str().unwrap(),
+            cid_v1_raw(sm.as_bytes())
+        );
     }
     for s in r["signature"].as_array().unwrap() {
         assert!(s["provider"].is_string() && s["proofHash"].is_string());
@@ -360,17 +434,41 @@ fn check_record(r: &Value) {
     if minted {
         assert_eq!(r["nft_spec"], "erc721");
         assert!(r["nft_token_uri"].as_str().unwrap().starts_with("ipfs://"));
-        assert!(is_hex(r["nft_creation_tx_hash"].as_str().unwrap(), true, 64));
+        assert!(is_hex(
+            r["nft_creation_tx_hash"].as_str().unwrap(),
+            true,
+            64
+        ));
         assert!(is_hex(r["nft_creator_address"].as_str().unwrap(), true, 40));
     } else {
-        for k in ["nft_spec", "nft_token_uri", "nft_creation_tx_hash", "nft_creator_address", "nft_blockchain_name", "nft_contract_address"] {
+        for k in [
+            "nft_spec",
+            "nft_token_uri",
+            "nft_creation_tx_hash",
+            "nft_creator_address",
+            "nft_blockchain_name",
+            "nft_contract_address",
+        ] {
             assert_eq!(r[k], "", "{id}: unminted {k}");
         }
     }
     let st = &r["source_transaction"];
-    assert_eq!(r["source_type"] == "store", st.is_object(), "{id}: source_transaction iff store");
+    assert_eq!(
+        r["source_type"] == "store",
+        st.is_object(),
+        "{id}: source_transaction iff store"
+    );
     if st.is_object() {
-        for k in ["id", "type", "sender", "sender_name", "receiver_email", "receiver_address", "receiver_name", "checkout_order_id"] {
+        for k in [
+            "id",
+            "type",
+            "sender",
+            "sender_name",
+            "receiver_email",
+            "receiver_address",
+            "receiver_name",
+            "checkout_order_id",
+        ] {
             assert!(st[k].is_string(), "{id}: source_transaction.{k}");
         }
         for k in ["created_at", "fulfilled_at", "expired_at"] {
@@ -387,12 +485,16 @@ fn check_record(r: &Value) {
     assert_eq!(pm["proof_hash"], r["proof_hash"]);
     assert!(pm["mime_type"].is_string() && pm["capture_time"].is_i64());
     for (k, v) in r["nit_commit_custom"].as_object().unwrap() {
-        assert!(["usedBy", "assetSourceType", "digitalSourceType"].contains(&k.as_str()) && v.is_string());
+        assert!(
+            ["usedBy", "assetSourceType", "digitalSourceType"].contains(&k.as_str())
+                && v.is_string()
+        );
     }
 }
 
 #[tokio::test]
-async fn every_seeded_record_has_every_field_with_its_stated_type_and_the_seed_covers_every_shape() {
+async fn every_seeded_record_has_every_field_with_its_stated_type_and_the_seed_covers_every_shape()
+{
     let reg = Registry::start(400, None).await;
     let records = reg.all_records().await;
     assert_eq!(records.len(), 400);
@@ -402,25 +504,57 @@ async fn every_seeded_record_has_every_field_with_its_stated_type_and_the_seed_c
     let has = |f: &dyn Fn(&Value) -> bool| records.iter().any(f);
     assert!(has(&|r| r["type"] == "unique") && has(&|r| r["type"] == "child"));
     for p in ["nit", "iota_legacy", "iota_chrysalis"] {
-        assert!(has(&|r| r["integrity_info"].as_array().unwrap().iter().any(|i| i["integrity_provider"] == p)), "{p}");
+        assert!(
+            has(&|r| r["integrity_info"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["integrity_provider"] == p)),
+            "{p}"
+        );
     }
     assert!(has(&|r| r["signature"].as_array().unwrap().is_empty()));
-    assert!(has(&|r| r["signature"].as_array().unwrap().iter().any(|s| s.get("integritySha").is_some())));
-    assert!(has(&|r| r["signature"].as_array().unwrap().iter().any(|s| s.get("signature").is_none())));
-    assert!(has(&|r| r["signature"].as_array().unwrap().iter().any(|s| s.get("publicKey").is_some() && s.get("integritySha").is_none())));
+    assert!(has(&|r| r["signature"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s.get("integritySha").is_some())));
+    assert!(has(&|r| r["signature"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s.get("signature").is_none())));
+    assert!(has(&|r| r["signature"].as_array().unwrap().iter().any(
+        |s| s.get("publicKey").is_some() && s.get("integritySha").is_none()
+    )));
     assert!(has(&|r| r["nft_token_id"].is_string()) && has(&|r| r["nft_token_id"].is_null()));
     assert!(has(&|r| r["source_type"] == "store"));
     assert!(has(&|r| r["caption"].as_str().unwrap().contains('\n')));
     assert!(has(&|r| r["signed_metadata"] == "") && has(&|r| r["signed_metadata"] != ""));
-    assert!(has(&|r| r["information"]["proof"]["hash"].as_str().unwrap().starts_with(' ')));
+    assert!(has(&|r| r["information"]["proof"]["hash"]
+        .as_str()
+        .unwrap()
+        .starts_with(' ')));
     assert!(has(&|r| r["creator"].is_null()));
     assert!(has(&|r| !r["preexisting"].as_array().unwrap().is_empty()));
     assert!(has(&|r| r["certified_asset"].is_string()) && has(&|r| r["certified_asset"].is_null()));
-    let mimes: HashSet<&str> = records.iter().map(|r| r["asset_file_mime_type"].as_str().unwrap()).collect();
-    assert!(mimes.contains("image/jpeg") && mimes.contains("image/png") && mimes.contains("application/json") && mimes.contains("video/mp4"));
+    let mimes: HashSet<&str> = records
+        .iter()
+        .map(|r| r["asset_file_mime_type"].as_str().unwrap())
+        .collect();
+    assert!(
+        mimes.contains("image/jpeg")
+            && mimes.contains("image/png")
+            && mimes.contains("application/json")
+            && mimes.contains("video/mp4")
+    );
     // Deterministic: a second server seeded with the same N lists the same records (URLs aside).
     let again = Registry::start(400, None).await;
-    let strip = |r: &Value| r["uuid"].as_str().unwrap().to_owned() + r["signed_metadata"].as_str().unwrap() + r["uploaded_at"].as_str().unwrap();
+    let strip = |r: &Value| {
+        r["uuid"].as_str().unwrap().to_owned()
+            + r["signed_metadata"].as_str().unwrap()
+            + r["uploaded_at"].as_str().unwrap()
+    };
     let first: Vec<String> = records.iter().map(strip).collect();
     let second: Vec<String> = again.all_records().await.iter().map(strip).collect();
     assert_eq!(first, second);
@@ -451,13 +585,29 @@ async fn post_registers_a_real_file_on_top_and_rejects_bad_requests() {
         ("asset_file", Some("field-photo.jpg"), &file),
         ("caption", None, "Line one\nLine two".as_bytes()),
         ("headline", None, b"Registered by a test"),
-        ("signed_metadata", None, br#"{"spec_version":"2.0.0","recorder":"test"}"#),
-        ("signature", None, br#"[{"provider":"AssetSignature","proofHash":"ab"}]"#),
-        ("nit_commit_custom", None, br#"{"usedBy":"https://example.org/story"}"#),
+        (
+            "signed_metadata",
+            None,
+            br#"{"spec_version":"2.0.0","recorder":"test"}"#,
+        ),
+        (
+            "signature",
+            None,
+            br#"[{"provider":"AssetSignature","proofHash":"ab"}]"#,
+        ),
+        (
+            "nit_commit_custom",
+            None,
+            br#"{"usedBy":"https://example.org/story"}"#,
+        ),
         ("meta", None, br#"{"proof":{"timestamp":1700000000}}"#),
     ]);
     let post = |ct: &str, body: Vec<u8>, token: Option<&str>| {
-        let mut rq = reg.client.post(&endpoint).header("content-type", ct).body(body);
+        let mut rq = reg
+            .client
+            .post(&endpoint)
+            .header("content-type", ct)
+            .body(body);
         if let Some(t) = token {
             rq = rq.header("authorization", format!("token {t}"));
         }
@@ -467,9 +617,17 @@ async fn post_registers_a_real_file_on_top_and_rejects_bad_requests() {
     let r = post(&ct, body.clone(), None).await.unwrap();
     assert_eq!(r.status(), 401);
     assert_drf_headers(&r);
-    assert_eq!(post(&ct, body.clone(), Some("wrong")).await.unwrap().status(), 401);
+    assert_eq!(
+        post(&ct, body.clone(), Some("wrong"))
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
     // 415 for a JSON body.
-    let r = post("application/json", b"{}".to_vec(), Some(TOKEN)).await.unwrap();
+    let r = post("application/json", b"{}".to_vec(), Some(TOKEN))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 415);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["type"], "unsupported_media_type");
@@ -485,13 +643,21 @@ async fn post_registers_a_real_file_on_top_and_rejects_bad_requests() {
     assert_eq!(created["asset_file_size"], file.len());
     assert_eq!(created["caption"], "Line one\nLine two");
     assert_eq!(created["information"]["proof"]["timestamp"], 1_700_000_000);
-    assert_eq!(created["nit_commit_custom"]["usedBy"], "https://example.org/story");
+    assert_eq!(
+        created["nit_commit_custom"]["usedBy"],
+        "https://example.org/story"
+    );
 
     // First in the list, count grew, and its file is served back byte for byte.
     let page = reg.get_json(&endpoint).await;
     assert_eq!(page["count"], 31);
     assert_eq!(page["results"][0]["cid"], cid.as_str());
-    let served = reg.client.get(page["results"][0]["asset_file"].as_str().unwrap()).send().await.unwrap();
+    let served = reg
+        .client
+        .get(page["results"][0]["asset_file"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(served.status(), 200);
     assert_eq!(served.headers()["content-type"], "image/jpeg");
     assert_eq!(served.bytes().await.unwrap().as_ref(), file.as_slice());
@@ -506,7 +672,11 @@ async fn post_registers_a_real_file_on_top_and_rejects_bad_requests() {
     // Bad fields: every one named.
     let (ct2, bad) = multipart(&[
         ("asset_file", Some("other.jpg"), b"other bytes"),
-        ("headline", None, b"This headline is far longer than twenty-five characters"),
+        (
+            "headline",
+            None,
+            b"This headline is far longer than twenty-five characters",
+        ),
         ("meta", None, b"not json"),
         ("signed_metadata", None, b"[1,2]"),
         ("signature", None, br#"[{"provider":"x"}]"#),
@@ -517,12 +687,23 @@ async fn post_registers_a_real_file_on_top_and_rejects_bad_requests() {
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["type"], "validation_error");
     let details = e["error"]["details"].as_object().unwrap();
-    for f in ["headline", "meta", "signed_metadata", "signature", "nit_commit_custom"] {
+    for f in [
+        "headline",
+        "meta",
+        "signed_metadata",
+        "signature",
+        "nit_commit_custom",
+    ] {
         assert!(details.contains_key(f), "{f} not named in {e}");
     }
     assert!(!details.contains_key("asset_file"));
     let (ct3, no_file) = multipart(&[("caption", None, b"no file")]);
-    let e: Value = post(&ct3, no_file, Some(TOKEN)).await.unwrap().json().await.unwrap();
+    let e: Value = post(&ct3, no_file, Some(TOKEN))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(e["error"]["details"]["asset_file"].is_array());
 
     // 413 over the cap (the connection may be closed early; a status, when read, is 413).
@@ -530,14 +711,26 @@ async fn post_registers_a_real_file_on_top_and_rejects_bad_requests() {
     let (ct4, too_big) = multipart(&[("asset_file", Some("big.bin"), &big)]);
     let r = post(&ct4, too_big, Some(TOKEN)).await.unwrap();
     assert_eq!(r.status(), 413);
-    assert_eq!(reg.get_json(&endpoint).await["count"], 31, "nothing registered by rejected requests");
+    assert_eq!(
+        reg.get_json(&endpoint).await["count"],
+        31,
+        "nothing registered by rejected requests"
+    );
 }
 
 #[tokio::test]
 async fn post_is_refused_when_no_token_is_configured() {
     let reg = Registry::start(3, None).await;
     let (ct, body) = multipart(&[("asset_file", Some("a.jpg"), b"abc")]);
-    let r = reg.client.post(reg.url("/api/v3/assets/")).header("content-type", ct).header("authorization", "token anything").body(body).send().await.unwrap();
+    let r = reg
+        .client
+        .post(reg.url("/api/v3/assets/"))
+        .header("content-type", ct)
+        .header("authorization", "token anything")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["type"], "registration_disabled");
@@ -551,21 +744,46 @@ async fn signed_urls_serve_real_files_and_refuse_expired_or_tampered_ones() {
         let url = r["asset_file"].as_str().unwrap();
         let resp = reg.client.get(url).send().await.unwrap();
         assert_eq!(resp.status(), 200, "{url}");
-        assert_eq!(resp.headers()["content-type"], r["asset_file_mime_type"].as_str().unwrap());
+        assert_eq!(
+            resp.headers()["content-type"],
+            r["asset_file_mime_type"].as_str().unwrap()
+        );
         let bytes = resp.bytes().await.unwrap();
         assert_eq!(bytes.len() as u64, r["asset_file_size"].as_u64().unwrap());
-        assert_eq!(hex::encode(Sha256::digest(&bytes)), r["proof_hash"].as_str().unwrap());
+        assert_eq!(
+            hex::encode(Sha256::digest(&bytes)),
+            r["proof_hash"].as_str().unwrap()
+        );
         assert_eq!(cid_v1_raw(&bytes), r["cid"].as_str().unwrap());
-        for k in ["asset_file_snapshot", "asset_file_thumbnail", "certificate_qrcode", "owner_profile_picture", "certified_asset"] {
+        for k in [
+            "asset_file_snapshot",
+            "asset_file_thumbnail",
+            "certificate_qrcode",
+            "owner_profile_picture",
+            "certified_asset",
+        ] {
             if let Some(u) = r[k].as_str() {
                 let resp = reg.client.get(u).send().await.unwrap();
                 assert_eq!(resp.status(), 200, "{k}: {u}");
-                assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("image/"));
+                assert!(
+                    resp.headers()["content-type"]
+                        .to_str()
+                        .unwrap()
+                        .starts_with("image/")
+                );
             }
         }
     }
     let url = records[0]["asset_file"].as_str().unwrap();
-    let expires: u64 = url.split("Expires=").nth(1).unwrap().split('&').next().unwrap().parse().unwrap();
+    let expires: u64 = url
+        .split("Expires=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(expires > unix_now() + 3000 && expires <= unix_now() + 3600);
     let forbidden = |u: String| {
         let c = reg.client.clone();
@@ -574,29 +792,59 @@ async fn signed_urls_serve_real_files_and_refuse_expired_or_tampered_ones() {
     // Tampered signature, path, expiry; missing parameters.
     let sig_at = url.find("Signature=").unwrap() + "Signature=".len();
     let mut tampered = url.to_owned();
-    let flipped = if &url[sig_at..=sig_at] == "A" { "B" } else { "A" };
+    let flipped = if &url[sig_at..=sig_at] == "A" {
+        "B"
+    } else {
+        "A"
+    };
     tampered.replace_range(sig_at..=sig_at, flipped);
     assert_eq!(forbidden(tampered).await, 403);
     let other_cid = records[1]["cid"].as_str().unwrap();
     let this_cid = records[0]["cid"].as_str().unwrap();
     assert_eq!(forbidden(url.replace(this_cid, other_cid)).await, 403);
-    assert_eq!(forbidden(url.replace(&format!("Expires={expires}"), &format!("Expires={}", expires + 60))).await, 403);
-    assert_eq!(forbidden(url.split('?').next().unwrap().to_owned()).await, 403);
+    assert_eq!(
+        forbidden(url.replace(
+            &format!("Expires={expires}"),
+            &format!("Expires={}", expires + 60)
+        ))
+        .await,
+        403
+    );
+    assert_eq!(
+        forbidden(url.split('?').next().unwrap().to_owned()).await,
+        403
+    );
     // Expired: a correctly signed URL whose Expires has passed.
     let path = format!("/media/a/{this_cid}");
     let signer = UrlSigner::new(KEY, Duration::from_secs(3600));
     let past = unix_now() - 5;
-    let expired = reg.url(&format!("{path}?Expires={past}&Signature={}&Key-Pair-Id={}", signer.signature(&path, past), signer.key_id()));
+    let expired = reg.url(&format!(
+        "{path}?Expires={past}&Signature={}&Key-Pair-Id={}",
+        signer.signature(&path, past),
+        signer.key_id()
+    ));
     let r = reg.client.get(&expired).send().await.unwrap();
     assert_eq!(r.status(), 403);
     let e: Value = r.json().await.unwrap();
-    assert!(e["error"]["message"].as_str().unwrap().contains("expired"), "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("expired"),
+        "{e}"
+    );
     // The same construction with a future expiry is accepted (the test signs exactly as the server).
     let future = unix_now() + 100;
-    let ok = reg.url(&format!("{path}?Expires={future}&Signature={}&Key-Pair-Id={}", signer.signature(&path, future), signer.key_id()));
+    let ok = reg.url(&format!(
+        "{path}?Expires={future}&Signature={}&Key-Pair-Id={}",
+        signer.signature(&path, future),
+        signer.key_id()
+    ));
     assert_eq!(reg.client.get(&ok).send().await.unwrap().status(), 200);
     // The verification page of certificate_link is served.
-    let page = reg.client.get(records[0]["certificate_link"].as_str().unwrap()).send().await.unwrap();
+    let page = reg
+        .client
+        .get(records[0]["certificate_link"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap().contains(this_cid));
 }
@@ -616,7 +864,10 @@ async fn head_equals_get_minus_the_body() {
         assert_eq!(gh, hh, "{url}");
         assert!(gh.contains_key("content-length"));
         let body = get.bytes().await.unwrap();
-        assert_eq!(gh["content-length"].to_str().unwrap(), body.len().to_string());
+        assert_eq!(
+            gh["content-length"].to_str().unwrap(),
+            body.len().to_string()
+        );
         assert!(head.bytes().await.unwrap().is_empty());
     }
 }
@@ -626,42 +877,101 @@ async fn drf_surface_formats_negotiation_options_and_405() {
     let reg = Registry::start(250, None).await;
     let url = reg.url("/api/v3/assets/");
     // format=json
-    let r = reg.client.get(format!("{url}?format=json&limit=2&offset=4")).send().await.unwrap();
+    let r = reg
+        .client
+        .get(format!("{url}?format=json&limit=2&offset=4"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.headers()["content-type"], "application/json");
     let page: Value = r.json().await.unwrap();
-    assert_eq!(page["next"].as_str().unwrap(), format!("{url}?format=json&limit=2&offset=6"));
+    assert_eq!(
+        page["next"].as_str().unwrap(),
+        format!("{url}?format=json&limit=2&offset=6")
+    );
     // format=api: HTML with the same body, links clickable and keeping format=api.
-    let r = reg.client.get(format!("{url}?format=api")).send().await.unwrap();
+    let r = reg
+        .client
+        .get(format!("{url}?format=api"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_drf_headers(&r);
     assert_eq!(r.headers()["content-type"], "text/html; charset=utf-8");
     let html = r.text().await.unwrap();
-    assert!(html.contains(&format!("<a href=\"{url}?format=api&amp;limit=200&amp;offset=200\">")), "next link clickable");
+    assert!(
+        html.contains(&format!(
+            "<a href=\"{url}?format=api&amp;limit=200&amp;offset=200\">"
+        )),
+        "next link clickable"
+    );
     assert!(html.contains("&quot;count&quot;: 250"));
     // A browser's Accept prefers HTML; */* gets JSON.
-    let r = reg.client.get(&url).header("accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8").send().await.unwrap();
+    let r = reg
+        .client
+        .get(&url)
+        .header(
+            "accept",
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+        )
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.headers()["content-type"], "text/html; charset=utf-8");
-    let r = reg.client.get(&url).header("accept", "*/*").send().await.unwrap();
+    let r = reg
+        .client
+        .get(&url)
+        .header("accept", "*/*")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.headers()["content-type"], "application/json");
     // Unknown format → 404; unsatisfiable Accept → 406; both with Allow/Vary.
-    let r = reg.client.get(format!("{url}?format=xml")).send().await.unwrap();
+    let r = reg
+        .client
+        .get(format!("{url}?format=xml"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     assert_drf_headers(&r);
-    assert_eq!(r.json::<Value>().await.unwrap(), serde_json::json!({"detail": "Not found."}));
-    let r = reg.client.get(&url).header("accept", "image/png").send().await.unwrap();
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        serde_json::json!({"detail": "Not found."})
+    );
+    let r = reg
+        .client
+        .get(&url)
+        .header("accept", "image/png")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 406);
     assert_drf_headers(&r);
     // OPTIONS metadata.
-    let r = reg.client.request(reqwest::Method::OPTIONS, &url).send().await.unwrap();
+    let r = reg
+        .client
+        .request(reqwest::Method::OPTIONS, &url)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_drf_headers(&r);
     let meta: Value = r.json().await.unwrap();
-    assert_eq!(meta["renders"], serde_json::json!(["application/json", "text/html"]));
+    assert_eq!(
+        meta["renders"],
+        serde_json::json!(["application/json", "text/html"])
+    );
     assert_eq!(meta["actions"]["POST"]["headline"]["max_length"], 25);
     assert_eq!(meta["actions"]["POST"]["asset_file"]["required"], true);
     assert!(meta["name"].is_string() && meta["parses"].is_array());
     // Other methods → 405 with Allow.
-    for m in [reqwest::Method::PUT, reqwest::Method::DELETE, reqwest::Method::PATCH] {
+    for m in [
+        reqwest::Method::PUT,
+        reqwest::Method::DELETE,
+        reqwest::Method::PATCH,
+    ] {
         let r = reg.client.request(m.clone(), &url).send().await.unwrap();
         assert_eq!(r.status(), 405, "{m}");
         assert_drf_headers(&r);

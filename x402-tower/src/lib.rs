@@ -1,4 +1,136 @@
-//! x402 payments for Tower services.
+//! Sell HTTP resources for USDC with [x402](https://x402.org) payments: a Tower middleware.
+//!
+//! Put an [`X402Layer`] in front of any Tower HTTP service (axum, a bare hyper service, tonic's HTTP side).
+//! A request without a payment gets `402 Payment Required` with the offers; a request with a valid
+//! EIP-3009 payment (`X-PAYMENT` or `PAYMENT-SIGNATURE`, x402 v1 or v2) reaches the inner service, which finds
+//! the [`VerifiedPayment`] in its request extensions; the payment is then settled and a receipt
+//! (`X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE`) added.
+//!
+//! # Example: a bare `service_fn`
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use alloy_primitives::address;
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::Full;
+//! use tower::{Layer, ServiceExt};
+//! use x402_tower::{PaymentOffer, Price, VerifiedPayment, X402Layer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let layer = X402Layer::builder("https://api.example.com") // where clients reach us: resource URLs
+//!     .offer(
+//!         PaymentOffer::usdc(
+//!             "base-sepolia".parse().unwrap(),
+//!             address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+//!             Price::from_usdc_decimal("0.01").unwrap(),
+//!         )
+//!         .unwrap()
+//!         .description("Weather report")
+//!         .mime_type("application/json"),
+//!     )
+//!     .build() // the default settler is verify-only: no money moves
+//!     .unwrap();
+//!
+//! let svc = layer.layer(tower::service_fn(|req: Request<Full<Bytes>>| async move {
+//!     let payer = req.extensions().get::<VerifiedPayment>().map(|p| p.payer);
+//!     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(format!("sunny, paid by {payer:?}")))))
+//! }));
+//!
+//! let res = svc.oneshot(Request::get("/weather").body(Full::default()).unwrap()).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::PAYMENT_REQUIRED);
+//! assert!(res.headers().contains_key("payment-required"));
+//! # }
+//! ```
+//!
+//! # Example: axum, with a price per article from a database
+//!
+//! ```
+//! use alloy_primitives::address;
+//! use axum::{Extension, Router, routing::get};
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use x402_tower::{PaymentOffer, Price, PriceDecision, VerifiedPayment, X402Layer};
+//!
+//! async fn article(Extension(paid): Extension<VerifiedPayment>) -> String {
+//!     format!("the article, licensed to {}", paid.payer)
+//! }
+//!
+//! let layer = X402Layer::builder("https://news.example")
+//!     .price_source(|parts: &http::request::Parts| {
+//!         // Take what the price needs from the request head, then look it up asynchronously.
+//!         let id = parts.uri.query().and_then(|q| q.strip_prefix("articleId=")).map(str::to_owned);
+//!         async move {
+//!             let Some(id) = id else {
+//!                 return PriceDecision::Respond(
+//!                     http::Response::builder().status(400).body(Full::new(Bytes::from("articleId?"))).unwrap(),
+//!                 );
+//!             };
+//!             let price = if id == "free-sample" { return PriceDecision::Free } else { "0.25" }; // a DB query
+//!             PriceDecision::Charge(vec![
+//!                 PaymentOffer::usdc(
+//!                     "base".parse().unwrap(),
+//!                     address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+//!                     Price::from_usdc_decimal(price).unwrap(),
+//!                 )
+//!                 .unwrap(),
+//!             ])
+//!         }
+//!     })
+//!     .expose_headers(true)
+//!     .build()
+//!     .unwrap();
+//!
+//! let app: Router = Router::new()
+//!     .route("/x402Article", get(article).route_layer(layer))
+//!     .route("/health", get(|| async { "ok" }));
+//! ```
+//!
+//! # What happens to a request
+//!
+//! 1. **Price**: static offers, or the [`PriceSource`] decides `Charge(offers)`, `Free` or `Respond(response)`.
+//! 2. **No payment header**: 402. Both `X-Payment-Required` and `PAYMENT-REQUIRED` carry Base64 JSON of the v2
+//!    `PaymentRequired`; the body is a v1 `{x402Version:1, error, accepts}` (or an HTML page when `Accept`
+//!    prefers `text/html`); `Cache-Control: no-store`. The absolute `resource` URL is the configured public
+//!    base URL + the request's path and query (never the client's `Host`).
+//! 3. **Payment header** (`PAYMENT-SIGNATURE`, else `X-PAYMENT`; length capped before decoding; version taken
+//!    from the decoded `x402Version`): verified in the spec's order — scheme, network, offer match (v2:
+//!    semantic equality of `accepted`), recipient, amount (v1 `>=`, v2 `==`), time window (`validAfter <=
+//!    now`, `validBefore >= now + 6`), then the signature as USDC checks it (65 bytes, `v` 27/28, low `s`,
+//!    recovered address == `from`, domain separator precomputed per offer). Any failure: 402 with the spec's
+//!    error string. See [`verify`].
+//! 4. **Replay guard**: `(chainId, asset, from, nonce)` is reserved atomically in the [`ReplayStore`] before
+//!    the inner service runs; a second use gets 402 `invalid_exact_evm_nonce_already_used`. The keep/release
+//!    rule is in [`replay`].
+//! 5. **Settler verify** (a facilitator checks balance, nonce state): invalid → 402 with its reason; no answer →
+//!    502.
+//! 6. **Settlement** ([`SettleTiming`]): after the inner service answered below 400 (the response is held,
+//!    its body untouched) or before it runs. Success: receipt header in the client's version and
+//!    `Cache-Control: private`. Failure: the held response is dropped, 402 with a `success:false` receipt.
+//!    Unknown outcome (timeout after broadcast): 502.
+//!
+//! Nothing a client sends makes the layer return an error or panic: every bad input is a 402. Server-side
+//! trouble is a response too: 502 (settler), 503 (replay store), 500 (a price source returning no offer).
+//!
+//! # Settlers
+//!
+//! [`VerifyOnlySettler`] (the default) moves **no money**: it accepts every locally verified payment and its
+//! receipt says `transaction: "verify-only"`. For demos and tests. [`settle::FacilitatorSettler`] (feature
+//! `facilitator`, on by default) calls a remote facilitator. An on-chain settler plugs in behind the feature
+//! `onchain`. Implement [`Settler`] for anything else.
+//!
+//! # CORS
+//!
+//! Browsers only let scripts read `PAYMENT-REQUIRED`/`PAYMENT-RESPONSE` cross-origin when they are listed in
+//! `Access-Control-Expose-Headers`. [`X402Config::expose_headers`] adds them to the responses this layer
+//! writes or receipts; a CORS layer (e.g. `tower_http::cors::CorsLayer`) must sit **outside** this layer so
+//! that preflight requests and 402 answers get CORS headers too.
+//!
+//! # Observability
+//!
+//! Spans `x402.verify`, `x402.decode`, `x402.settler_verify`, `x402.settle` (and `x402.facilitator.*`);
+//! counters in [`X402Metrics`] (see [`X402Layer::metrics`]).
 #![warn(missing_docs)]
 
 pub mod layer;

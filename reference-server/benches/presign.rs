@@ -44,6 +44,8 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(10_000);
     let out = std::env::var("PRESIGN_OUT").unwrap_or_else(|_| "payments.txt".into());
+    // reqwest is built without a TLS provider in this workspace: install ring before building a client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let required: Value = rt.block_on(async {
         let resp = reqwest::get(&url).await.expect("GET the article");

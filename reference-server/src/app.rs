@@ -11,7 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use tower_http::cors::{Any, CorsLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use tracing::Level;
 
 use crate::config::Settings;
 use crate::licensing::{self, handlers};
@@ -125,7 +126,11 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state, count_requests))
         .layer(cors)
-        .layer(TraceLayer::new_for_http()))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
+                .on_response(DefaultOnResponse::new().level(Level::INFO)),
+        ))
 }
 
 /// The registry's configuration, from the server's settings.

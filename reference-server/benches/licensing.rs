@@ -1,0 +1,169 @@
+//! In-process cost of interface A's hot paths through the whole router (no socket): the 402 answer, a
+//! paid purchase (local verification, verify-only settlement, receipt write to an in-memory database),
+//! and the catalog. The loopback figures with wrk are in docs/bench/reference-server-licensing.md.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use alloy_primitives::{Address, B256, U256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use axum::body::Body;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use http::Request;
+use http_body_util::BodyExt as _;
+use reference_server::{Config, build_app, store::Db};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+sol! {
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+const BASE: &str = "http://127.0.0.1:8080";
+const PATH: &str = "/x402Article?articleId=c2pa-explained";
+
+fn sign(signer: &PrivateKeySigner, required: &Value) -> String {
+    let accepted = &required["accepts"][0];
+    let asset: Address = accepted["asset"].as_str().unwrap().parse().unwrap();
+    let to: Address = accepted["payTo"].as_str().unwrap().parse().unwrap();
+    let value: U256 = accepted["amount"].as_str().unwrap().parse().unwrap();
+    let domain = Eip712Domain::new(
+        Some(
+            accepted["extra"]["name"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+                .into(),
+        ),
+        Some(
+            accepted["extra"]["version"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+                .into(),
+        ),
+        Some(U256::from(84532u64)),
+        Some(asset),
+        None,
+    );
+    let mut n = [0u8; 32];
+    n[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    n[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    let nonce = B256::from(n);
+    let before = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 300;
+    let msg = TransferWithAuthorization {
+        from: signer.address(),
+        to,
+        value,
+        validAfter: U256::ZERO,
+        validBefore: U256::from(before),
+        nonce,
+    };
+    let sig = signer
+        .sign_hash_sync(&msg.eip712_signing_hash(&domain))
+        .unwrap();
+    let doc = json!({
+        "x402Version": 2,
+        "payload": {
+            "authorization": {
+                "from": signer.address().to_checksum(None), "to": to.to_checksum(None),
+                "value": value.to_string(), "validAfter": "0", "validBefore": before.to_string(),
+                "nonce": nonce.to_string(),
+            },
+            "signature": format!("0x{}", alloy_primitives::hex::encode(sig.as_bytes())),
+        },
+        "resource": required["resource"],
+        "accepted": accepted,
+    });
+    B64.encode(doc.to_string())
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = Config::for_tests();
+    config.seed_assets = 0;
+    config.public_url = Some(BASE.into());
+    let settings = config.validate().unwrap();
+    let db = Db::open_in_memory().unwrap();
+    rt.block_on(reference_server::licensing::seed(
+        &reference_server::store::articles::LicensingStore::new(db.clone()),
+    ))
+    .unwrap();
+    let app = build_app(settings, BASE.into(), db).unwrap();
+
+    let get = |path: &str, payment: Option<String>| {
+        let mut req = Request::get(path);
+        if let Some(p) = payment {
+            req = req.header("PAYMENT-SIGNATURE", p);
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    let required: Value = rt.block_on(async {
+        let resp = app.clone().oneshot(get(PATH, None)).await.unwrap();
+        assert_eq!(resp.status(), 402);
+        serde_json::from_slice(
+            &B64.decode(resp.headers()["payment-required"].as_bytes())
+                .unwrap(),
+        )
+        .unwrap()
+    });
+
+    let mut group = c.benchmark_group("licensing");
+    group.bench_function("402 answer", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let resp = app.clone().oneshot(get(PATH, None)).await.unwrap();
+                assert_eq!(resp.status(), 402);
+                resp.into_body().collect().await.unwrap()
+            })
+        })
+    });
+    group.bench_function("catalog", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let resp = app
+                    .clone()
+                    .oneshot(get("/x402Article/list", None))
+                    .await
+                    .unwrap();
+                resp.into_body().collect().await.unwrap()
+            })
+        })
+    });
+    let signer = PrivateKeySigner::random();
+    group.bench_function("paid purchase (verify-only, receipt written)", |b| {
+        b.iter_batched(
+            || sign(&signer, &required),
+            |payment| {
+                rt.block_on(async {
+                    let resp = app.clone().oneshot(get(PATH, Some(payment))).await.unwrap();
+                    assert_eq!(resp.status(), 200);
+                    resp.into_body().collect().await.unwrap()
+                })
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

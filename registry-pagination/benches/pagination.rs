@@ -124,17 +124,49 @@ where
     len
 }
 
+/// The handler's body as it comes out without the layer.
+struct BareBody(Full<Bytes>);
+
+fn drain_bare<S>(service: &mut S)
+where
+    S: tower::Service<Request<()>, Response = Response<BareBody>, Error = Infallible>,
+{
+    let response = service
+        .call(
+            Request::get("/api/v3/assets/?offset=1000")
+                .body(())
+                .expect("request"),
+        )
+        .now_or_never();
+    let mut body = response.expect("ready").expect("ok").into_body().0;
+    while let Some(frame) = body.frame().now_or_never().expect("ready") {
+        black_box(frame.expect("infallible"));
+    }
+}
+
 fn envelope(c: &mut Criterion) {
     let layer = PaginationLayer::try_new("https://registry.example.com").expect("valid");
     let mut group = c.benchmark_group("layer_request");
     for (name, size) in [("small_2kb", 2 << 10), ("page_1mb", 1 << 20)] {
         let results = results_of(size);
         let inner = results.clone();
-        let mut service = layer.layer(service_fn(move |_req: Request<()>| {
+        let handler = service_fn(move |_req: Request<()>| {
             let mut response = Response::new(Full::new(inner.clone()));
             response.extensions_mut().insert(PageCount(1234));
             std::future::ready(Ok::<_, Infallible>(response))
-        }));
+        });
+        // Baseline: the same request and handler without the layer.
+        let mut bare =
+            tower::util::MapResponseLayer::new(|r: Response<Full<Bytes>>| r.map(BareBody))
+                .layer(handler.clone());
+        drain_bare(&mut bare);
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        drain_bare(&mut bare);
+        println!(
+            "layer_request/{name}: baseline without the layer: {} allocations",
+            ALLOCATIONS.load(Ordering::Relaxed) - before
+        );
+        let mut service = layer.layer(handler);
 
         // Allocation figures for one request (after one warm-up request).
         one_request(&mut service, "/api/v3/assets/?offset=1000");

@@ -144,7 +144,11 @@ impl Links {
     /// ```
     #[must_use]
     pub fn header_value(&self) -> String {
-        let mut out = String::new();
+        let urls = self.next.as_ref().map_or(0, String::len)
+            + self.previous.as_ref().map_or(0, String::len)
+            + self.first.len()
+            + self.last.len();
+        let mut out = String::with_capacity(urls + 4 * 16);
         let entries = [
             (self.next.as_deref(), "next"),
             (self.previous.as_deref(), "prev"),

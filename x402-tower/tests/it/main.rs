@@ -2,6 +2,7 @@
 
 mod support;
 
+mod clients;
 mod protocol;
 mod rejections;
 mod replay;

@@ -16,7 +16,8 @@ pub(crate) struct Revert {
 /// Decodes `Error(string)` revert data, falling back to the node's message.
 pub(crate) fn revert_message(message: &str, data: Option<&Bytes>) -> String {
     if let Some(reason) = data.and_then(|d| alloy_sol_types::decode_revert_reason(d)) {
-        return reason;
+        // alloy renders `Error(string)` as "revert: <reason>".
+        return reason.strip_prefix("revert: ").unwrap_or(&reason).to_owned();
     }
     message
         .trim_start_matches("execution reverted")

@@ -17,7 +17,10 @@ pub(crate) struct Revert {
 pub(crate) fn revert_message(message: &str, data: Option<&Bytes>) -> String {
     if let Some(reason) = data.and_then(|d| alloy_sol_types::decode_revert_reason(d)) {
         // alloy renders `Error(string)` as "revert: <reason>".
-        return reason.strip_prefix("revert: ").unwrap_or(&reason).to_owned();
+        return reason
+            .strip_prefix("revert: ")
+            .unwrap_or(&reason)
+            .to_owned();
     }
     message
         .trim_start_matches("execution reverted")

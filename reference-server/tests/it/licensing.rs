@@ -575,3 +575,97 @@ async fn binary_prints_banner_serves_and_stops_cleanly_on_sigterm() {
         .unwrap();
     assert_eq!(exit.code(), Some(0), "graceful exit after SIGTERM");
 }
+
+/// A stub x402 facilitator on a free loopback port: `/verify` accepts, `/settle` answers `settle` (a JSON
+/// document) and counts its calls.
+async fn stub_facilitator(
+    settle: Value,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::routing::{get, post};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let app = axum::Router::new()
+        .route(
+            "/verify",
+            post(|axum::Json(body): axum::Json<Value>| async move {
+                let payer = body["paymentPayload"]["payload"]["authorization"]["from"].clone();
+                axum::Json(serde_json::json!({"isValid": true, "payer": payer}))
+            }),
+        )
+        .route(
+            "/settle",
+            post(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let answer = settle.clone();
+                async move { axum::Json(answer) }
+            }),
+        )
+        .route(
+            "/supported",
+            get(|| async {
+                axum::Json(serde_json::json!({"kinds": [], "extensions": [], "signers": {}}))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), calls)
+}
+
+#[tokio::test]
+async fn facilitator_settlement_is_recorded_in_the_receipt() {
+    let tx = "0x1f2e3d4c5b6a79881f2e3d4c5b6a79881f2e3d4c5b6a79881f2e3d4c5b6a7988";
+    let (facilitator, calls) = stub_facilitator(
+        serde_json::json!({"success": true, "transaction": tx, "network": "eip155:84532"}),
+    )
+    .await;
+    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let resp = server
+        .client
+        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
+        .header("PAYMENT-SIGNATURE", Payer::new().pay_v2(&required))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(decode_header(&resp, "payment-response")["transaction"], tx);
+    let body = json(resp).await;
+    let receipt = json(
+        server
+            .client
+            .get(body["receipt"]["nft"]["verifyUrl"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(receipt["settlement"], tx);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn failed_settlement_is_402_and_leaves_no_receipt() {
+    let (facilitator, calls) = stub_facilitator(serde_json::json!({
+        "success": false, "errorReason": "insufficient_funds", "transaction": "", "network": "eip155:84532"
+    }))
+    .await;
+    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let resp = server
+        .client
+        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
+        .header("PAYMENT-SIGNATURE", Payer::new().pay_v2(&required))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 402);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 0);
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("x402_payments_total{outcome=\"settlement_failed\"} 1"),
+        "{metrics}"
+    );
+}

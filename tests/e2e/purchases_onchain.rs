@@ -33,6 +33,8 @@ async fn v2_client_purchase_moves_exactly_the_price_on_chain_and_a_replay_is_ref
     assert_eq!(receipt["status"], "0x1");
 
     // The same payment header again: refused before the handler, no content, no second transfer.
+    let accepted = accepted_payments(&server).await;
+    assert_eq!(accepted, 1);
     let header = purchase.payment_header.as_str().expect("payment header");
     let resp = http()
         .get(server.article_url())
@@ -48,6 +50,27 @@ async fn v2_client_purchase_moves_exactly_the_price_on_chain_and_a_replay_is_ref
     );
     assert!(body.get("article").is_none());
     assert_eq!(chain.balance(from).await, before.0 - price);
+    assert_eq!(
+        accepted_payments(&server).await,
+        accepted,
+        "the replay reached the handler"
+    );
+}
+
+/// The layer's count of payments passed to the handler, from the server's `/metrics`.
+async fn accepted_payments(server: &RefServer) -> u64 {
+    let text = http()
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix("x402_payments_total{outcome=\"accepted\"} "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no accepted counter in /metrics:\n{text}"))
 }
 
 #[tokio::test]
@@ -167,4 +190,26 @@ async fn chain_refusals_are_402_with_the_right_reason_and_no_content() {
         before,
         "no refused payment moved money"
     );
+}
+
+#[tokio::test]
+async fn python_client_purchase_moves_the_price_on_chain() {
+    let chain = Chain::start().await;
+    let facilitator = facilitator_for(&chain).await;
+    let server = RefServer::on_chain(&chain, &facilitator).await;
+    let (key, from) = payer(7);
+    chain.mint(from, 1_000_000).await;
+    let purchase = buy(Client::Python, &server.article_url(), key).await;
+    let tx = check_purchase(&purchase, from).await;
+    assert!(
+        chain
+            .receipt(tx.parse::<B256>().expect("a transaction hash"))
+            .await
+            .is_some()
+    );
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+    assert_eq!(chain.balance(pay_to()).await, U256::from(ARTICLE_PRICE));
 }

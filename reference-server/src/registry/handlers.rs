@@ -40,31 +40,27 @@ pub(crate) fn store_error(e: &StoreError) -> Response {
     )
 }
 
-/// Render stored templates into a JSON array.
+/// Render one stored record (its JSON object).
 #[allow(
     clippy::result_large_err,
     reason = "the error is the HTTP answer itself"
 )]
-pub(crate) fn render_array(reg: &Registry, templates: &[Vec<u8>]) -> Result<Vec<u8>, Response> {
-    let size: usize = templates.iter().map(|t| t.len() + t.len() / 2).sum();
-    let mut out = Vec::with_capacity(size + 2);
-    out.push(b'[');
+pub(crate) fn render_one(reg: &Registry, id: u64, template: &[u8]) -> Result<Vec<u8>, Response> {
+    let mut out = Vec::with_capacity(template.len() * 3 / 2);
     let expires = reg.signer.expires_at(unix_now());
-    for (i, t) in templates.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if let Err(e) = Template::render(t, &mut out, reg.base(), &reg.signer, expires) {
-            tracing::error!(error = %e, "stored asset template is corrupt");
-            return Err(error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                "A stored asset record is corrupt.",
-                serde_json::Value::Null,
-            ));
-        }
-    }
-    out.push(b']');
+    let page = reg.signer.page(expires);
+    page.with_record(id, |rs| {
+        Template::render(template, &mut out, reg.base(), rs)
+    })
+    .map_err(|e| {
+        tracing::error!(error = %e, "stored asset template is corrupt");
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "A stored asset record is corrupt.",
+            serde_json::Value::Null,
+        )
+    })?;
     Ok(out)
 }
 
@@ -80,19 +76,26 @@ pub(crate) async fn list(
         offset: 0,
     });
     let expires = reg.signer.expires_at(unix_now());
-    let r = Arc::clone(&reg);
+    let base = reg.cfg.public_base_url.clone();
+    let signing = reg.signer.page(expires);
     let rendered = reg
         .store
-        .page_each(offset, limit, Vec::new(), move |out: &mut Vec<u8>, tpl| {
-            if out.is_empty() {
-                out.reserve(tpl.len() * limit.min(PAGE_RESERVE_MAX) as usize * 3 / 2);
-                out.push(b'[');
-            } else {
-                out.push(b',');
-            }
-            Template::render(tpl, out, r.base(), &r.signer, expires)
-                .map_err(|e| StoreError::Invalid(e.to_string()))
-        })
+        .page_each(
+            offset,
+            limit,
+            Vec::new(),
+            move |out: &mut Vec<u8>, id, tpl| {
+                if out.is_empty() {
+                    out.reserve(tpl.len() * limit.min(PAGE_RESERVE_MAX) as usize * 3 / 2);
+                    out.push(b'[');
+                } else {
+                    out.push(b',');
+                }
+                signing
+                    .with_record(id, |rs| Template::render(tpl, out, &base, rs))
+                    .map_err(|e| StoreError::Invalid(e.to_string()))
+            },
+        )
         .await;
     let (count, mut body) = match rendered {
         Ok(x) => x,
@@ -190,7 +193,7 @@ pub(crate) async fn verify_page(
             serde_json::Value::Null,
         );
     }
-    let tpl = match reg.store.template(cid).await {
+    let (id, tpl) = match reg.store.template(cid).await {
         Ok(t) => t,
         Err(StoreError::NotFound) => {
             return error(
@@ -202,12 +205,12 @@ pub(crate) async fn verify_page(
         }
         Err(e) => return store_error(&e),
     };
-    let json = match render_array(&reg, &[tpl]) {
+    let json = match render_one(&reg, id, &tpl) {
         Ok(b) => b,
         Err(r) => return r,
     };
     let value: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
-    let rec = &value[0];
+    let rec = &value;
     let s = |k: &str| super::drf::escape(rec[k].as_str().unwrap_or(""));
     let integrity: String = rec["integrity_info"]
         .as_array()

@@ -7,8 +7,6 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::signing::UrlSigner;
-
 /// An absolute URL in a record that depends on the request: either signed (`asset_file`...) or only
 /// prefixed with the public base URL (`certificate_link`). Serialises as a marker that
 /// [`Template::build`] turns into a hole.
@@ -104,16 +102,16 @@ impl Template {
         Ok(Self(out))
     }
 
-    /// Append the record's JSON to `out`, with `base` before every path and signatures expiring at
-    /// `expires` on signed holes.
+    /// Append the record's JSON to `out`, with `base` before every path and `signer` writing the query
+    /// string of every signed hole (`idx` counts signed holes from 0).
     pub fn render(
         bytes: &[u8],
         out: &mut Vec<u8>,
         base: &str,
-        signer: &UrlSigner,
-        expires: u64,
+        signer: &mut impl HoleSigner,
     ) -> Result<(), TemplateError> {
         let mut rest = bytes;
+        let mut idx = 0;
         while !rest.is_empty() {
             if rest.len() < 5 {
                 return Err(TemplateError::Corrupt);
@@ -125,11 +123,11 @@ impl Template {
             match tag {
                 0 => out.extend_from_slice(item),
                 1 | 2 => {
-                    let path = std::str::from_utf8(item).map_err(|_| TemplateError::Corrupt)?;
                     out.extend_from_slice(base.as_bytes());
                     out.extend_from_slice(item);
                     if tag == 1 {
-                        signer.write_query(out, path, expires);
+                        signer.write_signed(out, idx, item);
+                        idx += 1;
                     }
                 }
                 _ => return Err(TemplateError::Corrupt),
@@ -137,6 +135,12 @@ impl Template {
         }
         Ok(())
     }
+}
+
+/// Writes the query string (`?Expires=..&Signature=..&Key-Pair-Id=..`) of a signed hole.
+pub trait HoleSigner {
+    /// Append the query string of signed hole number `idx`, whose path is `path`, to `out`.
+    fn write_signed(&mut self, out: &mut Vec<u8>, idx: usize, path: &[u8]);
 }
 
 fn push_item(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {

@@ -5,7 +5,7 @@
 //! so a key rotation is visible in URLs. Verification compares MACs in constant time.
 //!
 //! `Expires` is rounded down to a [`SIGNING_BUCKET`] boundary, so all URLs issued within one bucket carry
-//! the same expiry and a page's signatures can be cached by the listing ([`SignatureCache`]). A URL is
+//! the same expiry and a page's signatures can be cached by the listing ([`PageSigning`]). A URL is
 //! therefore valid between `ttl - bucket` and `ttl` after it was issued.
 
 use std::cell::RefCell;
@@ -18,11 +18,14 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+use super::model::HoleSigner;
+
 /// Expiry rounding step.
 pub const SIGNING_BUCKET: Duration = Duration::from_secs(60);
 
-/// Most entries a thread's [`SignatureCache`] keeps before it is emptied.
-const CACHE_CAP: usize = 100_000;
+/// Most records a thread's signature cache keeps before it is emptied (bounds its memory to a few
+/// tens of MB per blocking thread).
+const CACHE_CAP: usize = 20_000;
 
 /// Why a signed URL was refused (all map to 403).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -85,36 +88,33 @@ impl UrlSigner {
 
     /// The `Signature` value for `path` expiring at `expires`.
     pub fn signature(&self, path: &str, expires: u64) -> String {
-        let mut mac = self.mac.clone();
-        mac.update(self.key_id.as_bytes());
-        mac.update(b"\n");
-        mac.update(path.as_bytes());
-        mac.update(b"\n");
-        mac.update(expires.to_string().as_bytes());
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+        self.signature_bytes(path.as_bytes(), expires)
     }
 
-    /// Append `?Expires=..&Signature=..&Key-Pair-Id=..` for `path` to `out`, using the cache.
-    pub fn write_query(&self, out: &mut Vec<u8>, path: &str, expires: u64) {
-        out.extend_from_slice(b"?Expires=");
-        out.extend_from_slice(expires.to_string().as_bytes());
-        out.extend_from_slice(b"&Signature=");
-        self.cache.with(
-            path,
+    fn signature_bytes(&self, path: &[u8], expires: u64) -> String {
+        sign(&self.mac, &self.key_id, path, expires)
+    }
+
+    /// Signing for one page of records expiring at `expires`: the query string parts are formatted once.
+    pub fn page(&self, expires: u64) -> PageSigning {
+        PageSigning {
+            mac: self.mac.clone(),
+            key_id: self.key_id.clone(),
+            cache_id: self.cache.id,
             expires,
-            || self.signature(path, expires),
-            |sig| out.extend_from_slice(sig.as_bytes()),
-        );
-        out.extend_from_slice(b"&Key-Pair-Id=");
-        out.extend_from_slice(self.key_id.as_bytes());
+            head: format!("?Expires={expires}&Signature="),
+            tail: format!("&Key-Pair-Id={}", self.key_id),
+        }
     }
 
     /// A complete signed URL `<base><path>?...` expiring `ttl` (bucketed) from now.
     pub fn sign_url(&self, base: &str, path: &str) -> String {
-        let mut out = base.as_bytes().to_vec();
-        out.extend_from_slice(path.as_bytes());
-        self.write_query(&mut out, path, self.expires_at(unix_now()));
-        String::from_utf8(out).unwrap_or_default()
+        let expires = self.expires_at(unix_now());
+        format!(
+            "{base}{path}?Expires={expires}&Signature={}&Key-Pair-Id={}",
+            self.signature(path, expires),
+            self.key_id
+        )
     }
 
     /// Check the query string of a request for `path` at time `now`.
@@ -175,10 +175,100 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// Signatures of the current expiry bucket, by path, per thread (no lock on the hot path). Emptied when
-/// the bucket or the signer changes, or when it grows past its cap, so its memory stays bounded.
+/// HMAC-SHA256 over `"<key id>\n<path>\n<expires>"`, base64url without padding.
+fn sign(mac: &Hmac<Sha256>, key_id: &str, path: &[u8], expires: u64) -> String {
+    let mut mac = mac.clone();
+    mac.update(key_id.as_bytes());
+    mac.update(b"\n");
+    mac.update(path);
+    mac.update(b"\n");
+    mac.update(expires.to_string().as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+}
+
+/// Signing state of one page (owns what it needs, so it can move to the blocking pool); see
+/// [`UrlSigner::page`].
+pub struct PageSigning {
+    mac: Hmac<Sha256>,
+    key_id: String,
+    cache_id: u64,
+    expires: u64,
+    head: String,
+    tail: String,
+}
+
+impl std::fmt::Debug for PageSigning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageSigning")
+            .field("key_id", &self.key_id)
+            .field("expires", &self.expires)
+            .finish()
+    }
+}
+
+impl PageSigning {
+    /// Run `f` with the [`HoleSigner`] of record `id`, whose signatures are cached per thread for the
+    /// current expiry bucket (one cache lookup per record, not per URL).
+    pub fn with_record<R>(&self, id: u64, f: impl FnOnce(&mut RecordSigning<'_>) -> R) -> R {
+        CACHE.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut cache) => {
+                if cache.signer != self.cache_id
+                    || cache.expires != self.expires
+                    || cache.map.len() >= CACHE_CAP
+                {
+                    cache.signer = self.cache_id;
+                    cache.expires = self.expires;
+                    cache.map.clear();
+                }
+                let sigs = cache.map.entry(id).or_default();
+                f(&mut RecordSigning { page: self, sigs })
+            }
+            // Re-entered (cannot happen today): sign without the cache.
+            Err(_) => f(&mut RecordSigning {
+                page: self,
+                sigs: &mut Vec::new(),
+            }),
+        })
+    }
+}
+
+/// Signs the holes of one record, reusing cached signatures; see [`PageSigning::with_record`].
 #[derive(Debug)]
-pub struct SignatureCache {
+pub struct RecordSigning<'a> {
+    page: &'a PageSigning,
+    sigs: &'a mut RecordSigs,
+}
+
+impl HoleSigner for RecordSigning<'_> {
+    fn write_signed(&mut self, out: &mut Vec<u8>, idx: usize, path: &[u8]) {
+        let page = self.page;
+        // The cached entry is used only if it was made for this very path.
+        let cached = self
+            .sigs
+            .get(idx)
+            .filter(|(p, _)| &**p == path)
+            .map(|(_, s)| s);
+        out.extend_from_slice(page.head.as_bytes());
+        match cached {
+            Some(sig) => out.extend_from_slice(sig.as_bytes()),
+            None => {
+                let sig = sign(&page.mac, &page.key_id, path, page.expires);
+                out.extend_from_slice(sig.as_bytes());
+                let entry = (Box::from(path), sig.into_boxed_str());
+                if idx < self.sigs.len() {
+                    self.sigs[idx] = entry;
+                } else if idx == self.sigs.len() {
+                    self.sigs.push(entry);
+                }
+            }
+        }
+        out.extend_from_slice(page.tail.as_bytes());
+    }
+}
+
+/// Per-thread signature cache, identified by the signer that owns the entries.
+#[derive(Debug)]
+struct SignatureCache {
     id: u64,
 }
 
@@ -191,60 +281,30 @@ impl Default for SignatureCache {
     }
 }
 
+type RecordSigs = Vec<(Box<[u8]>, Box<str>)>;
+
 struct ThreadCache {
     signer: u64,
     expires: u64,
-    map: HashMap<Box<str>, Box<str>, BuildHasherDefault<PathHasher>>,
+    map: HashMap<u64, RecordSigs, BuildHasherDefault<IdHasher>>,
 }
 
 thread_local! {
     static CACHE: RefCell<ThreadCache> = RefCell::new(ThreadCache { signer: 0, expires: 0, map: HashMap::default() });
 }
 
-impl SignatureCache {
-    fn with(
-        &self,
-        path: &str,
-        expires: u64,
-        make: impl FnOnce() -> String,
-        use_sig: impl FnOnce(&str),
-    ) {
-        CACHE.with(|cell| {
-            let Ok(mut cache) = cell.try_borrow_mut() else {
-                // Re-entered (cannot happen today): sign without the cache.
-                return use_sig(&make());
-            };
-            if cache.signer != self.id || cache.expires != expires || cache.map.len() >= CACHE_CAP {
-                cache.signer = self.id;
-                cache.expires = expires;
-                cache.map.clear();
-            }
-            if let Some(sig) = cache.map.get(path) {
-                return use_sig(sig);
-            }
-            let sig = make();
-            use_sig(&sig);
-            cache.map.insert(path.into(), sig.into());
-        });
-    }
-}
-
-/// A fast non-cryptographic hasher for cache keys (our own paths, not attacker-chosen).
+/// Hasher for record ids (our own row ids, not attacker-chosen).
 #[derive(Default)]
-struct PathHasher(u64);
+struct IdHasher(u64);
 
-impl Hasher for PathHasher {
+impl Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = self.0;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-            h = (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         }
-        for &b in chunks.remainder() {
-            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-        self.0 = h;
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ 0x5851_F42D_4C95_7F2D).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
     fn finish(&self) -> u64 {
         self.0

@@ -19,7 +19,7 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
 use super::Registry;
-use super::handlers::{error, render_array, store_error};
+use super::handlers::{error, render_one, store_error};
 use super::media::{Derived, cid_v1_raw, sha256_hex};
 use super::model::*;
 use crate::store::StoreError;
@@ -612,20 +612,15 @@ async fn register(reg: &Registry, form: Form) -> Response {
         proof_hash,
         template: template.clone(),
     };
-    match reg.store.insert(new).await {
-        Ok(()) => {}
+    let id = match reg.store.insert(new).await {
+        Ok(id) => id,
         Err(StoreError::Conflict(_)) => return duplicate(&cid),
         Err(e) if e.is_unique_violation() => return duplicate(&cid),
         Err(e) => return store_error(&e),
-    }
+    };
     tracing::info!(%cid, "registered an uploaded asset");
-    let body = match render_array(reg, &[template]) {
-        Ok(mut b) => {
-            // `[record]` → `record`
-            b.pop();
-            b.remove(0);
-            b
-        }
+    let body = match render_one(reg, id, &template) {
+        Ok(b) => b,
         Err(r) => return r,
     };
     (

@@ -83,8 +83,8 @@ impl AssetStore {
         self.db.read(move |c| page(c, offset, limit)).await
     }
 
-    /// Like [`AssetStore::page`], but hands each stored template to `f` straight from the database row
-    /// (no intermediate copy), on the blocking pool. Returns the count and the accumulator.
+    /// Like [`AssetStore::page`], but hands each record's id and stored template to `f` straight from
+    /// the database row (no intermediate copy), on the blocking pool. Returns the count and the accumulator.
     pub async fn page_each<T, F>(
         &self,
         offset: u64,
@@ -94,20 +94,22 @@ impl AssetStore {
     ) -> Result<(u64, T), StoreError>
     where
         T: Send + 'static,
-        F: FnMut(&mut T, &[u8]) -> Result<(), StoreError> + Send + 'static,
+        F: FnMut(&mut T, u64, &[u8]) -> Result<(), StoreError> + Send + 'static,
     {
         self.db
             .read(move |c| page_each(c, offset, limit, acc, f))
             .await
     }
 
-    /// The template of one asset by CID.
-    pub async fn template(&self, cid: String) -> Result<Vec<u8>, StoreError> {
+    /// The id and template of one asset by CID.
+    pub async fn template(&self, cid: String) -> Result<(u64, Vec<u8>), StoreError> {
         self.db
             .read(move |c| {
-                c.query_row("SELECT tpl FROM assets WHERE cid = ?1", [cid], |r| r.get(0))
-                    .optional()?
-                    .ok_or(StoreError::NotFound)
+                c.query_row("SELECT id, tpl FROM assets WHERE cid = ?1", [cid], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
+                })
+                .optional()?
+                .ok_or(StoreError::NotFound)
             })
             .await
     }
@@ -130,14 +132,16 @@ impl AssetStore {
             .await
     }
 
-    /// Insert one asset, keeping positions dense. A duplicate CID gives [`StoreError::Conflict`].
-    pub async fn insert(&self, asset: NewAsset) -> Result<(), StoreError> {
+    /// Insert one asset, keeping positions dense; returns its id. A duplicate CID gives
+    /// [`StoreError::Conflict`].
+    pub async fn insert(&self, asset: NewAsset) -> Result<u64, StoreError> {
         self.db
             .write(move |c| {
                 let tx = c.transaction()?;
                 insert(&tx, &asset)?;
+                let id = tx.last_insert_rowid() as u64;
                 tx.commit()?;
-                Ok(())
+                Ok(id)
             })
             .await
     }
@@ -166,11 +170,16 @@ fn count(c: &Connection) -> Result<u64, StoreError> {
 }
 
 fn page(c: &Connection, offset: u64, limit: u64) -> Result<PageRows, StoreError> {
-    let (count, templates) =
-        page_each(c, offset, limit, Vec::new(), |acc: &mut Vec<Vec<u8>>, t| {
+    let (count, templates) = page_each(
+        c,
+        offset,
+        limit,
+        Vec::new(),
+        |acc: &mut Vec<Vec<u8>>, _, t| {
             acc.push(t.to_vec());
             Ok(())
-        })?;
+        },
+    )?;
     Ok(PageRows { count, templates })
 }
 
@@ -179,7 +188,7 @@ fn page_each<T>(
     offset: u64,
     limit: u64,
     mut acc: T,
-    mut f: impl FnMut(&mut T, &[u8]) -> Result<(), StoreError>,
+    mut f: impl FnMut(&mut T, u64, &[u8]) -> Result<(), StoreError>,
 ) -> Result<(u64, T), StoreError> {
     // One read transaction: the count and the page agree even while uploads land.
     let tx = c.unchecked_transaction()?;
@@ -189,15 +198,16 @@ fn page_each<T>(
         let hi = (count - 1 - offset) as i64;
         let lo = count.saturating_sub(offset.saturating_add(limit)) as i64;
         let mut stmt = tx.prepare_cached(
-            "SELECT tpl FROM assets WHERE pos BETWEEN ?1 AND ?2 ORDER BY pos DESC",
+            "SELECT id, tpl FROM assets WHERE pos BETWEEN ?1 AND ?2 ORDER BY pos DESC",
         )?;
         let mut rows = stmt.query(params![lo, hi])?;
         while let Some(row) = rows.next()? {
+            let id: i64 = row.get(0)?;
             let blob = row
-                .get_ref(0)?
+                .get_ref(1)?
                 .as_blob()
                 .map_err(|e| StoreError::Invalid(e.to_string()))?;
-            f(&mut acc, blob)?;
+            f(&mut acc, id as u64, blob)?;
         }
     }
     tx.finish()?;

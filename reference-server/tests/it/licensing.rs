@@ -515,6 +515,30 @@ async fn bad_configuration_exits_with_code_2_before_listening() {
 }
 
 #[tokio::test]
+async fn configuration_from_the_environment_and_a_busy_port_also_exit_2() {
+    let bin = env!("CARGO_BIN_EXE_reference-server");
+    let out = std::process::Command::new(bin)
+        .env("REFERENCE_SERVER_NETWORK", "mars")
+        .env("REFERENCE_SERVER_LISTEN", "127.0.0.1:0")
+        .output()
+        .expect("run binary");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--network"));
+
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = TempDir::new();
+    let out = std::process::Command::new(bin)
+        .arg("--listen")
+        .arg(busy.local_addr().unwrap().to_string())
+        .args(["--seed-assets", "1", "--database"])
+        .arg(dir.path().join("db.sqlite3"))
+        .output()
+        .expect("run binary");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"));
+}
+
+#[tokio::test]
 async fn binary_prints_banner_serves_and_stops_cleanly_on_sigterm() {
     use std::io::BufRead as _;
     let dir = TempDir::new();

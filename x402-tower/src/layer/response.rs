@@ -281,6 +281,8 @@ mod tests {
         assert!(!accept("*/*"));
         assert!(!accept("application/json, text/html;q=0.5"));
         assert!(!accept("text/html;q=0"));
+        assert!(!accept("text/html;q=NaN, application/json;q=0.1"));
+        assert!(!accept(&"a/b;q=0.1,".repeat(500)));
         assert!(!prefers_html(&HeaderMap::new()));
     }
 

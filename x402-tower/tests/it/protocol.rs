@@ -232,3 +232,46 @@ async fn metrics_count() {
     assert_eq!(m.rejected_for("invalid_payload"), 1);
     assert_eq!(m.settlements_failed, 0);
 }
+
+#[tokio::test]
+async fn a_rejected_browser_payment_still_gets_html_with_the_reason() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(
+        svc,
+        req("/report", &[("accept", "text/html"), ("x-payment", "%%%")]),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(a.payment_required()["error"], "invalid_payload");
+    assert!(
+        std::str::from_utf8(&a.body)
+            .unwrap()
+            .contains("invalid_payload")
+    );
+}
+
+#[tokio::test]
+async fn client_host_header_does_not_leak_into_resource_urls() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let r = http::Request::get("http://evil.example/report?a=1")
+        .header("host", "evil.example")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let a = send(svc, r).await;
+    assert_eq!(
+        a.payment_required()["resource"]["url"],
+        "https://shop.example/report?a=1"
+    );
+    assert_eq!(
+        a.json()["accepts"][0]["resource"],
+        "https://shop.example/report?a=1"
+    );
+}

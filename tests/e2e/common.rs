@@ -49,10 +49,16 @@ impl RefServer {
 
     /// Configured for the anvil token, settling through `facilitator` (base URL ending in `/facilitator`).
     pub(crate) async fn on_chain(chain: &Chain, facilitator: &str) -> RefServer {
+        RefServer::on_network(chain, facilitator, &format!("eip155:{CHAIN_ID}")).await
+    }
+
+    /// The same on `network` (a v1 name or CAIP-2 id naming the chain anvil runs as).
+    pub(crate) async fn on_network(chain: &Chain, facilitator: &str, network: &str) -> RefServer {
         let usdc = chain.usdc.to_checksum(None);
         let facilitator = facilitator.to_owned();
+        let network = network.to_owned();
         RefServer::start(move |c| {
-            c.network = format!("eip155:{CHAIN_ID}");
+            c.network = network;
             c.asset = Some(usdc);
             c.asset_name = Some(TOKEN_NAME.into());
             c.asset_version = Some(TOKEN_VERSION.into());

@@ -213,3 +213,29 @@ async fn python_client_purchase_moves_the_price_on_chain() {
     );
     assert_eq!(chain.balance(pay_to()).await, U256::from(ARTICLE_PRICE));
 }
+
+#[tokio::test]
+async fn legacy_v1_client_purchase_settles_on_chain() {
+    // The legacy client knows networks by name only: anvil runs as Base Sepolia's chain id, with our token.
+    let chain = Chain::start_as(84532).await;
+    let facilitator = facilitator_for(&chain).await;
+    let server = RefServer::on_network(&chain, &facilitator, "base-sepolia").await;
+    let (key, from) = payer(8);
+    chain.mint(from, 1_000_000).await;
+    let purchase = buy(Client::JsV1, &server.article_url(), key).await;
+    let tx = check_purchase(&purchase, from).await;
+    assert!(
+        chain
+            .receipt(tx.parse::<B256>().expect("a transaction hash"))
+            .await
+            .is_some()
+    );
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+    assert_eq!(chain.balance(pay_to()).await, U256::from(ARTICLE_PRICE));
+    let sent =
+        workspace_tests::pay::decode_b64_json(purchase.payment_header.as_str().expect("X-PAYMENT"));
+    assert_eq!(sent["x402Version"], 1);
+}

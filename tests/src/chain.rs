@@ -61,11 +61,18 @@ pub struct Anvil {
 }
 
 impl Anvil {
-    /// Starts the npm anvil binary on a free loopback port.
-    pub fn start() -> Anvil {
+    /// Starts the npm anvil binary on a free loopback port, as chain `chain_id`.
+    pub fn start(chain_id: u64) -> Anvil {
         let bin = tools::anvil();
         let mut child = Command::new(&bin)
-            .args(["--host", "127.0.0.1", "--port", "0", "--chain-id", "31337"])
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--chain-id",
+                &chain_id.to_string(),
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .stdin(Stdio::null())
@@ -182,9 +189,16 @@ pub fn quantity(v: &Value) -> U256 {
 }
 
 impl Chain {
-    /// Starts anvil and deploys SignatureChecker, FiatTokenV2_2 (linked) and initialises it.
+    /// Starts anvil (chain [`CHAIN_ID`]) and deploys SignatureChecker, FiatTokenV2_2 (linked) and
+    /// initialises it.
     pub async fn start() -> Chain {
-        let anvil = Anvil::start();
+        Chain::start_as(CHAIN_ID).await
+    }
+
+    /// The same as [`Chain::start`] with another chain id (84532 lets legacy v1 clients, which only know
+    /// network names, sign for it as `base-sepolia`).
+    pub async fn start_as(chain_id: u64) -> Chain {
+        let anvil = Anvil::start(chain_id);
         let rpc = Rpc::new(&anvil.url);
         let admin = address_of(DEV_KEYS[0]);
         let mut chain = Chain {

@@ -36,7 +36,8 @@ impl Page {
     /// Follows DRF 3.18: the last occurrence of a parameter wins; `limit` absent, not an integer, zero or
     /// negative gives `default_limit`; a `limit` above `max_limit` gives `max_limit`; `offset` absent, not an
     /// integer or negative gives `0`. Integers are read like Python's `int()` (surrounding whitespace, a
-    /// leading `+`, leading zeros and `_` between digits are accepted) and saturate at `u64::MAX`.
+    /// leading `+`, leading zeros, `_` between digits and decimal digits of any script are accepted) and
+    /// saturate at `u64::MAX`.
     ///
     /// `default_limit` is returned as given (DRF does not clamp it to `max_limit` either).
     ///
@@ -121,30 +122,29 @@ enum PyInt {
 
 /// Reads an integer the way Python's `int(str)` does, saturating at `u64::MAX`.
 ///
-/// Accepted: surrounding whitespace, one leading `+` or `-`, ASCII digits with single `_` between digits.
-/// (Python also accepts non-ASCII decimal digits; those are rejected here, which falls back to the default.)
+/// Accepted: surrounding Unicode whitespace, one leading `+` or `-`, decimal digits of any script
+/// (Unicode `Nd`, e.g. `٣` or `７`) with single `_` between digits.
 fn parse_python_int(text: &str) -> Option<PyInt> {
-    let text = text.trim_matches(is_python_space);
+    // Python strips exactly the characters Rust calls whitespace (checked against CPython 3.11).
+    let text = text.trim_matches(char::is_whitespace);
     let (negative, digits) = match text.as_bytes().first()? {
         b'+' => (false, &text[1..]),
         b'-' => (true, &text[1..]),
         _ => (false, text),
     };
-    let bytes = digits.as_bytes();
-    if bytes.is_empty() || bytes[0] == b'_' || bytes[bytes.len() - 1] == b'_' {
+    if digits.is_empty() || digits.starts_with('_') || digits.ends_with('_') {
         return None;
     }
     let mut value: u64 = 0;
     let mut previous_underscore = false;
-    for &b in bytes {
-        match b {
-            b'0'..=b'9' => {
-                value = value.saturating_mul(10).saturating_add(u64::from(b - b'0'));
-                previous_underscore = false;
-            }
-            b'_' if !previous_underscore => previous_underscore = true,
-            _ => return None,
+    for c in digits.chars() {
+        if c == '_' && !previous_underscore {
+            previous_underscore = true;
+            continue;
         }
+        let digit = decimal_value(c)?;
+        value = value.saturating_mul(10).saturating_add(u64::from(digit));
+        previous_underscore = false;
     }
     Some(if negative && value != 0 {
         PyInt::Negative
@@ -153,10 +153,28 @@ fn parse_python_int(text: &str) -> Option<PyInt> {
     })
 }
 
-/// Python's `str.isspace()`: Unicode whitespace plus the information separators U+001C..U+001F.
-fn is_python_space(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+/// The value of a decimal digit of any script (Unicode general category `Nd`).
+fn decimal_value(c: char) -> Option<u32> {
+    let code = u32::from(c);
+    let zero = match DECIMAL_ZEROS.binary_search(&code) {
+        Ok(i) => DECIMAL_ZEROS[i],
+        Err(0) => return None,
+        Err(i) => DECIMAL_ZEROS[i - 1],
+    };
+    let value = code - zero;
+    (value < 10).then_some(value)
 }
+
+/// The digit zero of every run of ten decimal digits (`Nd`) in Unicode 14.0, the table of CPython 3.11,
+/// generated with `unicodedata.decimal` (every `Nd` character is in one of these runs).
+const DECIMAL_ZEROS: [u32; 66] = [
+    0x30, 0x660, 0x6F0, 0x7C0, 0x966, 0x9E6, 0xA66, 0xAE6, 0xB66, 0xBE6, 0xC66, 0xCE6, 0xD66,
+    0xDE6, 0xE50, 0xED0, 0xF20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80, 0x1A90,
+    0x1B50, 0x1BB0, 0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50, 0xABF0, 0xFF10,
+    0x104A0, 0x10D30, 0x11066, 0x110F0, 0x11136, 0x111D0, 0x112F0, 0x11450, 0x114D0, 0x11650,
+    0x116C0, 0x11730, 0x118E0, 0x11950, 0x11C50, 0x11D50, 0x11DA0, 0x16A60, 0x16AC0, 0x16B50,
+    0x1D7CE, 0x1D7D8, 0x1D7E2, 0x1D7EC, 0x1D7F6, 0x1E140, 0x1E2F0, 0x1E950, 0x1FBF0,
+];
 
 #[cfg(test)]
 mod tests {
@@ -220,6 +238,7 @@ mod tests {
             "limit=005",
             "limit=5%20",
             "limit=%095%0A",
+            "limit=%0B5%0C",
             "limit=0_5",
         ] {
             assert_eq!(page(q).limit, 5, "{q}");
@@ -235,6 +254,18 @@ mod tests {
         ] {
             assert_eq!(page(q).limit, 200, "{q}");
         }
+    }
+
+    #[test]
+    fn non_ascii_digits_and_whitespace_like_python() {
+        // int('\u0663') == 3, int('\uff17') == 7, int('1\u0663_\uff17') == 137; '\x1c' is not stripped.
+        assert_eq!(page("limit=%D9%A3").limit, 3);
+        assert_eq!(page("limit=%EF%BC%97").limit, 7);
+        assert_eq!(page("limit=1%D9%A3_%EF%BC%97").limit, 137);
+        assert_eq!(page("limit=%E3%80%805%E2%80%A8").limit, 5);
+        assert_eq!(page("limit=%1C5").limit, 200);
+        assert_eq!(page("limit=%E2%80%8B5").limit, 200);
+        assert!(DECIMAL_ZEROS.is_sorted());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod axum_router;
 mod drf;
+mod drf_vectors;
 mod properties;
 mod support;
 mod tower_service;

@@ -10,6 +10,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
+use tower::ServiceExt as _;
 use tower_http::cors::{Any, CorsLayer};
 use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
 use tracing::Level;
@@ -122,15 +123,41 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         ])
         .max_age(Duration::from_secs(600));
 
-    Ok(app
+    let counted = app
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state, count_requests))
+        .layer(middleware::from_fn_with_state(state, count_requests));
+    Ok(counted
+        .clone()
         .layer(cors)
+        .layer(middleware::from_fn_with_state(
+            counted,
+            plain_options_skip_cors,
+        ))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         ))
+}
+
+/// tower-http's `CorsLayer` answers *every* OPTIONS request as a CORS preflight without calling the
+/// routes; the registry's OPTIONS (DRF metadata) must reach its handler. Only a real preflight (it carries
+/// `Access-Control-Request-Method`) goes through CORS; a plain OPTIONS goes straight to the routes.
+async fn plain_options_skip_cors(
+    State(routes): State<Router>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let preflight = request
+        .headers()
+        .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    if request.method() == Method::OPTIONS && !preflight {
+        return match routes.oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+    }
+    next.run(request).await
 }
 
 /// The registry's configuration, from the server's settings.

@@ -693,3 +693,51 @@ async fn failed_settlement_is_402_and_leaves_no_receipt() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn plain_options_reach_the_registry_and_preflights_get_cors() {
+    let server = TestServer::start().await;
+    let url = server.url("/api/v3/assets/");
+    let plain = server
+        .client
+        .request(reqwest::Method::OPTIONS, &url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 200);
+    assert_eq!(plain.headers()["allow"], "GET, POST, HEAD, OPTIONS");
+    let meta: Value = plain.json().await.unwrap();
+    assert!(meta["actions"]["POST"].is_object(), "{meta}");
+
+    let preflight = server
+        .client
+        .request(
+            reqwest::Method::OPTIONS,
+            server.url("/x402Article?articleId=c2pa-explained"),
+        )
+        .header("origin", "https://reader.example")
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "payment-signature")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 200);
+    assert_eq!(preflight.headers()["access-control-allow-origin"], "*");
+
+    let cross = server
+        .client
+        .get(server.url("/x402Article?articleId=c2pa-explained"))
+        .header("origin", "https://reader.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), 402);
+    let exposed = cross.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        exposed.contains("payment-required") && exposed.contains("x-payment-required"),
+        "{exposed}"
+    );
+}

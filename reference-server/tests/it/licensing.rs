@@ -741,3 +741,24 @@ async fn plain_options_reach_the_registry_and_preflights_get_cors() {
         "{exposed}"
     );
 }
+
+#[tokio::test]
+async fn through_the_whole_app_head_equals_get_minus_the_body() {
+    let server = TestServer::start().await;
+    for path in [
+        "/api/v3/assets/?limit=5",
+        "/x402Article/list",
+        "/openapi.json",
+    ] {
+        let get = server.get(path).await;
+        let head = server.client.head(server.url(path)).send().await.unwrap();
+        assert_eq!(get.status(), head.status(), "{path}");
+        let len = get.headers().get("content-length").cloned();
+        assert_eq!(len, head.headers().get("content-length").cloned(), "{path}");
+        let body = get.bytes().await.unwrap();
+        if let Some(len) = len {
+            assert_eq!(len.to_str().unwrap(), body.len().to_string(), "{path}");
+        }
+        assert!(head.bytes().await.unwrap().is_empty(), "{path}");
+    }
+}

@@ -194,17 +194,26 @@ impl FacilitatorSettler {
         let fut = async {
             let resp = rb.send().await.map_err(map_err)?;
             let status = resp.status();
-            if !status.is_success() {
-                return Err(SettleError::BadResponse(format!("HTTP {status}")));
-            }
             if resp.content_length().is_some_and(|l| l > MAX_ANSWER as u64) {
                 return Err(SettleError::BadResponse("answer too large".into()));
             }
-            let bytes = resp.bytes().await.map_err(map_err)?;
-            if bytes.len() > MAX_ANSWER {
-                return Err(SettleError::BadResponse("answer too large".into()));
+            let mut resp = resp;
+            let mut bytes = Vec::new();
+            while let Some(chunk) = resp.chunk().await.map_err(map_err)? {
+                if bytes.len() + chunk.len() > MAX_ANSWER {
+                    return Err(SettleError::BadResponse("answer too large".into()));
+                }
+                bytes.extend_from_slice(&chunk);
             }
-            serde_json::from_slice(&bytes).map_err(|e| SettleError::BadResponse(e.to_string()))
+            // Some facilitators answer an invalid payment with a 4xx carrying the protocol's body: take the
+            // body when it is one, whatever the status.
+            serde_json::from_slice(&bytes).map_err(|e| {
+                if status.is_success() {
+                    SettleError::BadResponse(e.to_string())
+                } else {
+                    SettleError::BadResponse(format!("HTTP {status}"))
+                }
+            })
         };
         // Belt and braces: reqwest's timeout covers the body too, this covers everything else.
         match tokio::time::timeout(timeout, fut).await {

@@ -217,6 +217,7 @@ async fn settle_before_failure_never_runs_the_handler() {
 #[derive(Clone, Copy)]
 enum Mode {
     Good,
+    Invalid400,
     Hang,
     Garbage,
     SettleFails,
@@ -257,6 +258,11 @@ async fn fake_facilitator(mode: Mode) -> (String, Fake) {
                 unreachable!()
             }
             (Mode::Garbage, _) => "<html>not json</html>".into_response(),
+            (Mode::Invalid400, _) => (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"isValid": false, "invalidReason": "insufficient_funds"})),
+            )
+                .into_response(),
             (_, "verify") => {
                 axum::Json(json!({"isValid": true, "payer": ACCOUNT0.to_checksum(None)})).into_response()
             }
@@ -424,4 +430,18 @@ async fn facilitator_supported() {
             .is_err()
     );
     let _ = Address::ZERO;
+}
+
+#[tokio::test]
+async fn facilitator_4xx_with_a_protocol_body_is_its_verdict() {
+    let (url, _fake) = fake_facilitator(Mode::Invalid400).await;
+    let inner = Inner::new();
+    let svc = config()
+        .settler(facilitator(&url))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/r", &[("payment-signature", &v2_header(8))])).await;
+    assert_eq!(a.error(), "insufficient_funds");
+    assert_eq!(inner.calls(), 0);
 }

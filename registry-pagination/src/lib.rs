@@ -8,7 +8,7 @@
 //!    [`Page`] into the request extensions. It never touches the request body.
 //! 2. The handler fetches records `[offset, offset + limit)` and the total count, and answers with the
 //!    page's results **already serialised as a JSON array** as its body, marking the response with a
-//!    [`PageCount`] extension (or returning [`Paginated`] with the `axum` feature).
+//!    [`PageCount`] extension (or returning `Paginated` with the `axum` feature).
 //! 3. The layer streams `{"count":N,"next":...,"previous":...,"results":` + the handler's body frames,
 //!    untouched and uncopied + `}`, fixes `Content-Length`, sets `Content-Type: application/json` and adds
 //!    an RFC 8288 `Link` header (`next`, `prev`, `first`, `last`). Responses without the marker (errors,
@@ -63,7 +63,7 @@
 //!
 //! # Features
 //!
-//! - `axum`: [`Paginated`] (an `IntoResponse` page), `Page` as an extractor, and links built from axum's
+//! - `axum`: `Paginated` (an `IntoResponse` page), `Page` as an extractor, and links built from axum's
 //!   `OriginalUri` so that a layer inside a nested router still writes the full path.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]

@@ -155,6 +155,9 @@ fn parse_python_int(text: &str) -> Option<PyInt> {
 
 /// The value of a decimal digit of any script (Unicode general category `Nd`).
 fn decimal_value(c: char) -> Option<u32> {
+    if let Some(digit) = c.to_digit(10) {
+        return Some(digit);
+    }
     let code = u32::from(c);
     let zero = match DECIMAL_ZEROS.binary_search(&code) {
         Ok(i) => DECIMAL_ZEROS[i],

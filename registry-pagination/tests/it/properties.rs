@@ -1,7 +1,7 @@
 //! For any count, limit and offset: `next` from offset 0 visits every record once, `previous` walks back.
 
 use proptest::prelude::*;
-use registry_pagination::{BaseUrl, Page, RequestUrl};
+use registry_pagination::{BaseUrl, Page, QueryEdit, RequestUrl, SortedQuery};
 
 /// Follows a link the way a client does: parse its query with the same rules as the layer.
 fn page_of(link: &str, default: u64, max: Option<u64>) -> Page {
@@ -71,5 +71,21 @@ proptest! {
         }
         prop_assert_eq!(page.offset, 0);
         prop_assert_eq!(steps, start.offset.div_ceil(start.limit));
+    }
+}
+
+proptest! {
+    /// DRF rebuilds the query twice for one link (`limit`, then `offset`); the layer does it once. That is
+    /// the same only if re-encoding is idempotent: decoding an encoded query and encoding it again changes
+    /// nothing, whatever the input (any bytes, escapes valid or not).
+    #[test]
+    fn re_encoding_is_idempotent(raw in "([a-zA-Z0-9 +%&=/*~._\\-]|%[0-9a-fA-F]{2}|\\PC){0,40}") {
+        let edits = [QueryEdit::Set("limit", 5), QueryEdit::Set("offset", 10)];
+        let once = SortedQuery::parse(&raw).encode(&edits);
+        let twice = SortedQuery::parse(&once).encode(&edits);
+        prop_assert_eq!(&once, &twice);
+        let limit_then_offset = SortedQuery::parse(&SortedQuery::parse(&raw).encode(&edits[..1])).encode(&edits[1..]);
+        prop_assert_eq!(&once, &limit_then_offset);
+        prop_assert!(once.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-~%+=&".contains(&b)));
     }
 }

@@ -151,7 +151,7 @@ pub fn licensing_openapi(public_url: &str, payment: &PaymentNetwork) -> Value {
             "Receipt": {
                 "type": "object",
                 "required": ["tokenId", "articleId", "articleTitle", "payer", "payTo", "amount", "amountUsdc",
-                             "network", "asset", "nonce", "x402Version", "settlement", "issuedAt"],
+                             "network", "asset", "nonce", "x402Version", "settlement", "issuedAt", "certificateUrl"],
                 "properties": {
                     "tokenId": {"type": "string"},
                     "articleId": {"type": "string"},
@@ -165,7 +165,8 @@ pub fn licensing_openapi(public_url: &str, payment: &PaymentNetwork) -> Value {
                     "nonce": {"type": "string"},
                     "x402Version": {"type": "integer"},
                     "settlement": {"type": "string", "description": "Transaction hash, or `verify-only`."},
-                    "issuedAt": {"type": "string", "format": "date-time"}
+                    "issuedAt": {"type": "string", "format": "date-time"},
+                    "certificateUrl": {"type": "string", "format": "uri"}
                 }
             },
             "PaymentRequiredV1": {

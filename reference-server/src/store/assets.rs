@@ -190,6 +190,7 @@ fn page_each<T>(
     mut acc: T,
     mut f: impl FnMut(&mut T, u64, &[u8]) -> Result<(), StoreError>,
 ) -> Result<(u64, T), StoreError> {
+    tune_reader(c)?;
     // One read transaction: the count and the page agree even while uploads land.
     let tx = c.unchecked_transaction()?;
     let count = count(&tx)?;
@@ -212,6 +213,21 @@ fn page_each<T>(
     }
     tx.finish()?;
     Ok((count, acc))
+}
+
+/// Page cache of a connection that serves listings: big enough for the hot pages of 200 records of
+/// ~6 KB (two overflow pages each), so repeated pages are served from memory. Applied once per
+/// connection (the check is one cached statement).
+const READER_CACHE_KIB: i64 = 32 * 1024;
+
+fn tune_reader(c: &Connection) -> Result<(), StoreError> {
+    let current: i64 = c
+        .prepare_cached("PRAGMA cache_size")?
+        .query_row([], |r| r.get(0))?;
+    if current != -READER_CACHE_KIB {
+        c.pragma_update(None, "cache_size", -READER_CACHE_KIB)?;
+    }
+    Ok(())
 }
 
 fn file(c: &Connection, cid: &str) -> Result<AssetFile, StoreError> {

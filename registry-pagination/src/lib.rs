@@ -55,6 +55,19 @@
 //! # }
 //! ```
 //!
+//! # Exactness
+//!
+//! The integration tests replay 624 responses rendered by the real DRF 3.18.3 (pagination.md's table, DRF's
+//! own unit-test cases and random requests with repeated, invalid and lenient values, odd escapes and
+//! paths) and compare the bodies byte for byte. The only intended difference: numbers saturate at
+//! `u64::MAX` where Python's are unbounded.
+//!
+//! # HEAD
+//!
+//! For a HEAD request the layer returns the GET headers (`Content-Length` included) and an empty body. The
+//! results length is taken from the handler's `Content-Length` header first (an inner axum router empties
+//! HEAD bodies but keeps that header), else from the body's exact size.
+//!
 //! # Pure functions
 //!
 //! The rules are usable without Tower: [`Page::from_query`], [`RequestUrl`] (`next`, `previous`, `first`,

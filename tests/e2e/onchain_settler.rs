@@ -287,3 +287,86 @@ async fn rpc_errors_are_reported_not_swallowed() {
             .is_err()
     );
 }
+
+/// The selector of the transaction that settled `transaction`.
+async fn selector_of(chain: &Chain, transaction: &str) -> String {
+    let tx = chain
+        .rpc
+        .call("eth_getTransactionByHash", json!([transaction]))
+        .await;
+    tx["input"].as_str().expect("input")[..10].to_owned()
+}
+
+fn settled(outcome: SettleOutcome) -> String {
+    match outcome {
+        SettleOutcome::Settled { transaction, .. } => transaction,
+        other => panic!("not settled: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn smart_wallet_payers_settle_through_the_right_overload() {
+    let chain = Chain::start().await;
+    let settler = settler(&chain);
+    let (owner_key, owner) = payer(9);
+
+    // An ERC-1271 wallet that checks its owner's ECDSA signature: 65 bytes, the (v,r,s) overload.
+    let wallet = chain
+        .deploy_artifact(
+            "test/MockERC1271Wallet.sol/MockERC1271Wallet.json",
+            owner.into_word().as_slice(),
+        )
+        .await;
+    chain.mint(wallet, 1_000_000).await;
+    let knobs = Knobs {
+        from: Some(wallet),
+        ..Knobs::default()
+    };
+    let req = request(&chain, owner_key, &knobs);
+    assert_eq!(
+        settler.verify(&req).await.expect("rpc"),
+        VerifyOutcome::Valid
+    );
+    let tx = settled(settler.settle(&req).await);
+    assert_eq!(selector_of(&chain, &tx).await, "0xe3ee160e");
+    assert_eq!(
+        chain.balance(wallet).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+
+    // A wallet with its own signature format (here: any bytes, once enabled): longer than 65 bytes, the
+    // `bytes` overload of FiatTokenV2_2.
+    let custom = chain
+        .deploy_artifact(
+            "test/MockERC1271Wallet.sol/MockERC1271WalletWithCustomValidation.json",
+            owner.into_word().as_slice(),
+        )
+        .await;
+    chain.mint(custom, 1_000_000).await;
+    let knobs = Knobs {
+        from: Some(custom),
+        signature: Some(vec![0x42; 100]),
+        ..Knobs::default()
+    };
+    let req = request(&chain, owner_key, &knobs);
+    assert_eq!(req.signature.len(), 100);
+    // Not yet enabled: the wallet refuses, the simulation says so.
+    assert_eq!(
+        invalid_reason(settler.verify(&req).await.expect("rpc")),
+        "invalid_exact_evm_payload_signature"
+    );
+    let mut enable = Vec::new();
+    enable.extend_from_slice(&alloy_primitives::keccak256("setSignatureValid(bool)")[..4]);
+    enable.extend_from_slice(U256::from(1).to_be_bytes::<32>().as_slice());
+    chain.transact(custom, enable).await;
+    assert_eq!(
+        settler.verify(&req).await.expect("rpc"),
+        VerifyOutcome::Valid
+    );
+    let tx = settled(settler.settle(&req).await);
+    assert_eq!(selector_of(&chain, &tx).await, "0xcf092995");
+    assert_eq!(
+        chain.balance(custom).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+}

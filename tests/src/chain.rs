@@ -299,6 +299,26 @@ impl Chain {
         panic!("no receipt for {hash}");
     }
 
+    /// Deploys the artifact at `relative` (under the stablecoin artifacts) with ABI-encoded constructor
+    /// arguments appended.
+    pub async fn deploy_artifact(&self, relative: &str, constructor_args: &[u8]) -> Address {
+        let mut code = bytecode(&artifact(relative));
+        code.extend_from_slice(constructor_args);
+        self.deploy(code).await
+    }
+
+    /// Sends `data` to `to` from the admin and waits for success.
+    pub async fn transact(&self, to: Address, data: Vec<u8>) -> Value {
+        let hash = self
+            .rpc
+            .call(
+                "eth_sendTransaction",
+                json!([{"from": self.admin, "to": to, "data": Bytes::from(data)}]),
+            )
+            .await;
+        self.wait(&hash).await
+    }
+
     async fn deploy(&self, code: Vec<u8>) -> Address {
         let hash = self
             .rpc

@@ -39,6 +39,10 @@ pub struct Knobs {
     pub domain_name: Option<String>,
     /// `validBefore` (default now + maxTimeoutSeconds).
     pub valid_before: Option<u64>,
+    /// `authorization.from` (default the signer's address): a smart wallet the signer owns.
+    pub from: Option<Address>,
+    /// Send these signature bytes instead of the ECDSA signature (a smart wallet's own format).
+    pub signature: Option<Vec<u8>>,
 }
 
 /// Decodes a Base64 JSON header.
@@ -80,7 +84,7 @@ pub fn pay_v2(key: &str, payment_required: &Value, knobs: &Knobs) -> String {
         .unwrap_or_else(|| accepted["extra"]["name"].as_str().expect("name").to_owned());
     let version = accepted["extra"]["version"].as_str().expect("version");
     let auth = Authorization {
-        from: signer.address(),
+        from: knobs.from.unwrap_or(signer.address()),
         to: pay_to,
         value: amount,
         valid_after: U256::ZERO,
@@ -103,7 +107,10 @@ pub fn pay_v2(key: &str, payment_required: &Value, knobs: &Knobs) -> String {
                 "validBefore": auth.valid_before.to_string(),
                 "nonce": auth.nonce.to_string(),
             },
-            "signature": format!("0x{}", alloy_primitives::hex::encode(sig.as_bytes())),
+            "signature": format!(
+                "0x{}",
+                alloy_primitives::hex::encode(knobs.signature.clone().unwrap_or_else(|| sig.as_bytes().to_vec()))
+            ),
         },
     });
     B64.encode(payload.to_string())

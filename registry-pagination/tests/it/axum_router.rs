@@ -144,3 +144,51 @@ async fn extractor_without_layer_uses_defaults() {
         .to_bytes();
     assert_eq!(body, "[1,2,3,4,5,6,7]");
 }
+
+/// Over a real socket (hyper on 127.0.0.1): HEAD carries the GET headers, `Content-Length` included, and no body.
+#[tokio::test]
+async fn head_and_get_over_a_socket() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let server = tokio::spawn(async move { axum::serve(listener, app(registry_layer())).await });
+    let exchange = |method: &'static str| async move {
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connect");
+        let request = format!(
+            "{method} /api/v3/assets/?limit=3&offset=6 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.expect("read");
+        String::from_utf8(raw).expect("utf-8")
+    };
+    let get = exchange("GET").await;
+    let head = exchange("HEAD").await;
+    server.abort();
+
+    let (get_head, get_body) = get.split_once("\r\n\r\n").expect("GET head and body");
+    let (head_head, head_body) = head.split_once("\r\n\r\n").expect("HEAD head");
+    assert!(head_body.is_empty(), "HEAD has no body: {head_body:?}");
+    assert_eq!(
+        get_body,
+        "{\"count\":1234,\"next\":\"http://h/api/v3/assets/?limit=3&offset=9\",\
+         \"previous\":\"http://h/api/v3/assets/?limit=3&offset=3\",\"results\":[7,8,9]}"
+    );
+    let headers = |head: &str| {
+        let mut lines: Vec<String> = head
+            .lines()
+            .skip(1)
+            .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+            .map(str::to_ascii_lowercase)
+            .collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(headers(head_head), headers(get_head));
+    assert!(headers(get_head).contains(&format!("content-length: {}", get_body.len())));
+}

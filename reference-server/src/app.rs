@@ -87,7 +87,8 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             handlers::require_article,
-        ));
+        ))
+        .layer(middleware::from_fn(run_to_completion));
 
     let app = Router::new()
         // Interface A
@@ -138,6 +139,24 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
                 .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         ))
+}
+
+/// Run the paid route on its own task: hyper drops a request's future when the client disconnects, and a
+/// payment settled before the handler must still get its receipt written (and a settlement in flight must
+/// finish rather than be abandoned half-way).
+async fn run_to_completion(request: Request, next: Next) -> Response {
+    match tokio::spawn(next.run(request)).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!(error = %e, "paid request task failed");
+            handlers::ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the request failed",
+            )
+            .into_response()
+        }
+    }
 }
 
 /// tower-http's `CorsLayer` answers *every* OPTIONS request as a CORS preflight without calling the

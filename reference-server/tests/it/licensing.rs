@@ -878,3 +878,62 @@ async fn real_responses_match_the_openapi_schemas() {
         "receipt",
     );
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_during_settlement_still_gets_its_receipt_written() {
+    use axum::routing::post;
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let (e, r) = (entered.clone(), release.clone());
+    let tx = "0x00000000000000000000000000000000000000000000000000000000000000aa";
+    let app = axum::Router::new()
+        .route(
+            "/verify",
+            post(|axum::Json(body): axum::Json<Value>| async move {
+                let payer = body["paymentPayload"]["payload"]["authorization"]["from"].clone();
+                axum::Json(serde_json::json!({"isValid": true, "payer": payer}))
+            }),
+        )
+        .route(
+            "/settle",
+            post(move || {
+                let (e, r) = (e.clone(), r.clone());
+                async move {
+                    e.notify_one();
+                    r.notified().await;
+                    axum::Json(serde_json::json!({"success": true, "transaction": tx, "network": "eip155:84532"}))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let facilitator = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let client = crate::common::test_client();
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let request = tokio::spawn(async move {
+        client
+            .get(url)
+            .header("PAYMENT-SIGNATURE", header)
+            .send()
+            .await
+    });
+    entered.notified().await; // the settlement is in flight
+    request.abort(); // the client hangs up
+    let _ = request.await;
+    release.notify_one(); // the chain answers
+    let mut receipts = 0;
+    for _ in 0..200 {
+        receipts = server.state.licensing.count_receipts().await.unwrap();
+        if receipts == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(receipts, 1, "the settled payment's receipt was written");
+}

@@ -370,3 +370,34 @@ async fn smart_wallet_payers_settle_through_the_right_overload() {
         U256::from(1_000_000 - ARTICLE_PRICE)
     );
 }
+
+#[tokio::test]
+async fn a_relayer_nonce_used_elsewhere_is_re_read() {
+    let chain = Chain::start().await;
+    let settler = settler(&chain);
+    let (key, from) = payer(2);
+    chain.mint(from, 1_000_000).await;
+    settled(
+        settler
+            .settle(&request(&chain, key, &Knobs::default()))
+            .await,
+    );
+    // Another process sends from the same relayer account: the settler's cached nonce is now stale.
+    let relayer = settler.relayer();
+    chain
+        .rpc
+        .call(
+            "eth_sendTransaction",
+            json!([{"from": relayer, "to": relayer, "value": "0x1"}]),
+        )
+        .await;
+    settled(
+        settler
+            .settle(&request(&chain, key, &Knobs::default()))
+            .await,
+    );
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - 2 * ARTICLE_PRICE)
+    );
+}

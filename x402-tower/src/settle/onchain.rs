@@ -393,7 +393,7 @@ impl Inner {
         let tip = tip.map_err(not_sent)?;
         let tip = hex_u128(&tip).ok_or_else(|| not_sent(bad("eth_maxPriorityFeePerGas", &tip)))?;
 
-        let mut tx = TxEip1559 {
+        let tx = TxEip1559 {
             chain_id,
             nonce: 0,
             gas_limit: gas.saturating_mul(100 + self.gas_margin_percent) / 100,
@@ -406,50 +406,62 @@ impl Inner {
         };
 
         let mut slot = self.nonces.lock().await;
-        let nonce = match slot.get() {
-            Some(n) => n,
-            None => {
-                let count: String = self
-                    .rpc
-                    .call("eth_getTransactionCount", json!([self.relayer, "pending"]))
-                    .await
-                    .map_err(not_sent)?;
-                hex_u64(&count).ok_or_else(|| not_sent(bad("eth_getTransactionCount", &count)))?
-            }
-        };
-        tx.nonce = nonce;
-        let signature = self
-            .signer
-            .sign_hash_sync(&tx.signature_hash())
-            .map_err(|e| SendError::NotSent {
-                reason: "unexpected_settle_error",
-                message: e.to_string(),
-            })?;
-        let envelope = TxEnvelope::from(tx.into_signed(signature));
-        let hash = *envelope.tx_hash();
-        let raw: Bytes = envelope.encoded_2718().into();
-        match self
-            .rpc
-            .call::<B256>("eth_sendRawTransaction", json!([raw]))
-            .await
-        {
-            Ok(_) => {
-                slot.set(Some(nonce + 1));
-                Ok(hash)
-            }
-            Err(e) if e.is_rejection() => {
-                // Refused by the node: the nonce is not consumed. Re-read it next time in case ours was stale.
-                slot.set(None);
-                Err(SendError::NotSent {
+        // Two attempts: a node that refuses our nonce (another process used the relayer key) gets the
+        // count re-read once.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let nonce = match slot.get() {
+                Some(n) => n,
+                None => {
+                    let count: String = self
+                        .rpc
+                        .call("eth_getTransactionCount", json!([self.relayer, "pending"]))
+                        .await
+                        .map_err(not_sent)?;
+                    hex_u64(&count)
+                        .ok_or_else(|| not_sent(bad("eth_getTransactionCount", &count)))?
+                }
+            };
+            let mut tx = tx.clone();
+            tx.nonce = nonce;
+            let signature = self
+                .signer
+                .sign_hash_sync(&tx.signature_hash())
+                .map_err(|e| SendError::NotSent {
                     reason: "unexpected_settle_error",
                     message: e.to_string(),
-                })
-            }
-            Err(e) => {
-                slot.set(None);
-                Err(SendError::Unknown(format!(
-                    "transaction {hash} may have been broadcast: {e}"
-                )))
+                })?;
+            let envelope = TxEnvelope::from(tx.into_signed(signature));
+            let hash = *envelope.tx_hash();
+            let raw: Bytes = envelope.encoded_2718().into();
+            match self
+                .rpc
+                .call::<B256>("eth_sendRawTransaction", json!([raw]))
+                .await
+            {
+                Ok(_) => {
+                    slot.set(Some(nonce + 1));
+                    return Ok(hash);
+                }
+                Err(e) if e.is_rejection() => {
+                    // Refused by the node: the nonce is not consumed. Re-read it in case ours was stale.
+                    slot.set(None);
+                    if attempt < 2 && e.to_string().to_ascii_lowercase().contains("nonce") {
+                        warn!(error = %e, "relayer nonce refused; re-reading it");
+                        continue;
+                    }
+                    return Err(SendError::NotSent {
+                        reason: "unexpected_settle_error",
+                        message: e.to_string(),
+                    });
+                }
+                Err(e) => {
+                    slot.set(None);
+                    return Err(SendError::Unknown(format!(
+                        "transaction {hash} may have been broadcast: {e}"
+                    )));
+                }
             }
         }
     }

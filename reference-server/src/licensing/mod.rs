@@ -21,7 +21,13 @@
 //! do) would mean answering before the receipt could record the transaction, or holding a half-written
 //! receipt. The risk of settle-first (the payer is charged and the handler then fails) is kept small
 //! by step 1: the only failure left after payment is a database write error, which is logged with the
-//! full payment and counted in `license_receipt_failures_total`.
+//! full payment and counted in `license_receipt_failures_total`. The route also runs on its own task
+//! (`app::run_to_completion`), so a client that hangs up cannot cancel a settlement in flight or the
+//! receipt write that follows it.
+//!
+//! Replays: the layer's in-memory replay guard refuses a second use of an authorization; the receipts
+//! table's `UNIQUE (network, asset, payer, nonce)` is the durable guard behind it (after a restart), and
+//! the handler answers such a payment with 402 `invalid_exact_evm_nonce_already_used`.
 
 pub mod catalog;
 pub mod handlers;

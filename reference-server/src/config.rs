@@ -78,7 +78,7 @@ pub struct Config {
     pub facilitator_url: Option<String>,
 
     /// API token required to register assets (`Authorization: token <t>`). Without it POST is refused.
-    #[arg(long, env = "REFERENCE_SERVER_API_TOKEN")]
+    #[arg(long, env = "REFERENCE_SERVER_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
 
     /// Key used to sign registry media URLs (default: random at each start, so old URLs stop working).

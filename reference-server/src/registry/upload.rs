@@ -639,3 +639,77 @@ fn duplicate(cid: &str) -> Response {
         json!({"cid": cid, "asset_file": ["This file is already registered."]}),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(fields: &[(&'static str, &str)]) -> Form {
+        let mut f = Form {
+            file: Some(("a.jpg".into(), None, vec![1, 2, 3])),
+            ..Form::default()
+        };
+        for (k, v) in fields {
+            f.text.insert(k, (*v).to_owned());
+        }
+        f
+    }
+
+    #[test]
+    fn valid_fields_pass_and_empty_json_fields_mean_absent() {
+        let ok = check(&form(&[
+            ("headline", "exactly twenty-five chars"),
+            ("meta", ""),
+            ("signed_metadata", r#"{"spec_version":"2.0.0"}"#),
+            (
+                "signature",
+                r#"[{"provider":"p","proofHash":"h","publicKey":"0x00000000000000000000000000000000000000aa"}]"#,
+            ),
+            ("nit_commit_custom", "{}"),
+        ]))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(ok.headline.chars().count(), 25);
+        assert!(ok.meta.is_none());
+        assert_eq!(ok.signed_metadata, r#"{"spec_version":"2.0.0"}"#);
+        assert_eq!(ok.signature.len(), 1);
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let mut f = form(&[
+            ("headline", "twenty-six characters long"),
+            ("meta", "[]"),
+            ("signed_metadata", "{oops"),
+            (
+                "signature",
+                r#"[{"provider":"p","proofHash":"h","signature":"0x12"}]"#,
+            ),
+            ("nit_commit_custom", "\"text\""),
+        ]);
+        f.file = None;
+        let errors = check(&f).err().unwrap_or_default();
+        let names: Vec<&str> = errors.keys().copied().collect();
+        assert_eq!(
+            names,
+            [
+                "asset_file",
+                "headline",
+                "meta",
+                "nit_commit_custom",
+                "signature",
+                "signed_metadata"
+            ]
+        );
+    }
+
+    #[test]
+    fn token_comparison_and_sniffing() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert_eq!(sniff(&[0xFF, 0xD8, 0xFF, 0xE0]), "image/jpeg");
+        assert_eq!(sniff(b"\x89PNG\r\n"), "image/png");
+        assert_eq!(sniff(b"{}"), "application/json");
+        assert_eq!(sniff(b"zz"), "application/octet-stream");
+    }
+}

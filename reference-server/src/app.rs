@@ -46,7 +46,8 @@ impl AppState {
     /// State for `settings`, reachable at `public_url`, over `db`.
     pub fn new(settings: Settings, public_url: String, db: Db) -> Result<Self, BuildError> {
         let openapi = crate::openapi::licensing_openapi(&public_url, &settings.payment);
-        let payments = licensing::payment::x402_layer(&settings, &public_url)?;
+        let settler = licensing::payment::settler(&settings)?;
+        let payments = licensing::payment::x402_layer(&settings, &public_url, settler)?;
         Ok(Self {
             payments,
             licensing: LicensingStore::new(db.clone()),
@@ -60,6 +61,9 @@ impl AppState {
 
     /// `verify-only`, or the facilitator in use.
     pub fn settlement_mode(&self) -> String {
+        if let Some(onchain) = &self.settings.onchain {
+            return format!("on chain, relayer {}", onchain.relayer());
+        }
         match &self.settings.facilitator_url {
             Some(url) => format!("facilitator {url}"),
             None => {
@@ -107,6 +111,11 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .route("/metrics", get(metrics))
         .with_state(state.clone());
     // Interface B: `/api/v3/assets/`, its signed media URLs and verification pages.
+    // The x402 facilitator API for other services, over the same settler.
+    // (An on-chain settler clone shares its relayer nonce manager with the layer's.)
+    let app = app.merge(crate::facilitator::router(licensing::payment::settler(
+        &state.settings,
+    )?));
     let app = app.merge(crate::registry::router(
         state.db.clone(),
         registry_config(&state),

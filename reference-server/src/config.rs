@@ -92,7 +92,16 @@ pub struct Config {
     /// Log format: `text` or `json`.
     #[arg(long, env = "REFERENCE_SERVER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
-    // Reserved for the on-chain settler (a later issue): `--rpc-url` and `--settler-key`.
+
+    /// JSON-RPC URL of the chain to settle on. With `--settler-key`, every purchase is settled on chain
+    /// (USDC `transferWithAuthorization`, sent by the relayer) and the receipt carries the transaction hash.
+    #[arg(long, env = "REFERENCE_SERVER_RPC_URL")]
+    pub rpc_url: Option<String>,
+
+    /// Private key (0x + 64 hex) of the relayer that sends settlement transactions: it pays the gas,
+    /// never the USDC. Required with `--rpc-url`.
+    #[arg(long, env = "REFERENCE_SERVER_SETTLER_KEY", hide_env_values = true)]
+    pub settler_key: Option<String>,
 }
 
 /// How logs are written.
@@ -119,6 +128,8 @@ impl Config {
             asset_name: None,
             asset_version: None,
             facilitator_url: None,
+            rpc_url: None,
+            settler_key: None,
             api_token: None,
             url_signing_key: None,
             url_ttl_secs: 3600,
@@ -155,6 +166,8 @@ pub struct Settings {
     pub payment: PaymentNetwork,
     /// Remote facilitator base URL, if any.
     pub facilitator_url: Option<String>,
+    /// On-chain settler (`--rpc-url` + `--settler-key`), if any.
+    pub onchain: Option<x402_tower::settle::onchain::OnchainSettler>,
     /// Registry API token.
     pub api_token: Option<String>,
     /// Media URL signing key.
@@ -291,7 +304,28 @@ impl Config {
                 "at most 1000000",
             ));
         }
+        let onchain = match (&self.rpc_url, &self.settler_key) {
+            (None, None) => None,
+            (Some(url), Some(key)) => {
+                if facilitator_url.is_some() {
+                    return Err(invalid(
+                        "rpc-url",
+                        url,
+                        "settle either through --facilitator-url or on chain, not both",
+                    ));
+                }
+                let url = parse_http_url("rpc-url", url)?;
+                Some(
+                    x402_tower::settle::onchain::OnchainSettler::builder(url.clone(), key.clone())
+                        .build()
+                        .map_err(|e| invalid("settler-key", "<hidden>", e.to_string()))?,
+                )
+            }
+            (Some(url), None) => return Err(invalid("rpc-url", url, "needs --settler-key")),
+            (None, Some(_)) => return Err(invalid("settler-key", "<hidden>", "needs --rpc-url")),
+        };
         Ok(Settings {
+            onchain,
             listen: self.listen,
             public_url,
             database,

@@ -27,6 +27,7 @@
 
 pub mod app;
 pub mod config;
+pub mod facilitator;
 pub mod licensing;
 pub mod metrics;
 pub mod openapi;

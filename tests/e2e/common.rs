@@ -11,11 +11,7 @@ use workspace_tests::pay::decode_b64_json;
 use x402_tower::settle::Settler;
 use x402_tower::settle::onchain::OnchainSettler;
 
-// The facilitator lives in reference-server/src/facilitator.rs; until the server's lib.rs declares it, the
-// tests compile the same file here.
-#[allow(unreachable_pub, dead_code)]
-#[path = "../../reference-server/src/facilitator.rs"]
-pub(crate) mod facilitator;
+use reference_server::facilitator;
 
 /// An article of the demo catalog and its price (0.05 USDC).
 pub(crate) const ARTICLE: &str = "provenance-newsroom-2025";

@@ -239,3 +239,48 @@ async fn legacy_v1_client_purchase_settles_on_chain() {
         workspace_tests::pay::decode_b64_json(purchase.payment_header.as_str().expect("X-PAYMENT"));
     assert_eq!(sent["x402Version"], 1);
 }
+
+#[tokio::test]
+async fn server_with_rpc_url_and_settler_key_settles_on_chain_itself() {
+    let chain = Chain::start().await;
+    let usdc = chain.usdc.to_checksum(None);
+    let rpc_url = chain.anvil.url.clone();
+    let server = RefServer::start(move |c| {
+        c.network = format!("eip155:{CHAIN_ID}");
+        c.asset = Some(usdc);
+        c.asset_name = Some(TOKEN_NAME.into());
+        c.asset_version = Some(TOKEN_VERSION.into());
+        c.rpc_url = Some(rpc_url);
+        c.settler_key = Some(workspace_tests::chain::DEV_KEYS[1].into());
+    })
+    .await;
+    let (key, from) = payer(2);
+    chain.mint(from, 1_000_000).await;
+    let purchase = buy(Client::JsV2, &server.article_url(), key).await;
+    let tx = check_purchase(&purchase, from).await;
+    assert!(
+        chain
+            .receipt(tx.parse::<B256>().expect("a transaction hash"))
+            .await
+            .is_some()
+    );
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+    assert_eq!(chain.balance(pay_to()).await, U256::from(ARTICLE_PRICE));
+    // The same server is a facilitator for others.
+    let supported: Value = http()
+        .get(format!("{}/facilitator/supported", server.url))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(
+        supported["kinds"][0]["network"],
+        format!("eip155:{CHAIN_ID}"),
+        "{supported}"
+    );
+}

@@ -121,7 +121,11 @@ impl PaidBy {
 /// The x402 layer selling `/x402Article`: each article at its own price (the article was put in the
 /// request extensions by [`require_article`](super::handlers::require_article)), settled **before** the
 /// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)).
-pub(crate) fn x402_layer(settings: &Settings, public_url: &str) -> Result<X402Layer, BuildError> {
+pub(crate) fn x402_layer(
+    settings: &Settings,
+    public_url: &str,
+    settler: Arc<dyn Settler>,
+) -> Result<X402Layer, BuildError> {
     let payment = settings.payment.clone();
     let pay_to = settings.pay_to;
     let price = move |parts: &http::request::Parts| {
@@ -150,20 +154,26 @@ pub(crate) fn x402_layer(settings: &Settings, public_url: &str) -> Result<X402La
         };
         std::future::ready(decision)
     };
-    let settler: Arc<dyn Settler> = match &settings.facilitator_url {
-        Some(url) => Arc::new(
-            FacilitatorSettler::builder(url.clone())
-                .build()
-                .map_err(|e| BuildError::Payment(format!("facilitator {url}: {e}")))?,
-        ),
-        None => Arc::new(VerifyOnlySettler),
-    };
     X402Layer::builder(public_url.to_owned())
         .price_source(price)
         .settler(settler)
         .settle_timing(SettleTiming::BeforeHandler)
         .build()
         .map_err(|e| BuildError::Payment(e.to_string()))
+}
+
+/// The settler of the configuration: on chain (`--rpc-url` + `--settler-key`), a remote facilitator, or
+/// verify-only. The x402 layer and the facilitator API share it.
+pub(crate) fn settler(settings: &Settings) -> Result<Arc<dyn Settler>, BuildError> {
+    Ok(match (&settings.onchain, &settings.facilitator_url) {
+        (Some(onchain), _) => Arc::new(onchain.clone()),
+        (None, Some(url)) => Arc::new(
+            FacilitatorSettler::builder(url.clone())
+                .build()
+                .map_err(|e| BuildError::Payment(format!("facilitator {url}: {e}")))?,
+        ),
+        (None, None) => Arc::new(VerifyOnlySettler),
+    })
 }
 
 /// Append the x402 layer's payment counters (by outcome) to the Prometheus text.

@@ -233,8 +233,15 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        use axum::serve::ListenerExt as _;
+        // Without TCP_NODELAY a 1.3 MB registry page waits on the client's delayed ACK (p99 ~45 ms).
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                tracing::debug!(%err, "could not set TCP_NODELAY");
+            }
+        });
         axum::serve(
-            self.listener,
+            listener,
             self.router
                 .into_make_service_with_connect_info::<SocketAddr>(),
         )

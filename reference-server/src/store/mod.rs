@@ -132,6 +132,9 @@ impl Db {
         let path = path.as_ref().to_path_buf();
         let writer = Connection::open(&path)?;
         configure(&writer)?;
+        // Registry records are ~6 KB of JSON: 16 KiB pages keep one record on one page
+        // (only takes effect when the file is new; WAL must come after it).
+        writer.pragma_update(None, "page_size", 16384)?;
         writer.pragma_update(None, "journal_mode", "WAL")?;
         migrate(&writer)?;
         let mut readers = Vec::with_capacity(READERS);

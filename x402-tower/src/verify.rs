@@ -275,7 +275,8 @@ pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value), Rejection
 /// Parses `0x` + hex.
 fn parse_hex(s: &str) -> Option<Vec<u8>> {
     let hex = s.strip_prefix("0x")?;
-    if hex.len() % 2 != 0 || hex.len() > 2 * 1024 {
+    // Hex digits only: `u8::from_str_radix` alone would also take a sign (`"+f"`).
+    if hex.len() % 2 != 0 || hex.len() > 2 * 1024 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..hex.len())
@@ -302,7 +303,11 @@ pub(crate) fn verify(
             }
             let network = Network::from_v1_name(&p.network)
                 .ok_or_else(|| reject(RejectReason::InvalidNetwork, "unknown v1 network"))?;
-            offers.iter().position(|o| o.offer.network == network)
+            // Only the offers advertised to v1 clients (the legacy networks) can be paid in v1: an offer on a
+            // v2-only network has no v1 requirements to match or to hand a facilitator.
+            offers.iter().position(|o| {
+                o.offer.network == network && o.offer.network.legacy_v1_name().is_some()
+            })
         }
         PaymentPayload::V2(p) => {
             if p.accepted.scheme != SCHEME_EXACT {

@@ -98,7 +98,7 @@ pub(crate) fn v1_requirements(
     o: &CompiledOffer,
     resource_url: &str,
 ) -> Option<PaymentRequirementsV1> {
-    let network = o.offer.network.v1_name()?;
+    let network = o.offer.network.legacy_v1_name()?;
     Some(PaymentRequirementsV1 {
         scheme: SCHEME_EXACT.to_owned(),
         network: network.to_owned(),

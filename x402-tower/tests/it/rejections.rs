@@ -355,3 +355,101 @@ async fn garbage_never_makes_a_5xx() {
     assert_eq!(send(svc, r).await.status, StatusCode::PAYMENT_REQUIRED);
     assert_eq!(inner.calls(), 0);
 }
+
+#[tokio::test]
+async fn v1_payment_cannot_buy_an_offer_advertised_in_v2_only() {
+    // Arbitrum has a v1 name in the table but legacy clients do not know it: the offer is advertised in v2
+    // only, so a v1 payment for it (validly signed) matches nothing.
+    let arb_usdc = address!("0xaf88d065e77c8cC2239327C5EDb3A432268e5831");
+    let arb = x402_tower::PaymentOffer::usdc(
+        network("arbitrum"),
+        PAY_TO,
+        x402_tower::Price::from(10_000u64),
+    )
+    .unwrap();
+    let inner = Inner::new();
+    let svc = x402_tower::X402Layer::builder(BASE_URL)
+        .offer(arb)
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let domain = alloy_sol_types::eip712_domain! {
+        name: "USD Coin",
+        version: "2",
+        chain_id: 42161,
+        verifying_contract: arb_usdc,
+    };
+    let a = Auth::v1(1);
+    let mut p = payload_v1(&a, &a.sign(&signer(), &domain));
+    p["network"] = json!("arbitrum");
+    let res = send(svc, req("/report", &[("x-payment", &b64(&p))])).await;
+    assert_eq!(res.error(), "No matching payment requirements");
+    assert_eq!(inner.calls(), 0);
+}
+
+#[tokio::test]
+async fn signature_hex_with_a_sign_is_not_hex() {
+    // `u8::from_str_radix("+f", 16)` is Ok(15): the signature text must be hex digits only, so what the
+    // layer verified is exactly what a facilitator or the chain would parse.
+    let a = Auth::v2(1);
+    let good = a.sign(&signer(), &domain_base_sepolia());
+    let i = (2..good.len())
+        .step_by(2)
+        .find(|&i| good.as_bytes()[i] == b'0')
+        .expect("a byte below 0x10 in the signature");
+    let mut signed = good.clone();
+    signed.replace_range(i..i + 1, "+");
+    assert_eq!(
+        rejected_with("payment-signature", &b64(&payload_v2(&a, &signed))).await,
+        "invalid_exact_evm_payload_signature"
+    );
+}
+
+#[tokio::test]
+async fn time_window_boundaries_with_a_fixed_clock() {
+    // validAfter <= now and validBefore >= now + 6, exactly at the edges.
+    const T: u64 = 1_800_000_000;
+    let cases = [
+        (T, T + 6, None),
+        (
+            T + 1,
+            T + 300,
+            Some("invalid_exact_evm_payload_authorization_valid_after"),
+        ),
+        (
+            0,
+            T + 5,
+            Some("invalid_exact_evm_payload_authorization_valid_before"),
+        ),
+        (
+            0,
+            T,
+            Some("invalid_exact_evm_payload_authorization_valid_before"),
+        ),
+    ];
+    for (n, (valid_after, valid_before, expect)) in cases.into_iter().enumerate() {
+        let inner = Inner::new();
+        let svc = config()
+            .clock(|| T)
+            .build()
+            .unwrap()
+            .layer(inner.service(StatusCode::OK));
+        let a = Auth {
+            valid_after,
+            valid_before,
+            ..Auth::v2(u8::try_from(n).unwrap() + 1)
+        };
+        let res = send(
+            svc,
+            req("/report", &[("payment-signature", &signed_v2(&a))]),
+        )
+        .await;
+        match expect {
+            None => assert_eq!(res.status, StatusCode::OK, "{res:?}"),
+            Some(e) => {
+                assert_eq!(res.error(), e);
+                assert_eq!(inner.calls(), 0);
+            }
+        }
+    }
+}

@@ -275,3 +275,58 @@ async fn client_host_header_does_not_leak_into_resource_urls() {
         "https://shop.example/report?a=1"
     );
 }
+
+#[tokio::test]
+async fn base64_padding_is_optional() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    // Pad the JSON until its Base64 needs `=` padding, then send it without.
+    let a = Auth::v2(40);
+    let sig = a.sign(&signer(), &domain_base_sepolia());
+    let h = (0..3)
+        .map(|k| {
+            let mut p = payload_v2(&a, &sig);
+            p["extensions"] = serde_json::json!({"p": "x".repeat(k)});
+            b64(&p)
+        })
+        .find(|h| h.ends_with('='))
+        .expect("some length needs padding");
+    let a = send(
+        svc,
+        req("/report", &[("payment-signature", h.trim_end_matches('='))]),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+}
+
+#[tokio::test]
+async fn header_length_cap_applies_before_decoding() {
+    // A valid, signed payment made long by an `extensions` object: accepted under the default cap, an
+    // `invalid_payload` 402 under a cap it exceeds (nothing decoded, the handler never runs).
+    let a = Auth::v2(7);
+    let mut p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
+    p["extensions"] = serde_json::json!({"pad": "x".repeat(1500)});
+    let h = b64(&p);
+    assert!(h.len() > 2048 && h.len() < 16 * 1024);
+
+    let inner = Inner::new();
+    let svc = config()
+        .max_header_len(2048)
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let res = send(svc, req("/report", &[("payment-signature", &h)])).await;
+    assert_eq!(res.error(), "invalid_payload");
+    assert_eq!(inner.calls(), 0);
+
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let res = send(svc, req("/report", &[("payment-signature", &h)])).await;
+    assert_eq!(res.status, StatusCode::OK, "{res:?}");
+    assert_eq!(inner.calls(), 1);
+}

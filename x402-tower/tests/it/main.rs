@@ -3,6 +3,8 @@
 mod support;
 
 mod clients;
+#[cfg(feature = "facilitator")]
+mod facilitator;
 mod protocol;
 mod rejections;
 mod replay;

@@ -390,19 +390,41 @@ async fn v1_payment_cannot_buy_an_offer_advertised_in_v2_only() {
 #[tokio::test]
 async fn signature_hex_with_a_sign_is_not_hex() {
     // `u8::from_str_radix("+f", 16)` is Ok(15): the signature text must be hex digits only, so what the
-    // layer verified is exactly what a facilitator or the chain would parse.
-    let a = Auth::v2(1);
-    let good = a.sign(&signer(), &domain_base_sepolia());
-    let i = (2..good.len())
-        .step_by(2)
-        .find(|&i| good.as_bytes()[i] == b'0')
-        .expect("a byte below 0x10 in the signature");
+    // layer verified is exactly what a facilitator or the chain would parse. Fixed clock and times: the
+    // signatures are deterministic; take the first nonce whose signature has a byte below 0x10.
+    const T: u64 = 1_800_000_000;
+    let (a, good, i) = (1..=255u8)
+        .find_map(|n| {
+            let a = Auth {
+                valid_after: 0,
+                valid_before: T + 300,
+                ..Auth::v2(n)
+            };
+            let sig = a.sign(&signer(), &domain_base_sepolia());
+            let i = (2..sig.len())
+                .step_by(2)
+                .find(|&i| sig.as_bytes()[i] == b'0')?;
+            Some((a, sig, i))
+        })
+        .expect("a signature with a byte below 0x10");
     let mut signed = good.clone();
     signed.replace_range(i..i + 1, "+");
-    assert_eq!(
-        rejected_with("payment-signature", &b64(&payload_v2(&a, &signed))).await,
-        "invalid_exact_evm_payload_signature"
-    );
+    for (sig, ok) in [(good, true), (signed, false)] {
+        let inner = Inner::new();
+        let svc = config()
+            .clock(|| T)
+            .build()
+            .unwrap()
+            .layer(inner.service(StatusCode::OK));
+        let h = b64(&payload_v2(&a, &sig));
+        let res = send(svc, req("/report", &[("payment-signature", &h)])).await;
+        if ok {
+            assert_eq!(res.status, StatusCode::OK, "{res:?}");
+        } else {
+            assert_eq!(res.error(), "invalid_exact_evm_payload_signature");
+            assert_eq!(inner.calls(), 0);
+        }
+    }
 }
 
 #[tokio::test]

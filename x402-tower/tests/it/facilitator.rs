@@ -1,0 +1,245 @@
+//! A remote facilitator (fake, on 127.0.0.1): verify/settle bodies, timeouts, garbage, failures.
+//! Needs the `facilitator` feature (default).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use alloy_primitives::Address;
+use http::StatusCode;
+use serde_json::{Value, json};
+use tower::Layer;
+use x402_tower::settle::Settler;
+
+use crate::support::*;
+
+#[derive(Clone, Copy)]
+enum Mode {
+    Good,
+    Invalid400,
+    Hang,
+    Garbage,
+    SettleFails,
+}
+
+/// (endpoint, body, authorization header) of each call.
+type Seen = (String, Value, Option<String>);
+
+#[derive(Clone)]
+struct Fake {
+    mode: Mode,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+async fn fake_facilitator(mode: Mode) -> (String, Fake) {
+    use axum::routing::{get, post};
+    let fake = Fake {
+        mode,
+        seen: Arc::default(),
+    };
+    async fn handle(
+        fake: Fake,
+        path: &str,
+        headers: http::HeaderMap,
+        body: Value,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let auth = headers
+            .get("authorization")
+            .map(|v| v.to_str().unwrap().to_owned());
+        fake.seen
+            .lock()
+            .unwrap()
+            .push((path.to_owned(), body, auth));
+        match (fake.mode, path) {
+            (Mode::Hang, _) => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                unreachable!()
+            }
+            (Mode::Garbage, _) => "<html>not json</html>".into_response(),
+            (Mode::Invalid400, _) => (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"isValid": false, "invalidReason": "insufficient_funds"})),
+            )
+                .into_response(),
+            (_, "verify") => {
+                axum::Json(json!({"isValid": true, "payer": ACCOUNT0.to_checksum(None)})).into_response()
+            }
+            (Mode::SettleFails, "settle") => axum::Json(json!({
+                "success": false, "errorReason": "invalid_transaction_state", "transaction": "", "network": "eip155:84532"
+            }))
+            .into_response(),
+            (_, "settle") => axum::Json(json!({
+                "success": true, "transaction": "0xfeed", "network": "eip155:84532", "payer": ACCOUNT0.to_checksum(None)
+            }))
+            .into_response(),
+            _ => axum::Json(json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:84532"}], "extensions": [], "signers": {}}))
+                .into_response(),
+        }
+    }
+    let f1 = fake.clone();
+    let f2 = fake.clone();
+    let f3 = fake.clone();
+    let app = axum::Router::new()
+        .route(
+            "/fac/verify",
+            post(
+                move |h: http::HeaderMap, axum::Json(b): axum::Json<Value>| {
+                    handle(f1.clone(), "verify", h, b)
+                },
+            ),
+        )
+        .route(
+            "/fac/settle",
+            post(
+                move |h: http::HeaderMap, axum::Json(b): axum::Json<Value>| {
+                    handle(f2.clone(), "settle", h, b)
+                },
+            ),
+        )
+        .route(
+            "/fac/supported",
+            get(move |h: http::HeaderMap| handle(f3.clone(), "supported", h, Value::Null)),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/fac"), fake)
+}
+
+fn facilitator(url: &str) -> Arc<dyn Settler> {
+    Arc::new(
+        x402_tower::settle::FacilitatorSettler::builder(url)
+            .verify_timeout(Duration::from_millis(300))
+            .settle_timeout(Duration::from_millis(300))
+            .auth_headers(|_| {
+                let mut h = http::HeaderMap::new();
+                h.insert(
+                    "authorization",
+                    http::HeaderValue::from_static("Bearer t0ken"),
+                );
+                h
+            })
+            .build()
+            .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn facilitator_verify_and_settle() {
+    let (url, fake) = fake_facilitator(Mode::Good).await;
+    let inner = Inner::new();
+    let svc = config()
+        .settler(facilitator(&url))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/report", &[("payment-signature", &v2_header(1))])).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    assert_eq!(a.receipt("payment-response").transaction, "0xfeed");
+    let seen = fake.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|s| s.0.as_str()).collect::<Vec<_>>(),
+        ["verify", "settle"]
+    );
+    let body = &seen[0].1;
+    assert_eq!(body["x402Version"], 2);
+    assert_eq!(body["paymentPayload"]["accepted"], accepted_v2());
+    assert_eq!(body["paymentRequirements"], accepted_v2());
+    assert_eq!(seen[0].2.as_deref(), Some("Bearer t0ken"));
+}
+
+#[tokio::test]
+async fn facilitator_v1_gets_v1_requirements() {
+    let (url, fake) = fake_facilitator(Mode::Good).await;
+    let inner = Inner::new();
+    let svc = config()
+        .settler(facilitator(&url))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/report?x=1", &[("x-payment", &v1_header(2))])).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    let seen = fake.seen.lock().unwrap().clone();
+    let reqs = &seen[0].1["paymentRequirements"];
+    assert_eq!(reqs["network"], "base-sepolia");
+    assert_eq!(reqs["maxAmountRequired"], "10000");
+    assert_eq!(reqs["resource"], "https://shop.example/report?x=1");
+}
+
+#[tokio::test]
+async fn hanging_facilitator_times_out_with_502() {
+    let (url, _fake) = fake_facilitator(Mode::Hang).await;
+    let inner = Inner::new();
+    let svc = config()
+        .settler(facilitator(&url))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let h = v2_header(3);
+    let a = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(inner.calls(), 0);
+    // Verify failed before anything was broadcast: the key was released, the client may retry.
+    let a = send(svc, req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+}
+
+#[tokio::test]
+async fn garbage_facilitator_is_502() {
+    let (url, _fake) = fake_facilitator(Mode::Garbage).await;
+    let inner = Inner::new();
+    let svc = config()
+        .settler(facilitator(&url))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/r", &[("payment-signature", &v2_header(4))])).await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(inner.calls(), 0);
+}
+
+#[tokio::test]
+async fn facilitator_settle_failure_is_402_with_its_reason() {
+    let (url, _fake) = fake_facilitator(Mode::SettleFails).await;
+    let inner = Inner::new();
+    let svc = config()
+        .settler(facilitator(&url))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/r", &[("payment-signature", &v2_header(5))])).await;
+    assert_eq!(a.error(), "invalid_transaction_state");
+    assert_eq!(
+        a.receipt("payment-response").error_reason.as_deref(),
+        Some("invalid_transaction_state")
+    );
+    assert_eq!(inner.calls(), 1);
+}
+
+#[tokio::test]
+async fn facilitator_supported() {
+    let (url, _fake) = fake_facilitator(Mode::Good).await;
+    let s = facilitator(&url);
+    let kinds = s.supported().await.unwrap().kinds;
+    assert_eq!(kinds[0].network, "eip155:84532");
+    assert!(
+        x402_tower::settle::FacilitatorSettler::builder("not a url")
+            .build()
+            .is_err()
+    );
+    let _ = Address::ZERO;
+}
+
+#[tokio::test]
+async fn facilitator_4xx_with_a_protocol_body_is_its_verdict() {
+    let (url, _fake) = fake_facilitator(Mode::Invalid400).await;
+    let inner = Inner::new();
+    let svc = config()
+        .settler(facilitator(&url))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc, req("/r", &[("payment-signature", &v2_header(8))])).await;
+    assert_eq!(a.error(), "insufficient_funds");
+    assert_eq!(inner.calls(), 0);
+}

@@ -38,6 +38,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use tokio::net::TcpListener;
@@ -46,6 +47,10 @@ pub use app::{AppState, BuildError};
 use config::DatabaseLocation;
 pub use config::{Config, ConfigError, LogFormat, Settings};
 use store::{Db, StoreError};
+
+/// How long in-flight requests may take to finish after a shutdown request (SIGTERM, Ctrl-C) before the
+/// server closes the connections that are still open.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// Why the server could not start. Every variant happens before it listens; the binary exits with
 /// status 2 for all of them.
@@ -112,12 +117,10 @@ pub async fn open_database(settings: &Settings) -> Result<Db, StartError> {
     if seeded > 0 {
         tracing::info!(articles = seeded, "seeded the article catalog");
     }
-    let assets = registry::seed(&db, settings.seed_assets)
+    // `registry::seed` logs how many assets it seeded.
+    registry::seed(&db, settings.seed_assets)
         .await
         .map_err(db_err)?;
-    if assets > 0 {
-        tracing::info!(assets, "seeded the asset registry");
-    }
     Ok(db)
 }
 
@@ -228,8 +231,46 @@ impl Server {
         )
     }
 
-    /// Serve until `shutdown` completes, then finish in-flight requests and return.
+    /// Serve until `shutdown` completes, then finish in-flight requests (for at most
+    /// [`SHUTDOWN_GRACE`]) and return.
     pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        self.run_with_grace(shutdown, SHUTDOWN_GRACE).await
+    }
+
+    /// [`run`](Server::run) with another grace period. Connections still open `grace` after `shutdown`
+    /// completed (a client that never finishes sending its request, a stalled download) are dropped, so a
+    /// stuck client cannot keep the process from stopping.
+    pub async fn run_with_grace(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        grace: Duration,
+    ) -> std::io::Result<()> {
+        let (requested, on_request) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = async move {
+            shutdown.await;
+            let _ = requested.send(());
+        };
+        let serve = self.serve_until(shutdown);
+        tokio::pin!(serve);
+        tokio::select! {
+            result = &mut serve => result,
+            () = async {
+                match on_request.await {
+                    Ok(()) => tokio::time::sleep(grace).await,
+                    // The shutdown future was dropped unfinished: only `serve` ending can get here.
+                    Err(_) => std::future::pending().await,
+                }
+            } => {
+                tracing::warn!(grace_secs = grace.as_secs_f64(), "connections still open after the shutdown grace period; closing them");
+                Ok(())
+            }
+        }
+    }
+
+    async fn serve_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {

@@ -174,6 +174,14 @@ pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Respons
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
             ),
+            // An uploaded file keeps the MIME type its uploader declared (text/html, image/svg+xml...):
+            // never let it run script in this server's origin.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(
+                    "sandbox; default-src 'none'; img-src 'self'; media-src 'self'",
+                ),
+            ),
         ],
         bytes,
     )

@@ -293,12 +293,14 @@ fn check(form: &Form) -> Result<Checked, FieldErrors> {
         ));
     }
     let meta = json_object(&mut errors, "meta", form.text.get("meta"));
+    // Kept byte for byte: it is a signed document (and `metadata_cid` is the CID of these bytes), so
+    // re-serialising it (key order, spacing, number forms) would break its signature.
     let signed_metadata = json_object(
         &mut errors,
         "signed_metadata",
         form.text.get("signed_metadata"),
     )
-    .map(|m| serde_json::to_string(&m).unwrap_or_default())
+    .and(form.text.get("signed_metadata").cloned())
     .unwrap_or_default();
     let nit_commit_custom = json_object(
         &mut errors,
@@ -432,12 +434,7 @@ async fn register(reg: &Registry, form: Form) -> Response {
         .cfg
         .media_dir
         .join(format!("uploads/.{cid}.{}", uuid::Uuid::new_v4().simple()));
-    let written = async {
-        tokio::fs::create_dir_all(reg.cfg.media_dir.join("uploads")).await?;
-        tokio::fs::write(&tmp, &bytes).await?;
-        tokio::fs::rename(&tmp, &path).await
-    }
-    .await;
+    let written = store_file(reg.cfg.media_dir.join("uploads"), tmp.clone(), path, &bytes).await;
     if let Err(e) = written {
         tracing::error!(error = %e, "could not store an uploaded file");
         let _ = tokio::fs::remove_file(&tmp).await;
@@ -631,6 +628,28 @@ async fn register(reg: &Registry, form: Form) -> Response {
         .into_response()
 }
 
+/// Write `bytes` to `tmp`, flush them to disk, rename to `path` and flush the directory: the record that
+/// points at the file is committed with `synchronous = FULL` right after, so the file must be as durable.
+async fn store_file(
+    dir: std::path::PathBuf,
+    tmp: std::path::PathBuf,
+    path: std::path::PathBuf,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    tokio::fs::create_dir_all(&dir).await?;
+    let mut file = tokio::fs::File::create(&tmp).await?;
+    file.write_all(bytes).await?;
+    file.sync_all().await?;
+    drop(file);
+    tokio::fs::rename(&tmp, &path).await?;
+    #[cfg(unix)]
+    tokio::task::spawn_blocking(move || std::fs::File::open(&dir)?.sync_all())
+        .await
+        .map_err(std::io::Error::other)??;
+    Ok(())
+}
+
 fn duplicate(cid: &str) -> Response {
     error(
         StatusCode::CONFLICT,
@@ -672,6 +691,14 @@ mod tests {
         assert!(ok.meta.is_none());
         assert_eq!(ok.signed_metadata, r#"{"spec_version":"2.0.0"}"#);
         assert_eq!(ok.signature.len(), 1);
+    }
+
+    #[test]
+    fn signed_metadata_is_stored_byte_for_byte() {
+        let sent =
+            "{\"spec_version\": \"2.0.0\",\n \"created_at\": 1.50e3, \"caption\": \"caf\\u00e9\"}";
+        let ok = check(&form(&[("signed_metadata", sent)])).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(ok.signed_metadata, sent);
     }
 
     #[test]

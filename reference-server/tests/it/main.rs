@@ -3,3 +3,4 @@
 mod common;
 mod licensing;
 mod registry;
+mod shutdown;

@@ -979,3 +979,43 @@ async fn drf_surface_formats_negotiation_options_and_405() {
         assert_eq!(e["detail"], format!("Method \"{m}\" not allowed."));
     }
 }
+
+#[tokio::test]
+async fn an_uploaded_html_file_is_served_sandboxed() {
+    let reg = Registry::start(3, Some(TOKEN)).await;
+    let boundary = "----registry-test-boundary-html";
+    let html = b"<!doctype html><script>alert(document.domain)</script>";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"asset_file\"; filename=\"page.html\"\r\n\
+         Content-Type: text/html\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(html);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let created = reg
+        .client
+        .post(reg.url("/api/v3/assets/"))
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .header("authorization", format!("token {TOKEN}"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let record: Value = created.json().await.unwrap();
+    assert_eq!(record["asset_file_mime_type"], "text/html");
+    let file = reg
+        .client
+        .get(record["asset_file"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(file.status(), 200);
+    assert_eq!(file.headers()["content-type"], "text/html");
+    let csp = file.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.split(';').any(|d| d.trim() == "sandbox"), "{csp}");
+    assert_eq!(file.bytes().await.unwrap().as_ref(), html);
+}

@@ -46,6 +46,8 @@
 mod nonce;
 mod revert;
 mod rpc;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -436,6 +438,10 @@ impl Inner {
             let envelope = TxEnvelope::from(tx.into_signed(signature));
             let hash = *envelope.tx_hash();
             let raw: Bytes = envelope.encoded_2718().into();
+            // Until the node answers, the next nonce is unknown: if this future is dropped mid-send (the
+            // client went away during settlement), the next settlement re-reads the pending count instead of
+            // reusing a nonce that may already be taken by a pending transaction.
+            slot.set(None);
             match self
                 .rpc
                 .call::<B256>("eth_sendRawTransaction", json!([raw]))
@@ -447,7 +453,6 @@ impl Inner {
                 }
                 Err(e) if e.is_rejection() => {
                     // Refused by the node: the nonce is not consumed. Re-read it in case ours was stale.
-                    slot.set(None);
                     if attempt < 2 && e.to_string().to_ascii_lowercase().contains("nonce") {
                         warn!(error = %e, "relayer nonce refused; re-reading it");
                         continue;
@@ -458,7 +463,6 @@ impl Inner {
                     });
                 }
                 Err(e) => {
-                    slot.set(None);
                     return Err(SendError::Unknown(format!(
                         "transaction {hash} may have been broadcast: {e}"
                     )));

@@ -1,0 +1,336 @@
+//! The on-chain settler against a scripted JSON-RPC node on 127.0.0.1: relayer nonces under concurrency and
+//! cancellation, revert mapping, unknown outcomes. (Real USDC on anvil is exercised by the reference server's
+//! interoperability tests.)
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use alloy_consensus::Transaction as _;
+use alloy_eips::eip2718::Decodable2718;
+use alloy_primitives::{Address, B256, Bytes, U256, address, keccak256};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use super::*;
+use crate::network::{Network, Token};
+use crate::offer::PaymentOffer;
+use crate::price::Price;
+use crate::proto::{
+    Authorization, ExactEvmPayload, PaymentPayload, PaymentPayloadV2, PaymentRequirements,
+    PaymentRequirementsV2,
+};
+
+const TOKEN: Address = address!("0x5FbDB2315678afecb367f032d93F642f64180aa3");
+const FROM: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+const PAY_TO: Address = address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
+const RELAYER_KEY: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+
+#[derive(Default)]
+struct Node {
+    /// The next nonce the node accepts from the relayer; lower nonces are taken by pending transactions.
+    pending: u64,
+    sent_nonces: Vec<u64>,
+    count_reads: usize,
+    /// Revert message of every simulation (`eth_call` of the transfer, `eth_estimateGas`).
+    revert: Option<&'static str>,
+    /// Answer receipts (else `null` forever).
+    receipts: bool,
+    receipt_status: &'static str,
+    authorization_used: bool,
+    /// Accept the second send, then never answer it.
+    hang_second_send: bool,
+}
+
+fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
+    let id = &body["id"];
+    let params = &body["params"];
+    let ok = |result: Value| Some(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    let mut n = node.lock().unwrap();
+    match body["method"].as_str().unwrap_or("") {
+        "eth_chainId" => ok(json!("0x7a69")),
+        "eth_gasPrice" | "eth_maxPriorityFeePerGas" => ok(json!("0x3b9aca00")),
+        "eth_getTransactionCount" => {
+            n.count_reads += 1;
+            ok(json!(format!("{:#x}", n.pending)))
+        }
+        "eth_estimateGas" => match n.revert {
+            Some(m) => Some(rpc_error(id, 3, &format!("execution reverted: {m}"))),
+            None => ok(json!("0x15f90")),
+        },
+        "eth_call" => {
+            let data = params[0]["data"].as_str().unwrap_or("");
+            if data.starts_with("0xe94a0102") {
+                let word = B256::with_last_byte(u8::from(n.authorization_used));
+                ok(json!(word))
+            } else if let Some(m) = n.revert {
+                Some(rpc_error(id, 3, &format!("execution reverted: {m}")))
+            } else {
+                ok(json!("0x"))
+            }
+        }
+        "eth_sendRawTransaction" => {
+            let raw: Bytes = params[0].as_str().unwrap().parse().unwrap();
+            let tx = alloy_consensus::TxEnvelope::decode_2718(&mut raw.as_ref()).unwrap();
+            let nonce = tx.nonce();
+            if nonce < n.pending {
+                // What geth answers when a pending transaction already holds the nonce.
+                return Some(rpc_error(id, -32000, "replacement transaction underpriced"));
+            }
+            if nonce > n.pending {
+                return Some(rpc_error(id, -32000, "nonce too high"));
+            }
+            n.pending += 1;
+            n.sent_nonces.push(nonce);
+            if n.hang_second_send && n.sent_nonces.len() == 2 {
+                hung.notify_one();
+                return None;
+            }
+            ok(json!(keccak256(&raw)))
+        }
+        "eth_getTransactionReceipt" => {
+            if !n.receipts {
+                return ok(Value::Null);
+            }
+            let log = json!({
+                "address": TOKEN,
+                "topics": [Transfer::SIGNATURE_HASH, FROM.into_word(), PAY_TO.into_word()],
+                "data": B256::from(U256::from(10_000u64)),
+            });
+            ok(json!({"status": n.receipt_status, "logs": [log]}))
+        }
+        m => Some(rpc_error(id, -32601, &format!("no method {m}"))),
+    }
+}
+
+async fn node(init: Node) -> (String, Arc<Mutex<Node>>, Arc<Notify>) {
+    use axum::routing::post;
+    let receipt_status = if init.receipt_status.is_empty() {
+        "0x1"
+    } else {
+        init.receipt_status
+    };
+    let node = Arc::new(Mutex::new(Node {
+        receipt_status,
+        ..init
+    }));
+    let hung = Arc::new(Notify::new());
+    let (n, h) = (node.clone(), hung.clone());
+    let app = axum::Router::new().route(
+        "/",
+        post(move |axum::Json(body): axum::Json<Value>| {
+            let (n, h) = (n.clone(), h.clone());
+            async move {
+                match answer(&n, &h, &body) {
+                    Some(v) => axum::Json(v),
+                    None => std::future::pending().await,
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, node, hung)
+}
+
+fn settler(url: &str) -> OnchainSettler {
+    OnchainSettler::builder(url, RELAYER_KEY)
+        .rpc_timeout(Duration::from_secs(30))
+        .receipt_timeout(Duration::from_millis(300))
+        .poll_interval(Duration::from_millis(5))
+        .build()
+        .unwrap()
+}
+
+fn request(nonce: u8) -> SettleRequest {
+    let offer = PaymentOffer::new(
+        Network::from_chain_id(31337),
+        Token::new(TOKEN, "USD Coin", "2", 6),
+        PAY_TO,
+        Price::from(10_000u64),
+    );
+    let requirements = PaymentRequirementsV2 {
+        scheme: SCHEME_EXACT.to_owned(),
+        network: "eip155:31337".to_owned(),
+        amount: U256::from(10_000u64),
+        asset: TOKEN,
+        pay_to: PAY_TO,
+        max_timeout_seconds: 300,
+        extra: None,
+    };
+    let mut signature = vec![0x11u8; 64];
+    signature.push(27);
+    let payload = PaymentPayloadV2 {
+        x402_version: 2,
+        resource: None,
+        accepted: requirements.clone(),
+        payload: ExactEvmPayload {
+            signature: format!("0x{}", alloy_primitives::hex::encode(&signature)),
+            authorization: Authorization {
+                from: FROM,
+                to: PAY_TO,
+                value: U256::from(10_000u64),
+                valid_after: U256::ZERO,
+                valid_before: U256::from(u64::MAX),
+                nonce: B256::repeat_byte(nonce),
+            },
+        },
+        extensions: None,
+    };
+    SettleRequest {
+        payload: PaymentPayload::V2(payload),
+        payload_json: Value::Null,
+        requirements: PaymentRequirements::V2(requirements),
+        offer,
+        signature: signature.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_settlements_use_consecutive_relayer_nonces() {
+    let (url, node, _) = node(Node {
+        pending: 5,
+        receipts: true,
+        ..Node::default()
+    })
+    .await;
+    let s = settler(&url);
+    let tasks: Vec<_> = (1..=8u8)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move { s.settle(&request(i)).await })
+        })
+        .collect();
+    for t in tasks {
+        let outcome = t.await.unwrap();
+        assert!(
+            matches!(outcome, SettleOutcome::Settled { .. }),
+            "{outcome:?}"
+        );
+    }
+    let n = node.lock().unwrap();
+    let mut sent = n.sent_nonces.clone();
+    sent.sort_unstable();
+    assert_eq!(sent, (5..13).collect::<Vec<u64>>());
+    assert_eq!(
+        n.count_reads, 1,
+        "the relayer nonce is read once, then managed locally"
+    );
+}
+
+#[tokio::test]
+async fn a_settlement_dropped_mid_send_does_not_leave_a_stale_nonce() {
+    // One settlement goes through (nonce 5); the next one's client goes away while
+    // `eth_sendRawTransaction` is in flight (the node took nonce 6). The third settlement must not reuse 6:
+    // a pending transaction holds it ("replacement transaction underpriced").
+    let (url, node, hung) = node(Node {
+        pending: 5,
+        receipts: true,
+        hang_second_send: true,
+        ..Node::default()
+    })
+    .await;
+    let s = settler(&url);
+    let outcome = s.settle(&request(1)).await;
+    assert!(
+        matches!(outcome, SettleOutcome::Settled { .. }),
+        "{outcome:?}"
+    );
+    let second = {
+        let s = s.clone();
+        tokio::spawn(async move { s.settle(&request(2)).await })
+    };
+    hung.notified().await;
+    second.abort();
+    assert!(second.await.unwrap_err().is_cancelled());
+    let outcome = s.settle(&request(3)).await;
+    assert!(
+        matches!(outcome, SettleOutcome::Settled { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(node.lock().unwrap().sent_nonces, vec![5, 6, 7]);
+}
+
+#[tokio::test]
+async fn simulation_reverts_map_to_spec_strings_and_nothing_is_sent() {
+    for (revert, reason, still_usable) in [
+        (
+            "FiatTokenV2: authorization is used or canceled",
+            "invalid_exact_evm_nonce_already_used",
+            false,
+        ),
+        (
+            "ERC20: transfer amount exceeds balance",
+            "insufficient_funds",
+            true,
+        ),
+        (
+            "FiatTokenV2: invalid signature",
+            "invalid_exact_evm_payload_signature",
+            true,
+        ),
+        ("Pausable: paused", "invalid_transaction_state", true),
+    ] {
+        let (url, node, _) = node(Node {
+            revert: Some(revert),
+            ..Node::default()
+        })
+        .await;
+        let s = settler(&url);
+        let verdict = s.verify(&request(1)).await.unwrap();
+        assert_eq!(
+            verdict,
+            VerifyOutcome::Invalid {
+                reason: reason.to_owned(),
+                message: Some(revert.to_owned()),
+            }
+        );
+        match s.settle(&request(1)).await {
+            SettleOutcome::Failed {
+                reason: r,
+                authorization_still_usable,
+                ..
+            } => {
+                assert_eq!(r, reason);
+                assert_eq!(authorization_still_usable, still_usable, "{revert}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(node.lock().unwrap().sent_nonces.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn no_receipt_in_time_is_unknown_and_a_revert_asks_the_authorization_state() {
+    let (url, _node, _) = node(Node::default()).await;
+    let outcome = settler(&url).settle(&request(1)).await;
+    assert!(
+        matches!(outcome, SettleOutcome::Unknown { .. }),
+        "{outcome:?}"
+    );
+
+    for used in [true, false] {
+        let (url, _node, _) = node(Node {
+            receipts: true,
+            receipt_status: "0x0",
+            authorization_used: used,
+            ..Node::default()
+        })
+        .await;
+        match settler(&url).settle(&request(1)).await {
+            SettleOutcome::Failed {
+                reason,
+                authorization_still_usable,
+                ..
+            } => {
+                assert_eq!(reason, "invalid_transaction_state");
+                assert_eq!(authorization_still_usable, !used);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

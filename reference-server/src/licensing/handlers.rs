@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -294,8 +295,10 @@ async fn load_receipt(
 /// `GET /receipts/{tokenId}`: the receipt as JSON (the `verifyUrl`).
 pub async fn receipt_json(
     State(state): State<Arc<AppState>>,
-    Path(token): Path<String>,
+    token: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ReceiptView>, ApiError> {
+    // A path that does not decode to UTF-8 names no receipt: the same JSON 404.
+    let token = token.map(|Path(t)| t).unwrap_or_default();
     let (r, article) = load_receipt(&state, &token).await?;
     let title = article.as_ref().map_or("", |a| a.title.as_str());
     Ok(Json(ReceiptView::new(&r, title, &state.public_url)))
@@ -304,8 +307,9 @@ pub async fn receipt_json(
 /// `GET /receipts/{tokenId}/certificate`: the HTML certificate.
 pub async fn receipt_certificate(
     State(state): State<Arc<AppState>>,
-    Path(token): Path<String>,
+    token: Result<Path<String>, PathRejection>,
 ) -> Result<Html<String>, ApiError> {
+    let token = token.map(|Path(t)| t).unwrap_or_default();
     let (r, article) = load_receipt(&state, &token).await?;
     Ok(Html(receipt::certificate_html(
         &r,

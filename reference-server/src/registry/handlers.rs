@@ -191,9 +191,11 @@ pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Respons
 /// `GET /verify/{cid}`: the public verification page linked by `certificate_link`.
 pub(crate) async fn verify_page(
     State(reg): State<Arc<Registry>>,
-    Path(cid): Path<String>,
+    cid: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Response {
-    if cid.len() > 128 {
+    // A path that does not decode to UTF-8 names no asset: the same JSON 404.
+    let cid = cid.map(|Path(c)| c).unwrap_or_default();
+    if cid.is_empty() || cid.len() > 128 {
         return error(
             StatusCode::NOT_FOUND,
             "not_found",

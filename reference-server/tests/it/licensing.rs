@@ -937,3 +937,18 @@ async fn a_client_that_hangs_up_during_settlement_still_gets_its_receipt_written
     }
     assert_eq!(receipts, 1, "the settled payment's receipt was written");
 }
+
+#[tokio::test]
+async fn paths_that_are_not_utf8_get_the_json_404() {
+    let server = TestServer::start().await;
+    for path in [
+        "/receipts/%FF",
+        "/receipts/%FF%FE/certificate",
+        "/verify/%FF%FE",
+    ] {
+        let resp = server.client.get(server.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+        let body: serde_json::Value = resp.json().await.unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(body.get("error").is_some(), "{path}: {body}");
+    }
+}

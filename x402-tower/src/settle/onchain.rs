@@ -26,8 +26,9 @@
 //! consecutive nonces (read once with `eth_getTransactionCount(relayer, "pending")`) and only the signing and
 //! `eth_sendRawTransaction` run under its lock, so sends are ordered by nonce while the receipts are awaited
 //! concurrently (pipelining). A send the node refuses does not consume the nonce (a refused *nonce*, when
-//! the key was used elsewhere, is re-read and the send tried once more); a send whose answer is lost makes
-//! the manager re-read the count before the next one.
+//! the key was used elsewhere, is re-read and the send tried once more); a send whose answer is lost, or
+//! whose future is dropped mid-flight (the client went away during settlement), makes the manager re-read
+//! the pending count before the next one.
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -475,6 +475,7 @@ impl Inner {
     async fn wait_receipt(&self, hash: B256) -> Result<Receipt, String> {
         let deadline = Instant::now() + self.receipt_timeout;
         let mut interval = self.poll_interval;
+        let mut last_error = None;
         loop {
             match self
                 .rpc
@@ -483,14 +484,21 @@ impl Inner {
             {
                 Ok(Some(receipt)) => return Ok(receipt),
                 Ok(None) => {}
-                Err(e) => warn!(%hash, error = %e, "receipt poll failed"),
+                Err(e) => {
+                    warn!(%hash, error = %e, "receipt poll failed");
+                    last_error = Some(e);
+                }
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(format!(
+                let mut message = format!(
                     "transaction {hash} was broadcast but no receipt came within {:?}",
                     self.receipt_timeout
-                ));
+                );
+                if let Some(e) = last_error {
+                    message.push_str(&format!(" (last poll error: {e})"));
+                }
+                return Err(message);
             }
             tokio::time::sleep(interval.min(deadline - now)).await;
             interval = (interval * 2).min(Duration::from_secs(1));
@@ -517,9 +525,14 @@ impl Inner {
         };
         if receipt.status.as_deref().and_then(hex_u64) != Some(1) {
             let used = self.authorization_used(request).await;
+            let mut message = format!("transaction {hash} reverted");
+            if let Err(e) = &used {
+                // Cannot tell whether the nonce is spent: keep the reservation, and say why.
+                message.push_str(&format!("; authorizationState unknown: {e}"));
+            }
             return SettleOutcome::Failed {
                 reason: "invalid_transaction_state".to_owned(),
-                message: Some(format!("transaction {hash} reverted")),
+                message: Some(message),
                 authorization_still_usable: matches!(used, Ok(false)),
             };
         }

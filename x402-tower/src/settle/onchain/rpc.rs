@@ -107,12 +107,24 @@ impl RpcClient {
             .await
             .map_err(|e| transport(method, e))?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| transport(method, e))?;
-        if bytes.len() > MAX_ANSWER_BYTES {
-            return Err(RpcError::BadResponse {
-                method,
-                message: format!("answer of {} bytes", bytes.len()),
-            });
+        // Read at most MAX_ANSWER_BYTES: a misbehaving endpoint cannot make us buffer without bound.
+        let too_large = || RpcError::BadResponse {
+            method,
+            message: format!("answer larger than {MAX_ANSWER_BYTES} bytes"),
+        };
+        if response
+            .content_length()
+            .is_some_and(|l| l > MAX_ANSWER_BYTES as u64)
+        {
+            return Err(too_large());
+        }
+        let mut response = response;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| transport(method, e))? {
+            if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
         }
         let answer: RpcAnswer =
             serde_json::from_slice(&bytes).map_err(|e| RpcError::BadResponse {

@@ -131,7 +131,10 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
             header::HeaderName::from_static("x-payment-response"),
             header::HeaderName::from_static("x-payment-required"),
         ])
-        .max_age(Duration::from_secs(600));
+        .max_age(Duration::from_secs(600))
+        // Every CORS answer is the same whatever the request (`*` origin and headers, a fixed method
+        // list), so it adds no `Vary`: the collection's `Vary` stays exactly `Accept`.
+        .vary(Vec::<header::HeaderName>::new());
 
     let counted = app
         .fallback(not_found)

@@ -952,3 +952,43 @@ async fn paths_that_are_not_utf8_get_the_json_404() {
         assert!(body.get("error").is_some(), "{path}: {body}");
     }
 }
+
+#[tokio::test]
+async fn through_the_whole_app_the_collection_varies_on_accept_only() {
+    let server = TestServer::start().await;
+    let url = server.url("/api/v3/assets/?limit=2");
+    let answers = [
+        server.client.get(&url).send().await.unwrap(),
+        server
+            .client
+            .get(&url)
+            .header("origin", "http://elsewhere.example")
+            .send()
+            .await
+            .unwrap(),
+        server
+            .client
+            .get(&url)
+            .header("accept", "image/png")
+            .send()
+            .await
+            .unwrap(),
+        server.client.delete(&url).send().await.unwrap(),
+        server
+            .client
+            .request(reqwest::Method::OPTIONS, &url)
+            .send()
+            .await
+            .unwrap(),
+    ];
+    for (i, r) in answers.iter().enumerate() {
+        let vary: Vec<_> = r.headers().get_all("vary").iter().collect();
+        assert_eq!(vary, ["Accept"], "answer {i} ({})", r.status());
+        assert_eq!(
+            r.headers()["allow"],
+            "GET, POST, HEAD, OPTIONS",
+            "answer {i}"
+        );
+    }
+    assert_eq!(answers[1].headers()["access-control-allow-origin"], "*");
+}

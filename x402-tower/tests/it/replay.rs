@@ -117,3 +117,37 @@ async fn full_store_answers_503_not_500() {
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(inner.calls(), 1);
 }
+
+#[tokio::test]
+async fn a_request_dropped_mid_flight_keeps_its_reservation() {
+    // The client goes away while the handler runs: the response future is dropped. The reservation stays
+    // (documented rule: never two uses), so the same header is a replay, and the handler ran once.
+    let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = calls.clone();
+    let hanging = tower::service_fn(
+        move |_req: http::Request<http_body_util::Full<bytes::Bytes>>| {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = entered_tx.send(());
+            std::future::pending::<
+                Result<
+                    http::Response<http_body_util::Full<bytes::Bytes>>,
+                    std::convert::Infallible,
+                >,
+            >()
+        },
+    );
+    let svc = config().build().unwrap().layer(hanging);
+    let h = v2_header(30);
+    let first = {
+        let svc = svc.clone();
+        let h = h.clone();
+        tokio::spawn(async move { send(svc, req("/r", &[("payment-signature", &h)])).await })
+    };
+    entered_rx.recv().await.unwrap();
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    let a = send(svc, req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(a.error(), "invalid_exact_evm_nonce_already_used");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_primitives::{Address, B256};
 
@@ -91,6 +92,10 @@ struct Entry {
 pub struct InMemoryReplayStore {
     capacity: usize,
     map: Mutex<HashMap<ReplayKey, Entry>>,
+    /// `now + 1` of the last full purge (0: never), written under the map's lock. A second purge within the
+    /// same second would find nothing more to drop (new entries expire at `validBefore >= now + 6`), so a
+    /// store full of live keys scans its entries at most once per second instead of on every request.
+    purged_at: AtomicU64,
 }
 
 impl Default for InMemoryReplayStore {
@@ -105,6 +110,7 @@ impl InMemoryReplayStore {
         InMemoryReplayStore {
             capacity: capacity.max(1),
             map: Mutex::new(HashMap::new()),
+            purged_at: AtomicU64::new(0),
         }
     }
 
@@ -141,7 +147,11 @@ impl InMemoryReplayStore {
             return Ok(Reservation::AlreadyUsed);
         }
         if map.len() >= self.capacity && !map.contains_key(key) {
-            map.retain(|_, e| e.expires_at >= now);
+            let stamp = now.wrapping_add(1);
+            if self.purged_at.load(Ordering::Relaxed) != stamp {
+                map.retain(|_, e| e.expires_at >= now);
+                self.purged_at.store(stamp, Ordering::Relaxed);
+            }
             if map.len() >= self.capacity {
                 return Err(StoreError::Full(map.len()));
             }
@@ -234,5 +244,28 @@ mod tests {
         );
         assert!(s.contains(&key(1), 60));
         assert!(!s.contains(&key(2), 60));
+        // Full of live keys: refused again within the same second (no second scan needed), room again once
+        // a key is released, and an expiry is noticed in a later second.
+        assert!(matches!(
+            s.reserve_now(&key(4), 100, 60),
+            Err(StoreError::Full(2))
+        ));
+        assert!(matches!(
+            s.reserve_now(&key(4), 100, 60),
+            Err(StoreError::Full(2))
+        ));
+        drop(s.release(&key(3)));
+        assert_eq!(
+            s.reserve_now(&key(4), 70, 60).unwrap(),
+            Reservation::Reserved
+        );
+        assert!(matches!(
+            s.reserve_now(&key(5), 100, 65),
+            Err(StoreError::Full(2))
+        ));
+        assert_eq!(
+            s.reserve_now(&key(5), 100, 71).unwrap(),
+            Reservation::Reserved
+        );
     }
 }

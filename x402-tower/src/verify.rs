@@ -38,6 +38,13 @@ pub const SECP256K1N_HALF: U256 = alloy_primitives::uint!(
 /// Seconds of slack required before `validBefore` (about one block).
 pub const VALID_BEFORE_MARGIN: u64 = 6;
 
+/// How far past `now + maxTimeoutSeconds` a `validBefore` may lie, for clock skew between client and server.
+///
+/// Official clients sign `validBefore = now + maxTimeoutSeconds`. A later `validBefore` is refused: the replay
+/// store must keep every key until its `validBefore`, so an unbounded one would let a payer hold a store slot
+/// for ever (and, with free verify-only signatures, fill the store).
+pub const VALID_BEFORE_SKEW: u64 = 120;
+
 /// Why a payment was rejected. [`RejectReason::as_str`] is the spec's error string sent to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -364,6 +371,14 @@ pub(crate) fn verify(
         return Err(reject(
             RejectReason::ValidBefore,
             "validBefore has passed or is too close",
+        ));
+    }
+    let horizon =
+        U256::from(now) + U256::from(offer.max_timeout_seconds) + U256::from(VALID_BEFORE_SKEW);
+    if auth.valid_before > horizon {
+        return Err(reject(
+            RejectReason::ValidBefore,
+            "validBefore is further ahead than the offer's maxTimeoutSeconds allows",
         ));
     }
     // 5. signature.

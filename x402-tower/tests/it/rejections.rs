@@ -448,6 +448,19 @@ async fn time_window_boundaries_with_a_fixed_clock() {
             T,
             Some("invalid_exact_evm_payload_authorization_valid_before"),
         ),
+        // At most maxTimeoutSeconds (300 here) + 120 s of clock skew ahead: the replay store keeps a
+        // key until validBefore, so a far-future authorization must not hold a slot for ever.
+        (0, T + 300 + 120, None),
+        (
+            0,
+            T + 300 + 121,
+            Some("invalid_exact_evm_payload_authorization_valid_before"),
+        ),
+        (
+            0,
+            u64::MAX,
+            Some("invalid_exact_evm_payload_authorization_valid_before"),
+        ),
     ];
     for (n, (valid_after, valid_before, expect)) in cases.into_iter().enumerate() {
         let inner = Inner::new();

@@ -94,7 +94,7 @@ fn signed_header() -> String {
         to: PAY_TO,
         value: U256::from(10_000u64),
         validAfter: U256::ZERO,
-        validBefore: U256::from(now + 3600),
+        validBefore: U256::from(now + 300),
         nonce: B256::repeat_byte(7),
     };
     let domain = alloy_sol_types::eip712_domain! {
@@ -107,7 +107,7 @@ fn signed_header() -> String {
         "payload": {
             "authorization": {
                 "from": signer.address().to_checksum(None), "to": PAY_TO.to_checksum(None), "value": "10000",
-                "validAfter": "0", "validBefore": (now + 3600).to_string(), "nonce": B256::repeat_byte(7).to_string(),
+                "validAfter": "0", "validBefore": (now + 300).to_string(), "nonce": B256::repeat_byte(7).to_string(),
             },
             "signature": format!("0x{}", sig.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>()),
         },

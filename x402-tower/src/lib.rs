@@ -131,6 +131,13 @@
 //!
 //! Spans `x402.verify`, `x402.decode`, `x402.settler_verify`, `x402.settle` (and `x402.facilitator.*`);
 //! counters in [`X402Metrics`] (see [`X402Layer::metrics`]).
+//!
+//! # Keeping books
+//!
+//! Logs and counters are not a record. A [`SettlementObserver`] ([`X402Config::settlement_observer`]) is
+//! told every settlement outcome — settled, failed, or **unknown** (timeout after broadcast: money may have
+//! moved although the client got 502) — with the verified payment and the resource, and is awaited before
+//! the client is answered. See [`settle::SettlementObserver`].
 #![warn(missing_docs)]
 
 pub mod layer;
@@ -154,4 +161,7 @@ pub use offer::PaymentOffer;
 pub use price::Price;
 pub use pricing::{PriceDecision, PriceSource, StaticPrice};
 pub use replay::{InMemoryReplayStore, ReplayKey, ReplayStore};
-pub use settle::{SettleOutcome, Settler, VerifyOnlySettler};
+pub use settle::{
+    ObservedOutcome, ObserverError, SettleOutcome, SettlementEvent, SettlementObserver, Settler,
+    VerifyOnlySettler,
+};

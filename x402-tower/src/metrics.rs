@@ -13,6 +13,7 @@ pub struct X402Metrics {
     settlements_failed: AtomicU64,
     settlements_unknown: AtomicU64,
     upstream_errors: AtomicU64,
+    observer_errors: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -30,6 +31,8 @@ pub struct MetricsSnapshot {
     pub settlements_unknown: u64,
     /// Settler or replay-store errors answered with 502/503.
     pub upstream_errors: u64,
+    /// Settlements the [`SettlementObserver`](crate::SettlementObserver) failed to record (logged).
+    pub settlement_observer_errors: u64,
 }
 
 impl X402Metrics {
@@ -45,6 +48,7 @@ impl X402Metrics {
             settlements_failed: self.settlements_failed.load(Relaxed),
             settlements_unknown: self.settlements_unknown.load(Relaxed),
             upstream_errors: self.upstream_errors.load(Relaxed),
+            settlement_observer_errors: self.observer_errors.load(Relaxed),
         }
     }
 
@@ -62,6 +66,9 @@ impl X402Metrics {
     }
     pub(crate) fn settlement_unknown(&self) {
         self.settlements_unknown.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn observer_error(&self) {
+        self.observer_errors.fetch_add(1, Relaxed);
     }
     pub(crate) fn upstream_error(&self) {
         self.upstream_errors.fetch_add(1, Relaxed);

@@ -13,7 +13,7 @@ use crate::offer::PaymentOffer;
 use crate::pricing::PriceSource;
 use crate::proto::SettleResponse;
 use crate::replay::{InMemoryReplayStore, ReplayStore};
-use crate::settle::{Settler, VerifyOnlySettler};
+use crate::settle::{SettlementObserver, Settler, VerifyOnlySettler};
 use crate::verify::{CompiledOffer, domain_separator};
 
 /// Default cap on the length of a payment header (bytes, before decoding).
@@ -101,6 +101,7 @@ pub(crate) struct Shared {
     pub(crate) base_url: String,
     pub(crate) pricing: Pricing,
     pub(crate) settler: Arc<dyn Settler>,
+    pub(crate) observer: Option<Arc<dyn SettlementObserver>>,
     pub(crate) store: Arc<dyn ReplayStore>,
     pub(crate) timing: SettleTiming,
     pub(crate) expose_headers: bool,
@@ -167,6 +168,7 @@ impl X402Layer {
             offers: Vec::new(),
             source: None,
             settler: None,
+            observer: None,
             store: None,
             timing: SettleTiming::default(),
             expose_headers: false,
@@ -213,6 +215,7 @@ pub struct X402Config {
     offers: Vec<PaymentOffer>,
     source: Option<Arc<dyn PriceSource>>,
     settler: Option<Arc<dyn Settler>>,
+    observer: Option<Arc<dyn SettlementObserver>>,
     store: Option<Arc<dyn ReplayStore>>,
     timing: SettleTiming,
     expose_headers: bool,
@@ -226,6 +229,7 @@ impl std::fmt::Debug for X402Config {
             .field("public_base_url", &self.public_base_url)
             .field("offers", &self.offers)
             .field("timing", &self.timing)
+            .field("settlement_observer", &self.observer.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -253,6 +257,15 @@ impl X402Config {
     /// The settler (default: [`VerifyOnlySettler`], which moves no money).
     pub fn settler(mut self, settler: Arc<dyn Settler>) -> Self {
         self.settler = Some(settler);
+        self
+    }
+
+    /// Reports every settlement outcome (settled, failed, unknown) to `observer`, awaited before the client
+    /// is answered, so the application can keep a durable record even of a settlement whose outcome is
+    /// unknown (the client then gets 502, but money may have moved). Default: none (no extra work per
+    /// request). See [`SettlementObserver`].
+    pub fn settlement_observer(mut self, observer: Arc<dyn SettlementObserver>) -> Self {
+        self.observer = Some(observer);
         self
     }
 
@@ -303,6 +316,7 @@ impl X402Config {
             base_url,
             pricing: Pricing::Static(Arc::from(Vec::new())),
             settler: self.settler.unwrap_or_else(|| Arc::new(VerifyOnlySettler)),
+            observer: self.observer,
             store: self
                 .store
                 .unwrap_or_else(|| Arc::new(InMemoryReplayStore::default())),

@@ -13,7 +13,10 @@ use super::config::{SettleTiming, Shared, VerifiedPayment};
 use super::response::{RequestInfo, payment_required, plain_error, receipt, v1_requirements};
 use crate::proto::{PaymentPayload, PaymentRequirements, SettleResponse};
 use crate::replay::{ReplayKey, Reservation};
-use crate::settle::{SettleOutcome, SettleRequest, VerifyOutcome};
+use crate::settle::{
+    ObservedOutcome, SettleOutcome, SettleRequest, SettlementEvent, SettlementObserver,
+    VerifyOutcome,
+};
 use crate::verify::{self, CompiledOffer, RejectReason, Rejection};
 
 /// The error of a 402 sent because no payment came with the request.
@@ -225,13 +228,79 @@ async fn mark_used(shared: &Shared, key: &ReplayKey) {
     }
 }
 
-/// Settles and applies the keep/release rule (see [`crate::replay`]). `Err` is the response to send instead.
+/// Settles, applies the keep/release rule (see [`crate::replay`]) and reports the outcome to the observer, if
+/// any, before anything is answered. `Err` is the response to send instead.
 async fn settle(shared: &Shared, ctx: &PaidCtx) -> Result<SettleResponse, Response<Full<Bytes>>> {
     let outcome = shared
         .settler
         .settle(&ctx.request)
         .instrument(info_span!("x402.settle"))
         .await;
+    // Copied only when someone listens: no allocation on the hot path without an observer.
+    let observed = shared.observer.as_ref().map(|_| observed(&outcome));
+    let result = apply(shared, ctx, outcome).await;
+    if let (Some(observer), Some(observed)) = (&shared.observer, observed) {
+        report(shared, observer.as_ref(), ctx, &observed).await;
+    }
+    result
+}
+
+fn observed(outcome: &SettleOutcome) -> ObservedOutcome {
+    match outcome {
+        SettleOutcome::Settled { transaction, .. } => ObservedOutcome::Settled {
+            transaction: transaction.clone(),
+        },
+        SettleOutcome::Failed {
+            reason, message, ..
+        } => ObservedOutcome::Failed {
+            reason: reason.clone(),
+            message: message.clone(),
+        },
+        SettleOutcome::Unknown { message } => ObservedOutcome::Unknown {
+            message: message.clone(),
+        },
+    }
+}
+
+/// Tells the observer; a failure is logged and counted, never propagated.
+async fn report(
+    shared: &Shared,
+    observer: &dyn SettlementObserver,
+    ctx: &PaidCtx,
+    outcome: &ObservedOutcome,
+) {
+    let event = SettlementEvent {
+        payment: &ctx.verified,
+        resource: &ctx.info.resource_url,
+        outcome,
+        timing: shared.timing,
+    };
+    let result = observer
+        .on_settlement(event)
+        .instrument(info_span!("x402.observe", outcome = outcome.as_str()))
+        .await;
+    if let Err(e) = result {
+        shared.metrics.observer_error();
+        error!(
+            error = %e,
+            outcome = outcome.as_str(),
+            ?outcome,
+            payer = %ctx.verified.payer,
+            nonce = %ctx.verified.nonce,
+            amount = %ctx.verified.amount,
+            network = ctx.verified.network.caip2(),
+            resource = %ctx.info.resource_url,
+            "SETTLEMENT NOT RECORDED: the settlement observer failed"
+        );
+    }
+}
+
+/// The keep/release rule and the answer for one settle outcome.
+async fn apply(
+    shared: &Shared,
+    ctx: &PaidCtx,
+    outcome: SettleOutcome,
+) -> Result<SettleResponse, Response<Full<Bytes>>> {
     let version = ctx.verified.x402_version;
     match outcome {
         SettleOutcome::Settled {

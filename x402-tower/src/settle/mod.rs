@@ -6,6 +6,9 @@
 //!   (`/verify`, `/settle`, `/supported`).
 //! - `onchain::OnchainSettler` (feature `onchain`): calls `transferWithAuthorization` over JSON-RPC.
 //!
+//! Every settlement outcome (settled, failed, unknown) can be reported to a [`SettlementObserver`] before the
+//! client is answered, so an application keeps a durable record even when the client only hears a 502.
+//!
 //! A settler receives the whole [`SettleRequest`]: the client's payload (typed and as sent), the requirements
 //! it matched in the client's version, and the offer (network with its chain id, token with its EIP-712
 //! domain), so a settler that talks to a chain has everything it needs.
@@ -24,6 +27,9 @@ pub use facilitator::{FacilitatorEndpoint, FacilitatorSettler, FacilitatorSettle
 
 #[cfg(feature = "onchain")]
 pub mod onchain;
+
+mod observer;
+pub use observer::{ObservedOutcome, ObserverError, SettlementEvent, SettlementObserver};
 
 /// The receipt `transaction` of a [`VerifyOnlySettler`]: says plainly that nothing was settled.
 pub const VERIFY_ONLY_TRANSACTION: &str = "verify-only";

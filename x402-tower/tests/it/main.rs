@@ -5,6 +5,7 @@ mod support;
 mod clients;
 #[cfg(feature = "facilitator")]
 mod facilitator;
+mod observer;
 mod protocol;
 mod rejections;
 mod replay;

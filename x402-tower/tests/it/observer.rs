@@ -1,0 +1,311 @@
+//! The settlement observer: every outcome (settled, failed, unknown), both timings, reported before the
+//! client is answered; an observer that fails changes nothing for the client.
+
+use std::sync::{Arc, Mutex};
+
+use alloy_primitives::{B256, U256};
+use http::StatusCode;
+use tokio::sync::Notify;
+use tower::Layer;
+use x402_tower::pricing::BoxFuture;
+use x402_tower::proto::SupportedResponse;
+use x402_tower::settle::{
+    ObservedOutcome, ObserverError, SettleError, SettleOutcome, SettleRequest, SettlementEvent,
+    SettlementObserver, Settler, VerifyOutcome,
+};
+use x402_tower::{SettleTiming, VerifiedPayment};
+
+use crate::support::*;
+
+const TX: &str = "0x1111111111111111111111111111111111111111111111111111111111111111";
+
+/// A settler answering one scripted outcome.
+struct Fixed(SettleOutcome);
+
+impl Settler for Fixed {
+    fn verify<'a>(
+        &'a self,
+        _: &'a SettleRequest,
+    ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+        Box::pin(async { Ok(VerifyOutcome::Valid) })
+    }
+    fn settle<'a>(&'a self, _: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
+        let o = self.0.clone();
+        Box::pin(async move { o })
+    }
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
+        Box::pin(async { Ok(SupportedResponse::default()) })
+    }
+}
+
+/// What an observer saw, owned.
+#[derive(Debug, Clone)]
+struct Seen {
+    payment: VerifiedPayment,
+    resource: String,
+    outcome: ObservedOutcome,
+    timing: SettleTiming,
+}
+
+/// Records every event; fails when told to.
+#[derive(Default)]
+struct Recorder {
+    seen: Mutex<Vec<Seen>>,
+    fail: bool,
+}
+
+impl Recorder {
+    fn failing() -> Arc<Self> {
+        Arc::new(Recorder {
+            fail: true,
+            ..Default::default()
+        })
+    }
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl SettlementObserver for Recorder {
+    fn on_settlement<'a>(
+        &'a self,
+        event: SettlementEvent<'a>,
+    ) -> BoxFuture<'a, Result<(), ObserverError>> {
+        Box::pin(async move {
+            self.seen.lock().unwrap().push(Seen {
+                payment: event.payment.clone(),
+                resource: event.resource.to_owned(),
+                outcome: event.outcome.clone(),
+                timing: event.timing,
+            });
+            if self.fail {
+                Err(ObserverError::new("database is down"))
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+fn settled() -> SettleOutcome {
+    SettleOutcome::Settled {
+        transaction: TX.into(),
+        payer: ACCOUNT0,
+        network: "eip155:84532".into(),
+    }
+}
+
+fn failed() -> SettleOutcome {
+    SettleOutcome::Failed {
+        reason: "insufficient_funds".into(),
+        message: Some("balance too low".into()),
+        authorization_still_usable: true,
+    }
+}
+
+fn unknown() -> SettleOutcome {
+    SettleOutcome::Unknown {
+        message: "receipt not seen within 30 s after broadcast".into(),
+    }
+}
+
+const TIMINGS: [SettleTiming; 2] = [SettleTiming::AfterResponse, SettleTiming::BeforeHandler];
+
+/// One paid v2 request (nonce byte `nonce`) through a layer with `outcome`, `timing` and `observer`.
+async fn pay(
+    outcome: SettleOutcome,
+    timing: SettleTiming,
+    observer: Arc<Recorder>,
+    nonce: u8,
+) -> (Answer, x402_tower::MetricsSnapshot) {
+    let layer = config()
+        .settler(Arc::new(Fixed(outcome)))
+        .settle_timing(timing)
+        .settlement_observer(observer)
+        .build()
+        .unwrap();
+    let svc = layer.layer(Inner::new().service(StatusCode::OK));
+    let a = send(
+        svc,
+        req("/report?id=7", &[("payment-signature", &v2_header(nonce))]),
+    )
+    .await;
+    (a, layer.metrics().snapshot())
+}
+
+fn check_payment(seen: &Seen, nonce: u8, timing: SettleTiming) {
+    assert_eq!(seen.payment.payer, ACCOUNT0);
+    assert_eq!(seen.payment.amount, U256::from(10_000u64));
+    assert_eq!(seen.payment.network.caip2(), "eip155:84532");
+    assert_eq!(seen.payment.asset, USDC_BASE_SEPOLIA);
+    assert_eq!(seen.payment.pay_to, PAY_TO);
+    assert_eq!(seen.payment.nonce, B256::repeat_byte(nonce));
+    assert_eq!(seen.payment.x402_version, 2);
+    assert_eq!(seen.resource, format!("{BASE_URL}/report?id=7"));
+    assert_eq!(seen.timing, timing);
+}
+
+#[tokio::test]
+async fn observer_sees_a_settled_payment_in_both_timings() {
+    for (i, timing) in TIMINGS.into_iter().enumerate() {
+        let rec = Arc::new(Recorder::default());
+        let nonce = 0x40 + i as u8;
+        let (a, m) = pay(settled(), timing, rec.clone(), nonce).await;
+        assert_eq!(a.status, StatusCode::OK, "{timing:?}");
+        let seen = rec.seen();
+        assert_eq!(seen.len(), 1, "{timing:?}");
+        check_payment(&seen[0], nonce, timing);
+        assert_eq!(
+            seen[0].outcome,
+            ObservedOutcome::Settled {
+                transaction: TX.into()
+            }
+        );
+        assert_eq!(seen[0].outcome.as_str(), "settled");
+        assert_eq!(m.settlement_observer_errors, 0);
+    }
+}
+
+#[tokio::test]
+async fn observer_sees_a_failed_settlement_in_both_timings() {
+    for (i, timing) in TIMINGS.into_iter().enumerate() {
+        let rec = Arc::new(Recorder::default());
+        let nonce = 0x50 + i as u8;
+        let (a, _) = pay(failed(), timing, rec.clone(), nonce).await;
+        assert_eq!(a.error(), "insufficient_funds", "{timing:?}");
+        let seen = rec.seen();
+        assert_eq!(seen.len(), 1, "{timing:?}");
+        check_payment(&seen[0], nonce, timing);
+        assert_eq!(
+            seen[0].outcome,
+            ObservedOutcome::Failed {
+                reason: "insufficient_funds".into(),
+                message: Some("balance too low".into()),
+            }
+        );
+        assert_eq!(seen[0].outcome.as_str(), "failed");
+    }
+}
+
+#[tokio::test]
+async fn observer_sees_an_unknown_outcome_in_both_timings() {
+    for (i, timing) in TIMINGS.into_iter().enumerate() {
+        let rec = Arc::new(Recorder::default());
+        let nonce = 0x60 + i as u8;
+        let (a, m) = pay(unknown(), timing, rec.clone(), nonce).await;
+        assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{timing:?}");
+        let seen = rec.seen();
+        assert_eq!(seen.len(), 1, "{timing:?}");
+        check_payment(&seen[0], nonce, timing);
+        assert_eq!(
+            seen[0].outcome,
+            ObservedOutcome::Unknown {
+                message: "receipt not seen within 30 s after broadcast".into()
+            }
+        );
+        assert_eq!(seen[0].outcome.as_str(), "unknown");
+        assert_eq!(m.settlements_unknown, 1);
+    }
+}
+
+#[tokio::test]
+async fn a_failing_observer_is_logged_and_counted_and_the_answer_is_unchanged() {
+    for (i, timing) in TIMINGS.into_iter().enumerate() {
+        let rec = Recorder::failing();
+        let (a, m) = pay(settled(), timing, rec.clone(), 0x70 + i as u8).await;
+        assert_eq!(a.status, StatusCode::OK, "{timing:?}");
+        assert!(a.receipt("payment-response").success);
+        assert_eq!(m.settlement_observer_errors, 1);
+
+        let rec = Recorder::failing();
+        let (a, m) = pay(unknown(), timing, rec.clone(), 0x78 + i as u8).await;
+        assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{timing:?}");
+        assert_eq!(rec.seen().len(), 1);
+        assert_eq!(m.settlement_observer_errors, 1);
+    }
+}
+
+#[tokio::test]
+async fn nothing_is_reported_when_no_settlement_is_attempted() {
+    let rec = Arc::new(Recorder::default());
+    let layer = config()
+        .settler(Arc::new(Fixed(settled())))
+        .settlement_observer(rec.clone())
+        .build()
+        .unwrap();
+    // Settle-after with an inner service answering 404: nothing is settled.
+    let svc = layer.layer(Inner::new().service(StatusCode::NOT_FOUND));
+    let a = send(
+        svc.clone(),
+        req("/r", &[("payment-signature", &v2_header(0x80))]),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    // No payment, and a rejected payment: nothing either.
+    assert_eq!(
+        send(svc.clone(), req("/r", &[])).await.status,
+        StatusCode::PAYMENT_REQUIRED
+    );
+    assert_eq!(
+        send(svc, req("/r", &[("payment-signature", "garbage")]))
+            .await
+            .error(),
+        "invalid_payload"
+    );
+    assert!(rec.seen().is_empty());
+}
+
+/// Blocks until released, so the test can look at the client's side while the observer runs.
+struct Gate {
+    entered: Notify,
+    release: Notify,
+}
+
+impl SettlementObserver for Gate {
+    fn on_settlement<'a>(
+        &'a self,
+        _: SettlementEvent<'a>,
+    ) -> BoxFuture<'a, Result<(), ObserverError>> {
+        Box::pin(async move {
+            self.entered.notify_one();
+            self.release.notified().await;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_client_is_answered_only_after_the_observer_finished() {
+    for (i, (timing, outcome)) in [
+        (SettleTiming::AfterResponse, unknown()),
+        (SettleTiming::BeforeHandler, settled()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let gate = Arc::new(Gate {
+            entered: Notify::new(),
+            release: Notify::new(),
+        });
+        let svc = config()
+            .settler(Arc::new(Fixed(outcome)))
+            .settle_timing(timing)
+            .settlement_observer(gate.clone())
+            .build()
+            .unwrap()
+            .layer(Inner::new().service(StatusCode::OK));
+        let header = v2_header(0x90 + i as u8);
+        let client =
+            tokio::spawn(
+                async move { send(svc, req("/r", &[("payment-signature", &header)])).await },
+            );
+        gate.entered.notified().await;
+        assert!(
+            !client.is_finished(),
+            "{timing:?}: answered while the observer was still recording"
+        );
+        gate.release.notify_one();
+        let a = client.await.unwrap();
+        assert!(a.status == StatusCode::OK || a.status == StatusCode::BAD_GATEWAY);
+    }
+}

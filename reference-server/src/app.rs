@@ -16,11 +16,13 @@ use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::config::Settings;
+use crate::licensing::settlements::SettlementLog;
 use crate::licensing::{self, handlers};
 use crate::metrics::Metrics;
 use crate::registry::RegistryConfig;
 use crate::store::Db;
 use crate::store::articles::LicensingStore;
+use crate::store::settlements::SettlementStore;
 use x402_tower::X402Layer;
 
 /// State shared by every handler (`State<Arc<AppState>>`).
@@ -40,6 +42,8 @@ pub struct AppState {
     pub openapi: Bytes,
     /// The x402 layer of `/x402Article` (kept here for its metrics).
     pub payments: X402Layer,
+    /// The settlement log the x402 layer reports every settlement attempt to (its store and counters).
+    pub settlements: Arc<SettlementLog>,
 }
 
 impl AppState {
@@ -47,9 +51,12 @@ impl AppState {
     pub fn new(settings: Settings, public_url: String, db: Db) -> Result<Self, BuildError> {
         let openapi = crate::openapi::licensing_openapi(&public_url, &settings.payment);
         let settler = licensing::payment::settler(&settings)?;
-        let payments = licensing::payment::x402_layer(&settings, &public_url, settler)?;
+        let settlements = Arc::new(SettlementLog::new(SettlementStore::new(db.clone())));
+        let payments =
+            licensing::payment::x402_layer(&settings, &public_url, settler, settlements.clone())?;
         Ok(Self {
             payments,
+            settlements,
             licensing: LicensingStore::new(db.clone()),
             openapi: Bytes::from(openapi.to_string()),
             metrics: Metrics::default(),
@@ -107,6 +114,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .route("/openapi.json", get(openapi_json))
         // Operations
         .route("/operator/llms-txt", get(handlers::llms_txt_stats))
+        .route("/operator/settlements", get(handlers::settlements))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .with_state(state.clone());
@@ -247,6 +255,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let recorded = state.licensing.count_llms_txt_hits().await.ok();
     let mut text = state.metrics.render(recorded);
     licensing::payment::render_payment_metrics(&state.payments, &mut text);
+    state.settlements.render_metrics(&mut text);
     (
         [(
             header::CONTENT_TYPE,

@@ -77,6 +77,15 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_FACILITATOR_URL")]
     pub facilitator_url: Option<String>,
 
+    /// How long to wait for the facilitator's `/settle` answer, in seconds. Without an answer in time the
+    /// settlement's outcome is unknown: the client gets 502 and the attempt is recorded as `unknown`.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_FACILITATOR_SETTLE_TIMEOUT_SECS",
+        default_value_t = 90
+    )]
+    pub facilitator_settle_timeout_secs: u64,
+
     /// API token required to register assets (`Authorization: token <t>`). Without it POST is refused.
     #[arg(long, env = "REFERENCE_SERVER_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
@@ -128,6 +137,7 @@ impl Config {
             asset_name: None,
             asset_version: None,
             facilitator_url: None,
+            facilitator_settle_timeout_secs: 90,
             rpc_url: None,
             settler_key: None,
             api_token: None,
@@ -166,6 +176,8 @@ pub struct Settings {
     pub payment: PaymentNetwork,
     /// Remote facilitator base URL, if any.
     pub facilitator_url: Option<String>,
+    /// How long to wait for the facilitator's `/settle`.
+    pub facilitator_settle_timeout: Duration,
     /// On-chain settler (`--rpc-url` + `--settler-key`), if any.
     pub onchain: Option<x402_tower::settle::onchain::OnchainSettler>,
     /// Registry API token.
@@ -297,6 +309,13 @@ impl Config {
                 "1 to 604800 seconds",
             ));
         }
+        if self.facilitator_settle_timeout_secs == 0 || self.facilitator_settle_timeout_secs > 600 {
+            return Err(invalid(
+                "facilitator-settle-timeout-secs",
+                &self.facilitator_settle_timeout_secs.to_string(),
+                "1 to 600 seconds",
+            ));
+        }
         if self.seed_assets > 1_000_000 {
             return Err(invalid(
                 "seed-assets",
@@ -334,6 +353,7 @@ impl Config {
             pay_to,
             payment,
             facilitator_url,
+            facilitator_settle_timeout: Duration::from_secs(self.facilitator_settle_timeout_secs),
             api_token: self.api_token.clone(),
             url_signing_key,
             url_ttl: Duration::from_secs(self.url_ttl_secs),
@@ -402,6 +422,10 @@ mod tests {
             (&["--network", "mars"][..], "--network"),
             (&["--asset", "0xzz"][..], "--asset"),
             (&["--database", "/no/such/dir/db.sqlite"][..], "--database"),
+            (
+                &["--facilitator-settle-timeout-secs", "0"][..],
+                "--facilitator-settle-timeout-secs",
+            ),
         ] {
             let err = parse(args).unwrap_err();
             assert!(err.contains(flag), "{args:?}: {err}");

@@ -17,6 +17,7 @@ use super::receipt::{self, ReceiptView};
 use crate::app::AppState;
 use crate::store::StoreError;
 use crate::store::articles::{Article, LlmsTxtHit, Receipt};
+use crate::store::settlements::{SettlementOutcome, SettlementRecord};
 
 /// Longest `articleId` accepted (ids are short slugs).
 pub const MAX_ARTICLE_ID_LEN: usize = 128;
@@ -318,6 +319,31 @@ pub async fn receipt_certificate(
     )))
 }
 
+/// When the server has an API token, the operator endpoints require it (`Authorization: token <t>`):
+/// `Some(401 response)` when it is missing or wrong, `None` when the request may proceed.
+fn operator_auth(state: &AppState, headers: &HeaderMap) -> Option<Response> {
+    let expected = state.settings.api_token.as_ref()?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("token ")
+                .or_else(|| v.strip_prefix("Token "))
+        });
+    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
+        return None;
+    }
+    let mut resp = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "send the server's API token as `Authorization: token <t>`",
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Token"));
+    Some(resp)
+}
+
 /// `GET /operator/llms-txt`: llms.txt interest for the operator (totals, by user agent, recent hits).
 /// When the server has an API token, this endpoint requires it (`Authorization: token <t>`): the hits
 /// hold client addresses.
@@ -325,28 +351,82 @@ pub async fn llms_txt_stats(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    if let Some(expected) = &state.settings.api_token {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("token ")
-                    .or_else(|| v.strip_prefix("Token "))
-            });
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
-            let mut resp = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "send the server's API token as `Authorization: token <t>`",
-            )
-            .into_response();
-            resp.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Token"));
-            return Ok(resp);
-        }
+    if let Some(denied) = operator_auth(&state, &headers) {
+        return Ok(denied);
     }
     let stats = state.licensing.llms_txt_stats().await?;
     Ok(Json(stats).into_response())
+}
+
+/// Most rows `GET /operator/settlements` returns (and its default `limit`).
+pub const MAX_SETTLEMENTS_LISTED: u32 = 1000;
+
+/// Query of `GET /operator/settlements`.
+#[derive(Debug, Deserialize)]
+pub struct SettlementsQuery {
+    outcome: Option<String>,
+    limit: Option<String>,
+}
+
+/// The answer of `GET /operator/settlements`.
+#[derive(Debug, Serialize)]
+pub struct SettlementsView {
+    /// All-time number of recorded settlement attempts per outcome.
+    totals: std::collections::BTreeMap<&'static str, u64>,
+    /// The most recent rows (newest first) matching the query.
+    settlements: Vec<SettlementRecord>,
+}
+
+/// `GET /operator/settlements[?outcome=settled|failed|unknown][&limit=n]`: the settlement log, newest
+/// first (every settlement attempt the x402 layer reported, see [`super::settlements`]). `unknown` rows are
+/// the ones to reconcile against the chain. Same API-token rule as `/operator/llms-txt`.
+pub async fn settlements(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: Result<Query<SettlementsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    if let Some(denied) = operator_auth(&state, &headers) {
+        return Ok(denied);
+    }
+    let Query(query) = query
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
+    let outcome = match query.outcome.as_deref() {
+        None | Some("") => None,
+        Some(o) => Some(SettlementOutcome::parse(o).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_outcome",
+                "outcome must be settled, failed or unknown",
+            )
+        })?),
+    };
+    let limit = match query.limit.as_deref() {
+        None | Some("") => MAX_SETTLEMENTS_LISTED,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_SETTLEMENTS_LISTED).contains(n))
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_limit",
+                    format!("limit must be 1 to {MAX_SETTLEMENTS_LISTED}"),
+                )
+            })?,
+    };
+    let store = state.settlements.store();
+    let totals = store
+        .count_by_outcome()
+        .await?
+        .into_iter()
+        .map(|(o, n)| (o.as_str(), n))
+        .collect();
+    let settlements = store.recent(outcome, limit).await?;
+    Ok(Json(SettlementsView {
+        totals,
+        settlements,
+    })
+    .into_response())
 }
 
 /// Current time as RFC 3339 UTC with microseconds.

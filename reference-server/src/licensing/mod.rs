@@ -34,6 +34,7 @@ pub mod handlers;
 pub mod llms_txt;
 pub mod payment;
 pub mod receipt;
+pub mod settlements;
 
 use std::sync::Arc;
 

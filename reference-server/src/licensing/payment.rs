@@ -10,7 +10,7 @@ use x402_tower::network::{Network, Token};
 use x402_tower::offer::PaymentOffer;
 use x402_tower::price::Price;
 use x402_tower::pricing::PriceDecision;
-use x402_tower::settle::{FacilitatorSettler, Settler, VerifyOnlySettler};
+use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
 use x402_tower::{SettleTiming, VerifiedPayment, X402Layer};
 
 use crate::app::BuildError;
@@ -120,11 +120,14 @@ impl PaidBy {
 
 /// The x402 layer selling `/x402Article`: each article at its own price (the article was put in the
 /// request extensions by [`require_article`](super::handlers::require_article)), settled **before** the
-/// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)).
+/// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)). Every
+/// settlement attempt is reported to `observer` (the [settlement log](super::settlements)) before the client
+/// is answered.
 pub(crate) fn x402_layer(
     settings: &Settings,
     public_url: &str,
     settler: Arc<dyn Settler>,
+    observer: Arc<dyn SettlementObserver>,
 ) -> Result<X402Layer, BuildError> {
     let payment = settings.payment.clone();
     let pay_to = settings.pay_to;
@@ -157,6 +160,7 @@ pub(crate) fn x402_layer(
     X402Layer::builder(public_url.to_owned())
         .price_source(price)
         .settler(settler)
+        .settlement_observer(observer)
         .settle_timing(SettleTiming::BeforeHandler)
         .build()
         .map_err(|e| BuildError::Payment(e.to_string()))
@@ -169,6 +173,7 @@ pub(crate) fn settler(settings: &Settings) -> Result<Arc<dyn Settler>, BuildErro
         (Some(onchain), _) => Arc::new(onchain.clone()),
         (None, Some(url)) => Arc::new(
             FacilitatorSettler::builder(url.clone())
+                .settle_timeout(settings.facilitator_settle_timeout)
                 .build()
                 .map_err(|e| BuildError::Payment(format!("facilitator {url}: {e}")))?,
         ),

@@ -1,7 +1,8 @@
 //! Storage: the one module that talks to the database.
 //!
 //! Everything the handlers persist goes through [`Db`] and the per-domain query layers beside it
-//! (`store::articles` for interface A, `store::assets` for interface B). Handlers never see SQL or a
+//! (`store::articles` for interface A, `store::settlements` for its settlement log, `store::assets` for
+//! interface B). Handlers never see SQL or a
 //! connection, so a server database can replace SQLite later by rewriting this module only.
 //!
 //! # Model
@@ -37,6 +38,7 @@
 
 pub mod articles;
 pub mod assets;
+pub mod settlements;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,6 +56,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0002_registry",
         include_str!("migrations/0002_registry.sql"),
+    ),
+    (
+        "0003_settlements",
+        include_str!("migrations/0003_settlements.sql"),
     ),
 ];
 

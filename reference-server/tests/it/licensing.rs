@@ -992,3 +992,189 @@ async fn through_the_whole_app_the_collection_varies_on_accept_only() {
     }
     assert_eq!(answers[1].headers()["access-control-allow-origin"], "*");
 }
+
+/// `GET /operator/settlements?outcome=<outcome>` with the API token `token`: the rows, newest first.
+async fn settlement_rows(server: &TestServer, outcome: &str, token: Option<&str>) -> Vec<Value> {
+    let mut request = server
+        .client
+        .get(server.url(&format!("/operator/settlements?outcome={outcome}")));
+    if let Some(t) = token {
+        request = request.header("authorization", format!("token {t}"));
+    }
+    let resp = request.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    json(resp).await["settlements"]
+        .as_array()
+        .expect("settlements array")
+        .clone()
+}
+
+/// The authorization nonce of a `PAYMENT-SIGNATURE` value.
+fn nonce_of(header: &str) -> Value {
+    let sent: Value = serde_json::from_slice(&B64.decode(header).unwrap()).unwrap();
+    sent["payload"]["authorization"]["nonce"].clone()
+}
+
+/// The fields every settlement row of a purchase of [`ARTICLE`] by `payer` with `header` carries.
+fn check_row(row: &Value, server: &TestServer, payer: &Payer, header: &str) {
+    assert_eq!(row["payer"], payer.address().to_checksum(None));
+    assert_eq!(row["pay_to"], reference_server::config::DEMO_PAY_TO);
+    assert_eq!(row["article_id"], ARTICLE);
+    assert_eq!(
+        row["resource"],
+        server.url(&format!("/x402Article?articleId={ARTICLE}"))
+    );
+    assert_eq!(row["amount_atomic"], ARTICLE_PRICE);
+    assert_eq!(row["network"], "eip155:84532");
+    assert_eq!(row["asset"], "0x036CbD53842c5426634e7929541eC2318f3dCF7e");
+    assert_eq!(row["nonce"], nonce_of(header));
+    assert_eq!(row["x402_version"], 2);
+    assert!(row["at"].as_str().unwrap().ends_with('Z'));
+}
+
+#[tokio::test]
+async fn a_facilitator_that_times_out_on_settle_is_502_and_an_unknown_settlement_row() {
+    use axum::routing::post;
+    let app = axum::Router::new()
+        .route(
+            "/verify",
+            post(|axum::Json(body): axum::Json<Value>| async move {
+                let payer = body["paymentPayload"]["payload"]["authorization"]["from"].clone();
+                axum::Json(serde_json::json!({"isValid": true, "payer": payer}))
+            }),
+        )
+        // Never answers: the settlement may or may not have been broadcast.
+        .route("/settle", post(std::future::pending::<axum::Json<Value>>));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let facilitator = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let server = TestServer::start_with(|c| {
+        c.facilitator_url = Some(facilitator);
+        c.facilitator_settle_timeout_secs = 1;
+        c.api_token = Some("op-token".into());
+    })
+    .await;
+    let payer = Payer::new();
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = payer.pay_v2(&required);
+    let resp = server
+        .client
+        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 0);
+
+    // The operator endpoint has the same auth as /operator/llms-txt.
+    assert_eq!(server.get("/operator/settlements").await.status(), 401);
+    let rows = settlement_rows(&server, "unknown", Some("op-token")).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    check_row(&rows[0], &server, &payer, &header);
+    assert_eq!(rows[0]["outcome"], "unknown");
+    assert_eq!(rows[0]["transaction"], Value::Null);
+    assert!(
+        rows[0]["message"].as_str().unwrap().contains("timed out"),
+        "{rows:?}"
+    );
+    assert!(
+        settlement_rows(&server, "settled", Some("op-token"))
+            .await
+            .is_empty()
+    );
+    let all = json(
+        server
+            .client
+            .get(server.url("/operator/settlements"))
+            .header("authorization", "token op-token")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(all["totals"]["unknown"], 1);
+    assert_eq!(all["totals"]["settled"], 0);
+    let bad = server
+        .client
+        .get(server.url("/operator/settlements?outcome=maybe"))
+        .header("authorization", "token op-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("x402_settlements_recorded_total{outcome=\"unknown\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("x402_payments_total{outcome=\"settlement_unknown\"} 1"));
+}
+
+#[tokio::test]
+async fn a_failed_settlement_is_a_failed_settlement_row() {
+    let (facilitator, _) = stub_facilitator(serde_json::json!({
+        "success": false, "errorReason": "insufficient_funds", "errorMessage": "balance 0",
+        "transaction": "", "network": "eip155:84532"
+    }))
+    .await;
+    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let payer = Payer::new();
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = payer.pay_v2(&required);
+    let resp = server
+        .client
+        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 402);
+    let rows = settlement_rows(&server, "failed", None).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    check_row(&rows[0], &server, &payer, &header);
+    assert_eq!(rows[0]["outcome"], "failed");
+    assert_eq!(rows[0]["reason"], "insufficient_funds");
+    assert_eq!(rows[0]["message"], "balance 0");
+    assert!(settlement_rows(&server, "unknown", None).await.is_empty());
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("x402_settlements_recorded_total{outcome=\"failed\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_successful_purchase_is_a_settled_settlement_row() {
+    let tx = "0x2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a";
+    let (facilitator, _) = stub_facilitator(
+        serde_json::json!({"success": true, "transaction": tx, "network": "eip155:84532"}),
+    )
+    .await;
+    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let payer = Payer::new();
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = payer.pay_v2(&required);
+    let resp = server
+        .client
+        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let rows = settlement_rows(&server, "settled", None).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    check_row(&rows[0], &server, &payer, &header);
+    assert_eq!(rows[0]["outcome"], "settled");
+    assert_eq!(rows[0]["transaction"], tx);
+    assert_eq!(rows[0]["reason"], Value::Null);
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("x402_settlements_recorded_total{outcome=\"settled\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("x402_settlements_recorded_total{outcome=\"unknown\"} 0"));
+}

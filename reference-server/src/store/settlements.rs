@@ -1,0 +1,275 @@
+//! Query layer for the settlement log: one row per settlement attempt of a paid article, whatever its
+//! outcome (`settled`, `failed`, `unknown`).
+//!
+//! Only this file knows the table of `0003_settlements.sql`. The rows are written by the x402 layer's
+//! settlement observer ([`crate::licensing::settlements`]) before the client is answered, and read by the
+//! operator endpoint `GET /operator/settlements`.
+
+use rusqlite::{Row, params};
+use serde::Serialize;
+
+use super::{Db, StoreError};
+
+/// What became of a settlement attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SettlementOutcome {
+    /// The payment settled (the row has the transaction).
+    Settled,
+    /// The settlement failed; the payer was not charged (the row has the reason).
+    Failed,
+    /// Nobody knows whether money moved (timeout after broadcast): reconcile against the chain.
+    Unknown,
+}
+
+impl SettlementOutcome {
+    /// Every outcome, in a fixed order.
+    pub const ALL: [SettlementOutcome; 3] = [
+        SettlementOutcome::Settled,
+        SettlementOutcome::Failed,
+        SettlementOutcome::Unknown,
+    ];
+
+    /// `settled`, `failed` or `unknown`: the stored and displayed form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SettlementOutcome::Settled => "settled",
+            SettlementOutcome::Failed => "failed",
+            SettlementOutcome::Unknown => "unknown",
+        }
+    }
+
+    /// The outcome named `s` (the stored form), if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// One recorded settlement attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SettlementRecord {
+    /// Row id (insertion order), assigned by the store; ignored on insert.
+    pub id: i64,
+    /// When it was recorded, RFC 3339 UTC.
+    pub at: String,
+    /// What became of it.
+    pub outcome: SettlementOutcome,
+    /// Who paid (checksummed 0x address).
+    pub payer: String,
+    /// Who was to be paid.
+    pub pay_to: String,
+    /// The article paid for (from the resource URL), if known.
+    pub article_id: Option<String>,
+    /// The absolute resource URL paid for.
+    pub resource: String,
+    /// Amount authorised, token atomic units, decimal string.
+    pub amount_atomic: String,
+    /// CAIP-2 network.
+    pub network: String,
+    /// Token contract address.
+    pub asset: String,
+    /// EIP-3009 authorization nonce.
+    pub nonce: String,
+    /// x402 protocol version the client used (1 or 2).
+    pub x402_version: u8,
+    /// Settlement transaction hash (settled), or `None`.
+    pub transaction: Option<String>,
+    /// The spec's error string (failed), or `None`.
+    pub reason: Option<String>,
+    /// Detail (failed, unknown), or `None`.
+    pub message: Option<String>,
+}
+
+const COLUMNS: &str = "id, at, outcome, payer, pay_to, article_id, resource, amount_atomic, network, \
+     asset, nonce, x402_version, tx_hash, reason, message";
+
+fn record_from_row(r: &Row<'_>) -> rusqlite::Result<SettlementRecord> {
+    let raw: String = r.get(2)?;
+    let outcome = SettlementOutcome::parse(&raw).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            2,
+            rusqlite::types::Type::Text,
+            format!("unknown settlement outcome {raw:?}").into(),
+        )
+    })?;
+    Ok(SettlementRecord {
+        id: r.get(0)?,
+        at: r.get(1)?,
+        outcome,
+        payer: r.get(3)?,
+        pay_to: r.get(4)?,
+        article_id: r.get(5)?,
+        resource: r.get(6)?,
+        amount_atomic: r.get(7)?,
+        network: r.get(8)?,
+        asset: r.get(9)?,
+        nonce: r.get(10)?,
+        x402_version: r.get(11)?,
+        transaction: r.get(12)?,
+        reason: r.get(13)?,
+        message: r.get(14)?,
+    })
+}
+
+/// The settlement-log query layer over a [`Db`].
+#[derive(Debug, Clone)]
+pub struct SettlementStore {
+    db: Db,
+}
+
+impl SettlementStore {
+    /// The query layer over `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Record one settlement attempt durably; returns its row id.
+    pub async fn record(&self, record: SettlementRecord) -> Result<i64, StoreError> {
+        self.db
+            .write(move |c| {
+                let r = &record;
+                c.prepare_cached(
+                    "INSERT INTO settlements (at, outcome, payer, pay_to, article_id, resource, \
+                     amount_atomic, network, asset, nonce, x402_version, tx_hash, reason, message) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                )?
+                .execute(params![
+                    r.at,
+                    r.outcome.as_str(),
+                    r.payer,
+                    r.pay_to,
+                    r.article_id,
+                    r.resource,
+                    r.amount_atomic,
+                    r.network,
+                    r.asset,
+                    r.nonce,
+                    r.x402_version,
+                    r.transaction,
+                    r.reason,
+                    r.message
+                ])?;
+                Ok(c.last_insert_rowid())
+            })
+            .await
+    }
+
+    /// The most recent settlement attempts (newest first, at most `limit`), of one outcome or all.
+    pub async fn recent(
+        &self,
+        outcome: Option<SettlementOutcome>,
+        limit: u32,
+    ) -> Result<Vec<SettlementRecord>, StoreError> {
+        self.db
+            .read(move |c| {
+                let rows = match outcome {
+                    Some(o) => c
+                        .prepare_cached(&format!(
+                            "SELECT {COLUMNS} FROM settlements WHERE outcome = ?1 \
+                             ORDER BY id DESC LIMIT ?2"
+                        ))?
+                        .query_map(params![o.as_str(), limit], record_from_row)?
+                        .collect::<Result<Vec<_>, _>>()?,
+                    None => c
+                        .prepare_cached(&format!(
+                            "SELECT {COLUMNS} FROM settlements ORDER BY id DESC LIMIT ?1"
+                        ))?
+                        .query_map(params![limit], record_from_row)?
+                        .collect::<Result<Vec<_>, _>>()?,
+                };
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// Number of recorded settlement attempts per outcome (all time), in [`SettlementOutcome::ALL`] order.
+    pub async fn count_by_outcome(&self) -> Result<[(SettlementOutcome, u64); 3], StoreError> {
+        self.db
+            .read(|c| {
+                let mut counts = SettlementOutcome::ALL.map(|o| (o, 0u64));
+                let mut stmt =
+                    c.prepare_cached("SELECT outcome, COUNT(*) FROM settlements GROUP BY outcome")?;
+                let rows =
+                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+                for row in rows {
+                    let (outcome, n) = row?;
+                    if let Some(slot) = counts.iter_mut().find(|(o, _)| o.as_str() == outcome) {
+                        slot.1 = u64::try_from(n).unwrap_or(0);
+                    }
+                }
+                Ok(counts)
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(outcome: SettlementOutcome, nonce: &str) -> SettlementRecord {
+        SettlementRecord {
+            id: 0,
+            at: "2026-01-01T00:00:00.000000Z".into(),
+            outcome,
+            payer: "0x1".into(),
+            pay_to: "0x2".into(),
+            article_id: Some("a".into()),
+            resource: "http://x/x402Article?articleId=a".into(),
+            amount_atomic: "10000".into(),
+            network: "eip155:84532".into(),
+            asset: "0x3".into(),
+            nonce: nonce.into(),
+            x402_version: 2,
+            transaction: (outcome == SettlementOutcome::Settled).then(|| "0xab".into()),
+            reason: (outcome == SettlementOutcome::Failed).then(|| "insufficient_funds".into()),
+            message: (outcome == SettlementOutcome::Unknown).then(|| "timed out".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn records_round_trip_newest_first_and_filter_by_outcome() {
+        let store = SettlementStore::new(Db::open_in_memory().unwrap());
+        for (i, o) in SettlementOutcome::ALL.into_iter().enumerate() {
+            store.record(record(o, &format!("0x{i}"))).await.unwrap();
+        }
+        store
+            .record(record(SettlementOutcome::Unknown, "0x9"))
+            .await
+            .unwrap();
+        let all = store.recent(None, 10).await.unwrap();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[0].nonce, "0x9");
+        let unknown = store
+            .recent(Some(SettlementOutcome::Unknown), 10)
+            .await
+            .unwrap();
+        assert_eq!(unknown.len(), 2);
+        assert!(
+            unknown
+                .iter()
+                .all(|r| r.outcome == SettlementOutcome::Unknown)
+        );
+        let mut expected = record(SettlementOutcome::Failed, "0x1");
+        let failed = store
+            .recent(Some(SettlementOutcome::Failed), 10)
+            .await
+            .unwrap();
+        expected.id = failed[0].id;
+        assert_eq!(failed, vec![expected]);
+        assert_eq!(store.recent(None, 1).await.unwrap().len(), 1);
+        assert_eq!(
+            store.count_by_outcome().await.unwrap(),
+            [
+                (SettlementOutcome::Settled, 1),
+                (SettlementOutcome::Failed, 1),
+                (SettlementOutcome::Unknown, 2)
+            ]
+        );
+        assert_eq!(
+            SettlementOutcome::parse("unknown"),
+            Some(SettlementOutcome::Unknown)
+        );
+        assert_eq!(SettlementOutcome::parse("Unknown"), None);
+    }
+}

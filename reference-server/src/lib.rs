@@ -213,7 +213,7 @@ impl Server {
              \x20   OpenAPI       {u}/openapi.json\n\
              \n  Interface B (asset registry):\n\
              \x20   list          {u}/api/v3/assets/\n\
-             \n  Operations: {u}/healthz  {u}/metrics  {u}/operator/llms-txt\n\
+             \n  Operations: {u}/healthz  {u}/metrics  {u}/operator/llms-txt  {u}/operator/settlements\n\
              \n  How to pay: x402 `exact` scheme, USDC {asset} (EIP-712 \"{name}\" v{version}) on {net}{v1},\n\
              \x20 to {pay_to}; send PAYMENT-SIGNATURE (x402 v2) or X-PAYMENT (v1), e.g. with @x402/fetch.\n\
              \x20 Settlement: {mode}.\n",

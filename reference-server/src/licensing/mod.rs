@@ -5,6 +5,7 @@
 //! - [`llms_txt`]: the licensing instructions text.
 //! - [`catalog`]: the deterministic demo catalog.
 //! - [`payment`]: the bridge to the x402 layer (network resolution, the verified payment a handler sees).
+//! - [`settlements`]: the settlement log, the x402 layer's settlement observer.
 //!
 //! # Order of work for `GET /x402Article`
 //!
@@ -24,6 +25,22 @@
 //! full payment and counted in `license_receipt_failures_total`. The route also runs on its own task
 //! (`app::run_to_completion`), so a client that hangs up cannot cancel a settlement in flight or the
 //! receipt write that follows it.
+//!
+//! # Settlement log: every outcome, durably
+//!
+//! A receipt exists only for a settled payment whose handler ran. But money may move without one: the
+//! on-chain settler can time out after broadcasting, a facilitator can fail to answer `/settle` (within
+//! `--facilitator-settle-timeout-secs`); the layer then answers 502 and nobody knows whether the payer was
+//! charged. So the layer reports **every** settlement attempt to [`settlements::SettlementLog`] (an
+//! x402-tower `SettlementObserver`), which writes a row to the `settlements` table through
+//! [`store::settlements`](crate::store::settlements) **before the client is answered**: time, outcome
+//! (`settled`, `failed`, `unknown` — an unknown outcome is recorded as such, never as success or failure),
+//! payer, `pay_to`, article and resource, amount, network, asset, nonce, x402 version, transaction,
+//! reason/message. The operator reads it at `GET /operator/settlements[?outcome=…][&limit=n]` (same API-token
+//! rule as `/operator/llms-txt`) and in `/metrics` (`x402_settlements_recorded_total{outcome}`,
+//! `x402_settlement_record_failures_total`). A row that cannot be written is logged (`SETTLEMENT NOT
+//! RECORDED`, with the payment) and counted; the client's answer does not change. Because the route runs
+//! to completion on its own task, a client that hangs up does not cancel the record either.
 //!
 //! Replays: the layer's in-memory replay guard refuses a second use of an authorization; the receipts
 //! table's `UNIQUE (network, asset, payer, nonce)` is the durable guard behind it (after a restart), and

@@ -1,51 +1,4 @@
 //! [`SettlementObserver`]: how an application learns every settlement outcome durably.
-//!
-//! The layer logs and counts settlements, but money may move even when the client hears an error (a
-//! settler that timed out after broadcasting, a facilitator that did not answer `/settle`). An application
-//! that must keep books gives the layer an observer
-//! ([`X402Config::settlement_observer`](crate::X402Config::settlement_observer)); the layer calls it **once
-//! per settlement attempt**, with the verified payment, the resource and the outcome, and **awaits it before
-//! answering the client**, so a record exists before anybody hears anything:
-//!
-//! - [`ObservedOutcome::Settled`]: the settler reported success (the transaction hash, or
-//!   [`VERIFY_ONLY_TRANSACTION`](super::VERIFY_ONLY_TRANSACTION));
-//! - [`ObservedOutcome::Failed`]: the settler reported a failure (the client gets 402 with a
-//!   `success:false` receipt);
-//! - [`ObservedOutcome::Unknown`]: nobody knows whether money moved (timeout after broadcast, a facilitator
-//!   that timed out or answered garbage on `/settle`; the client gets 502). Not a success, not a failure:
-//!   reconcile it against the chain later.
-//!
-//! Both [`SettleTiming`](crate::SettleTiming)s report. Nothing is reported when no settlement was attempted
-//! (a rejected payment, a settler *verify* that failed or did not answer, an inner service that answered
-//! `>= 400` with settle-after): no money can have moved then. A future that is dropped while settling (a
-//! server that cancels requests whose client went away) never reaches the observer: run the paid route to
-//! completion (for example on its own task) when every outcome must be recorded.
-//!
-//! An observer that fails returns an [`ObserverError`]: the layer logs it (`error` level, with the payment)
-//! and counts it ([`MetricsSnapshot::settlement_observer_errors`](crate::MetricsSnapshot)); the client's
-//! answer does not change. Without an observer the layer does no extra work.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use x402_tower::pricing::BoxFuture;
-//! use x402_tower::settle::{ObserverError, SettlementEvent, SettlementObserver};
-//!
-//! struct Books; // a database in real life
-//!
-//! impl SettlementObserver for Books {
-//!     fn on_settlement<'a>(&'a self, event: SettlementEvent<'a>) -> BoxFuture<'a, Result<(), ObserverError>> {
-//!         Box::pin(async move {
-//!             println!(
-//!                 "{} paid {} for {}: {}",
-//!                 event.payment.payer, event.payment.amount, event.resource, event.outcome.as_str()
-//!             );
-//!             Ok(())
-//!         })
-//!     }
-//! }
-//!
-//! let config = x402_tower::X402Layer::builder("https://api.example.com").settlement_observer(Arc::new(Books));
-//! ```
 
 use crate::layer::{SettleTiming, VerifiedPayment};
 use crate::pricing::BoxFuture;
@@ -113,7 +66,54 @@ impl ObserverError {
 }
 
 /// Learns every settlement outcome, before the client does. Dyn-compatible: the layer holds an
-/// `Arc<dyn SettlementObserver>`. See the [module docs](self).
+/// `Arc<dyn SettlementObserver>`.
+///
+/// The layer logs and counts settlements, but money may move even when the client hears an error (a
+/// settler that timed out after broadcasting, a facilitator that did not answer `/settle`). An application
+/// that must keep books gives the layer an observer
+/// ([`X402Config::settlement_observer`](crate::X402Config::settlement_observer)); the layer calls it **once
+/// per settlement attempt**, with the verified payment, the resource and the outcome, and **awaits it before
+/// answering the client**, so a record exists before anybody hears anything:
+///
+/// - [`ObservedOutcome::Settled`]: the settler reported success (the transaction hash, or
+///   [`VERIFY_ONLY_TRANSACTION`](super::VERIFY_ONLY_TRANSACTION));
+/// - [`ObservedOutcome::Failed`]: the settler reported a failure (the client gets 402 with a
+///   `success:false` receipt);
+/// - [`ObservedOutcome::Unknown`]: nobody knows whether money moved (timeout after broadcast, a facilitator
+///   that timed out or answered garbage on `/settle`; the client gets 502). Not a success, not a failure:
+///   reconcile it against the chain later.
+///
+/// Both [`SettleTiming`](crate::SettleTiming)s report. Nothing is reported when no settlement was attempted
+/// (a rejected payment, a settler *verify* that failed or did not answer, an inner service that answered
+/// `>= 400` with settle-after): no money can have moved then. A future that is dropped while settling (a
+/// server that cancels requests whose client went away) never reaches the observer: run the paid route to
+/// completion (for example on its own task) when every outcome must be recorded.
+///
+/// An observer that fails returns an [`ObserverError`]: the layer logs it (`error` level, with the payment)
+/// and counts it ([`MetricsSnapshot::settlement_observer_errors`](crate::MetricsSnapshot)); the client's
+/// answer does not change, and nothing panics. Without an observer the layer does no extra work.
+///
+/// ```
+/// use std::sync::Arc;
+/// use x402_tower::pricing::BoxFuture;
+/// use x402_tower::settle::{ObserverError, SettlementEvent, SettlementObserver};
+///
+/// struct Books; // a database in real life
+///
+/// impl SettlementObserver for Books {
+///     fn on_settlement<'a>(&'a self, event: SettlementEvent<'a>) -> BoxFuture<'a, Result<(), ObserverError>> {
+///         Box::pin(async move {
+///             println!(
+///                 "{} paid {} for {}: {}",
+///                 event.payment.payer, event.payment.amount, event.resource, event.outcome.as_str()
+///             );
+///             Ok(())
+///         })
+///     }
+/// }
+///
+/// let config = x402_tower::X402Layer::builder("https://api.example.com").settlement_observer(Arc::new(Books));
+/// ```
 pub trait SettlementObserver: Send + Sync + 'static {
     /// Records one settlement attempt. The layer awaits the future before answering the client; keep it
     /// short (a database insert) and make it fail rather than hang.

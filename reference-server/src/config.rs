@@ -31,7 +31,7 @@ pub struct Config {
     pub listen: SocketAddr,
 
     /// Public base URL of this server, used in resource URLs, receipts and registry links
-    /// (default: `http://<listen address>`).
+    /// (default: `http://<listen address>`; required when listening on `0.0.0.0` or `[::]`).
     #[arg(long, env = "REFERENCE_SERVER_PUBLIC_URL")]
     pub public_url: Option<String>,
 
@@ -242,6 +242,14 @@ impl Config {
             .as_deref()
             .map(parse_public_url)
             .transpose()?;
+        if public_url.is_none() && self.listen.ip().is_unspecified() {
+            return Err(invalid(
+                "listen",
+                &self.listen.to_string(),
+                "an unspecified address (0.0.0.0 or [::]) would end up in links as the server's URL: \
+                 pass --public-url with the address clients reach this server at",
+            ));
+        }
         let database = match self.database.trim() {
             "" => return Err(invalid("database", &self.database, "must not be empty")),
             ":memory:" => DatabaseLocation::Memory,
@@ -429,6 +437,19 @@ mod tests {
         ] {
             let err = parse(args).unwrap_err();
             assert!(err.contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn unspecified_listen_address_needs_a_public_url() {
+        for listen in ["0.0.0.0:8080", "[::]:8080"] {
+            let err = parse(&["--listen", listen]).unwrap_err();
+            assert!(
+                err.contains("--listen") && err.contains("--public-url"),
+                "{listen}: {err}"
+            );
+            let s = parse(&["--listen", listen, "--public-url", "https://example.org"]).unwrap();
+            assert_eq!(s.public_url.as_deref(), Some("https://example.org"));
         }
     }
 

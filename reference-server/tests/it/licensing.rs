@@ -515,6 +515,29 @@ async fn bad_configuration_exits_with_code_2_before_listening() {
 }
 
 #[tokio::test]
+async fn unspecified_listen_address_without_public_url_exits_with_code_2() {
+    let bin = env!("CARGO_BIN_EXE_reference-server");
+    for listen in ["0.0.0.0:0", "[::]:0"] {
+        let out = std::process::Command::new(bin)
+            .args(["--listen", listen, "--database", ":memory:"])
+            .env_remove("REFERENCE_SERVER_LISTEN")
+            .env_remove("REFERENCE_SERVER_PUBLIC_URL")
+            .output()
+            .expect("run binary");
+        assert_eq!(out.status.code(), Some(2), "{listen}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--listen") && stderr.contains("--public-url"),
+            "{listen}: {stderr}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("listening"),
+            "{listen}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn configuration_from_the_environment_and_a_busy_port_also_exit_2() {
     let bin = env!("CARGO_BIN_EXE_reference-server");
     let out = std::process::Command::new(bin)

@@ -194,7 +194,7 @@ pub async fn get_article(
         Err(StoreError::Conflict(_)) => {
             // The durable guard behind the layer's replay cache (which does not survive a restart).
             tracing::warn!(payer = %payment.payer, nonce = %payment.nonce, "payment already used for a receipt");
-            return Ok(replayed_payment());
+            return Ok(replayed_payment(&state, &article, request.uri()));
         }
         Err(e) => {
             state.metrics.record_receipt(false);
@@ -223,16 +223,18 @@ pub async fn get_article(
     Ok(Json(body).into_response())
 }
 
-fn replayed_payment() -> Response {
-    let body = json!({
-        "x402Version": 1,
-        "error": "invalid_exact_evm_nonce_already_used",
-        "accepts": [],
-    });
-    let mut resp = (StatusCode::PAYMENT_REQUIRED, Json(body)).into_response();
-    resp.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
+/// The 402 for a payment the receipts table already holds: the x402 layer's 402 for the article's offer
+/// (requirements headers and v1 body), with the layer's nonce-reuse reason.
+fn replayed_payment(state: &AppState, article: &Article, uri: &axum::http::Uri) -> Response {
+    let offer =
+        super::payment::article_offer(&state.settings.payment, state.settings.pay_to, article);
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    x402_tower::layer::response::payment_required_response(
+        &[offer],
+        &format!("{}{}", state.public_url, path),
+        x402_tower::verify::RejectReason::NonceAlreadyUsed.as_str(),
+    )
+    .into_response()
 }
 
 /// `GET /serveLlmsTxt`: the licensing instructions; each call is recorded as interest in licensing.

@@ -118,6 +118,25 @@ impl PaidBy {
     }
 }
 
+/// The offer an article is sold with (the x402 layer's, and the handler's 402 for a replayed payment).
+pub(crate) fn article_offer(
+    payment: &PaymentNetwork,
+    pay_to: alloy_primitives::Address,
+    article: &Article,
+) -> PaymentOffer {
+    PaymentOffer::new(
+        payment.network.clone(),
+        payment.token.clone(),
+        pay_to,
+        Price::from(article.price_atomic),
+    )
+    .description(format!(
+        "License to the article \"{}\" by {}",
+        article.title, article.author_name
+    ))
+    .mime_type("application/json")
+}
+
 /// The x402 layer selling `/x402Article`: each article at its own price (the article was put in the
 /// request extensions by [`require_article`](super::handlers::require_article)), settled **before** the
 /// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)). Every
@@ -133,19 +152,7 @@ pub(crate) fn x402_layer(
     let pay_to = settings.pay_to;
     let price = move |parts: &http::request::Parts| {
         let decision = match parts.extensions.get::<Article>() {
-            Some(a) => PriceDecision::Charge(vec![
-                PaymentOffer::new(
-                    payment.network.clone(),
-                    payment.token.clone(),
-                    pay_to,
-                    Price::from(a.price_atomic),
-                )
-                .description(format!(
-                    "License to the article \"{}\" by {}",
-                    a.title, a.author_name
-                ))
-                .mime_type("application/json"),
-            ]),
+            Some(a) => PriceDecision::Charge(vec![article_offer(&payment, pay_to, a)]),
             None => {
                 tracing::error!("x402 price source reached without an article");
                 let mut resp = http::Response::new(Full::new(Bytes::from_static(

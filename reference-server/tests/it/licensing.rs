@@ -97,7 +97,12 @@ async fn unpaid_article_is_402_with_the_articles_own_price() {
         .get(&format!("/x402Article?articleId={ARTICLE}"))
         .await;
     assert_eq!(resp.status(), 402);
-    assert_eq!(resp.headers()["cache-control"], "no-store");
+    assert!(
+        resp.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("no-store")
+    );
     let v2 = decode_header(&resp, "payment-required");
     let legacy = decode_header(&resp, "x-payment-required");
     assert_eq!(v2, legacy);
@@ -340,7 +345,7 @@ async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
     );
     // The payment is still within its validity window, but the resource URL changed with the new port, so
     // re-sign the same nonce for the new offer: the durable receipt table must still refuse it.
-    let (required, _) = offer(&server, ARTICLE).await;
+    let (required, required_v1) = offer(&server, ARTICLE).await;
     let original: Value = serde_json::from_slice(&B64.decode(&header).unwrap()).unwrap();
     let nonce: alloy_primitives::B256 = original["payload"]["authorization"]["nonce"]
         .as_str()
@@ -366,10 +371,26 @@ async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 402);
+    // The same requirements headers as the layer's 402s, for the same offer and resource.
     assert_eq!(
-        json(resp).await["error"],
-        "invalid_exact_evm_nonce_already_used"
+        resp.headers()["payment-required"],
+        resp.headers()["x-payment-required"]
     );
+    assert!(
+        resp.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("no-store")
+    );
+    let v2 = decode_header(&resp, "payment-required");
+    assert_eq!(v2["x402Version"], 2);
+    assert_eq!(v2["error"], "invalid_exact_evm_nonce_already_used");
+    assert_eq!(v2["resource"], required["resource"]);
+    assert_eq!(v2["accepts"], required["accepts"]);
+    let body = json(resp).await;
+    assert_eq!(body["x402Version"], 1);
+    assert_eq!(body["accepts"], required_v1["accepts"]);
+    assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
     assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
 }
 

@@ -6,9 +6,10 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
 
+use crate::offer::PaymentOffer;
 use crate::price::format_decimal;
 use crate::proto::{PaymentRequirementsV1, ResourceInfo, SCHEME_EXACT, SettleResponse};
-use crate::verify::CompiledOffer;
+use crate::verify::{CompiledOffer, domain_separator};
 
 /// `X-Payment-Required` (interfaces.md): Base64 of the v2 PaymentRequired.
 pub const X_PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("x-payment-required");
@@ -210,6 +211,48 @@ pub(crate) fn payment_required(
     res
 }
 
+/// The 402 the layer answers for `offers` at `resource_url` (the full URL of the request), with `error` as
+/// the reason: `PAYMENT-REQUIRED` and `X-Payment-Required` (Base64 v2 PaymentRequired), `Cache-Control:
+/// no-store` and the v1 JSON body (`x402Version`, `error`, `accepts`).
+///
+/// For an application that refuses a payment after the layer let it through (for example a durable
+/// "already used" check in the handler), so its 402 tells the client what to pay exactly like the layer's.
+///
+/// ```
+/// use alloy_primitives::address;
+/// use x402_tower::layer::response::{PAYMENT_REQUIRED, payment_required_response};
+/// use x402_tower::{Network, PaymentOffer, Price, Token};
+///
+/// let network = Network::from_v1_name("base-sepolia").unwrap();
+/// let offer = PaymentOffer::new(
+///     network.clone(),
+///     Token::usdc(&network).unwrap(),
+///     address!("209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+///     Price::from(10_000u64),
+/// );
+/// let res = payment_required_response(&[offer], "https://example.org/a", "nonce_already_used");
+/// assert_eq!(res.status(), 402);
+/// assert!(res.headers().contains_key(PAYMENT_REQUIRED));
+/// ```
+pub fn payment_required_response(
+    offers: &[PaymentOffer],
+    resource_url: &str,
+    error: &str,
+) -> Response<Full<Bytes>> {
+    let compiled: Vec<CompiledOffer> = offers
+        .iter()
+        .map(|o| {
+            let sep = domain_separator(o.network.chain_id(), &o.token);
+            CompiledOffer::new(o.clone(), sep)
+        })
+        .collect();
+    let info = RequestInfo {
+        resource_url: resource_url.to_owned(),
+        wants_html: false,
+    };
+    payment_required(&compiled, &info, error, None, false)
+}
+
 /// Adds the x402 headers to `Access-Control-Expose-Headers`.
 pub(crate) fn add_expose_headers(h: &mut HeaderMap) {
     h.append(
@@ -284,6 +327,64 @@ mod tests {
         assert!(!accept("text/html;q=NaN, application/json;q=0.1"));
         assert!(!accept(&"a/b;q=0.1,".repeat(500)));
         assert!(!prefers_html(&HeaderMap::new()));
+    }
+
+    #[tokio::test]
+    async fn public_payment_required_response_is_the_layers_402() {
+        use http_body_util::BodyExt as _;
+        let network = crate::Network::from_v1_name("base-sepolia").unwrap();
+        let offer = PaymentOffer::new(
+            network.clone(),
+            crate::Token::usdc(&network).unwrap(),
+            alloy_primitives::Address::repeat_byte(0x11),
+            crate::Price::from(10_000u64),
+        )
+        .description("an article");
+        let res = payment_required_response(
+            std::slice::from_ref(&offer),
+            "https://example.org/a?id=1",
+            "invalid_exact_evm_nonce_already_used",
+        );
+        assert_eq!(res.status(), StatusCode::PAYMENT_REQUIRED);
+        let h = res.headers();
+        assert_eq!(h[CONTENT_TYPE], "application/json");
+        assert_eq!(h[CACHE_CONTROL], "no-store");
+        assert_eq!(h[PAYMENT_REQUIRED], h[X_PAYMENT_REQUIRED]);
+        let compiled = [CompiledOffer::new(
+            offer.clone(),
+            domain_separator(network.chain_id(), &offer.token),
+        )];
+        let info = RequestInfo {
+            resource_url: "https://example.org/a?id=1".into(),
+            wants_html: false,
+        };
+        let expected = payment_required(
+            &compiled,
+            &info,
+            "invalid_exact_evm_nonce_already_used",
+            None,
+            false,
+        );
+        assert_eq!(h[PAYMENT_REQUIRED], expected.headers()[PAYMENT_REQUIRED]);
+        let v2: serde_json::Value = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(h[PAYMENT_REQUIRED].as_bytes())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v2["x402Version"], 2);
+        assert_eq!(v2["resource"]["url"], "https://example.org/a?id=1");
+        assert_eq!(v2["accepts"][0]["network"], "eip155:84532");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            body,
+            v1_body(&compiled, &info, "invalid_exact_evm_nonce_already_used")
+        );
+        let v1: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v1["x402Version"], 1);
+        assert_eq!(v1["error"], "invalid_exact_evm_nonce_already_used");
+        assert_eq!(v1["accepts"][0]["network"], "base-sepolia");
+        assert_eq!(v1["accepts"][0]["resource"], "https://example.org/a?id=1");
     }
 
     #[test]

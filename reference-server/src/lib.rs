@@ -22,12 +22,13 @@
 //!
 //! Module map: [`config`] (flags and their validation), [`app`] (state and the router), [`licensing`]
 //! (interface A), [`registry`] (interface B), [`store`] (the only module that talks to the database),
-//! [`metrics`], [`openapi`].
+//! [`metrics`], [`openapi`], [`html`] (escaping for the server's own pages).
 #![warn(missing_docs)]
 
 pub mod app;
 pub mod config;
 pub mod facilitator;
+pub mod html;
 pub mod licensing;
 pub mod metrics;
 pub mod openapi;

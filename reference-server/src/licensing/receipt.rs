@@ -88,21 +88,7 @@ impl ReceiptView {
     }
 }
 
-/// Escape text for HTML element content and attribute values.
-pub fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::html::html_escape;
 
 /// The HTML certificate of a receipt.
 pub fn certificate_html(r: &Receipt, article: Option<&Article>, public_url: &str) -> String {

@@ -9,6 +9,8 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::json;
 
+use crate::html::html_escape as escape;
+
 /// `Allow` of the collection.
 pub(crate) const ALLOW: &str = "GET, POST, HEAD, OPTIONS";
 
@@ -226,22 +228,6 @@ fn html_page(status: StatusCode, json_bytes: &[u8], request_line: &str) -> Strin
         status.canonical_reason().unwrap_or(""),
         linkify(&pretty)
     )
-}
-
-/// HTML-escape `s`.
-pub(crate) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 16);
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#x27;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Escape pretty JSON and turn string values that are absolute http(s) URLs into links.

@@ -221,13 +221,13 @@ pub(crate) async fn verify_page(
     };
     let value: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
     let rec = &value;
-    let s = |k: &str| super::drf::escape(rec[k].as_str().unwrap_or(""));
+    let s = |k: &str| crate::html::html_escape(rec[k].as_str().unwrap_or(""));
     let integrity: String = rec["integrity_info"]
         .as_array()
         .map(|a| {
             a.iter()
                 .map(|i| {
-                    let e = |k: &str| super::drf::escape(i[k].as_str().unwrap_or(""));
+                    let e = |k: &str| crate::html::html_escape(i[k].as_str().unwrap_or(""));
                     format!(
                         "<li>{} — <a href=\"{}\">{}</a> ({})</li>",
                         e("integrity_provider"),

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use alloy_primitives::{Address, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use alloy_sol_types::{Eip712Domain, SolStruct};
 use axum::body::Body;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -17,17 +17,7 @@ use http_body_util::BodyExt as _;
 use reference_server::{Config, build_app, store::Db};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
-
-sol! {
-    struct TransferWithAuthorization {
-        address from;
-        address to;
-        uint256 value;
-        uint256 validAfter;
-        uint256 validBefore;
-        bytes32 nonce;
-    }
-}
+use x402_tower::verify::TransferWithAuthorization;
 
 const BASE: &str = "http://127.0.0.1:8080";
 const PATH: &str = "/x402Article?articleId=c2pa-explained";

@@ -19,13 +19,8 @@ use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
 use x402_tower::pricing::BoxFuture;
 use x402_tower::replay::{Reservation, StoreError};
+use x402_tower::verify::TransferWithAuthorization;
 use x402_tower::{PaymentOffer, Price, PriceDecision, ReplayKey, ReplayStore, X402Layer};
-
-alloy_sol_types::sol! {
-    struct TransferWithAuthorization {
-        address from; address to; uint256 value; uint256 validAfter; uint256 validBefore; bytes32 nonce;
-    }
-}
 
 const VECTOR_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
 const PAY_TO: Address = address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C");

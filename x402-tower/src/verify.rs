@@ -1,7 +1,8 @@
 //! Local verification of an exact/EVM payment, in the spec's order, with USDC's own signature rules.
 //!
 //! This module knows nothing of Tower. [`domain_separator`] and [`check_signature`] are public so another
-//! settler (or a facilitator) can reuse them.
+//! settler (or a facilitator) can reuse them, and [`TransferWithAuthorization`] (the typed EIP-712 message)
+//! so a client or a test can sign payments the layer accepts.
 
 use alloy_primitives::{B256, Bytes, Signature, U256, keccak256};
 use alloy_sol_types::{Eip712Domain, SolStruct};
@@ -19,6 +20,11 @@ use crate::proto::{
 #[allow(missing_docs, unreachable_pub)]
 mod typed {
     alloy_sol_types::sol! {
+        /// EIP-3009 `TransferWithAuthorization`, the EIP-712 message an exact/EVM payment signs.
+        ///
+        /// Its [`SolStruct::eip712_signing_hash`](alloy_sol_types::SolStruct::eip712_signing_hash) under
+        /// the token's domain is what [`authorization_digest`](super::authorization_digest) computes; a
+        /// client (or a test) signs that hash to pay.
         struct TransferWithAuthorization {
             address from;
             address to;
@@ -29,6 +35,8 @@ mod typed {
         }
     }
 }
+
+pub use typed::TransferWithAuthorization;
 
 /// `secp256k1n / 2`: USDC (and EIP-2) reject signatures with a larger `s`.
 pub const SECP256K1N_HALF: U256 = alloy_primitives::uint!(

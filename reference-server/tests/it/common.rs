@@ -18,13 +18,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use alloy_primitives::{Address, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use alloy_sol_types::{Eip712Domain, SolStruct};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use reference_server::{AppState, Config, Server};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use x402_tower::verify::TransferWithAuthorization;
 
 /// A directory removed on drop.
 #[derive(Debug)]
@@ -150,17 +151,6 @@ impl Drop for TestServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-    }
-}
-
-sol! {
-    struct TransferWithAuthorization {
-        address from;
-        address to;
-        uint256 value;
-        uint256 validAfter;
-        uint256 validBefore;
-        bytes32 nonce;
     }
 }
 

@@ -16,18 +16,8 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use x402_tower::proto::SettleResponse;
+use x402_tower::verify::TransferWithAuthorization;
 use x402_tower::{Network, PaymentOffer, Price, X402Config, X402Layer};
-
-alloy_sol_types::sol! {
-    struct TransferWithAuthorization {
-        address from;
-        address to;
-        uint256 value;
-        uint256 validAfter;
-        uint256 validBefore;
-        bytes32 nonce;
-    }
-}
 
 pub const ACCOUNT0_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 pub const ACCOUNT0: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");

@@ -4,7 +4,7 @@
 //!
 //! - [`model`]: the asset record of interfaces.md part B, field for field, and its stored form (a
 //!   pre-serialised JSON [`model::Template`] with holes for the per-request URLs).
-//! - [`seed`]: the deterministic demo catalog.
+//! - [`seed()`](fn@seed): the deterministic demo catalog.
 //! - [`media`]: CIDv1 / SHA-256 and the small generated files behind seeded records.
 //! - [`signing`]: `Expires` / `Signature` / `Key-Pair-Id` URLs (HMAC-SHA256).
 //! - `drf`: the Django REST Framework surface of the collection (format, Accept, HEAD, OPTIONS, 405).

@@ -21,7 +21,10 @@ proptest! {
         count in 0u64..3000,
         limit in proptest::option::of(0u64..400),
         offset in proptest::option::of(0u64..4000),
-        max in proptest::option::of(1u64..300),
+        // DRF does not clamp `default_limit` to `max_limit`: with default > max the links of a request
+        // without `limit` carry the default, which the next request clamps, so no walk property can hold
+        // for that (mis)configuration. The property is for `max >= default` (50 here).
+        max in proptest::option::of(50u64..300),
         filter in "[a-z ]{0,5}",
     ) {
         let base: BaseUrl = "http://h/p".parse().expect("valid");

@@ -38,7 +38,10 @@ use x402_tower::proto::{
 };
 use x402_tower::replay::{InMemoryReplayStore, ReplayKey, ReplayStore, Reservation};
 use x402_tower::settle::{SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use x402_tower::verify::{RejectReason, VALID_BEFORE_MARGIN, check_signature, domain_separator};
+use x402_tower::verify::{
+    RejectReason, VALID_BEFORE_MARGIN, VALID_BEFORE_SKEW, check_signature, domain_separator,
+    parse_signature_hex,
+};
 
 /// Largest facilitator request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -101,17 +104,6 @@ fn bad_gateway(message: String) -> Response {
         Json(json!({"error": "settler_unavailable", "message": message})),
     )
         .into_response()
-}
-
-fn parse_hex(s: &str) -> Option<Vec<u8>> {
-    let hex = s.strip_prefix("0x")?;
-    if hex.len() % 2 != 0 || hex.len() > 4096 {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Parses and checks a facilitator request locally; `Ok` is ready for the settler.
@@ -265,7 +257,14 @@ fn check(body: &Value) -> Result<SettleRequest, Invalid> {
             "validBefore has passed or is too close",
         ));
     }
-    let signature = parse_hex(&payload.exact().signature)
+    // The replay store keeps a key until validBefore: refuse one further ahead than the offer allows.
+    if auth.valid_before > U256::from(now) + U256::from(timeout) + U256::from(VALID_BEFORE_SKEW) {
+        return Err(invalid(
+            RejectReason::ValidBefore,
+            "validBefore is further ahead than maxTimeoutSeconds allows",
+        ));
+    }
+    let signature = parse_signature_hex(&payload.exact().signature)
         .ok_or_else(|| invalid(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
     check_signature(
         &auth,

@@ -287,8 +287,16 @@ pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value), Rejection
     Ok((payload, json))
 }
 
-/// Parses `0x` + hex.
-fn parse_hex(s: &str) -> Option<Vec<u8>> {
+/// Parses a payload's `signature`: `0x` + an even number of hex digits (at most 1 KiB of bytes), nothing else.
+///
+/// ```
+/// use x402_tower::verify::parse_signature_hex;
+///
+/// assert_eq!(parse_signature_hex("0x0aff"), Some(vec![0x0a, 0xff]));
+/// assert_eq!(parse_signature_hex("0x+f"), None);
+/// assert_eq!(parse_signature_hex("0aff"), None);
+/// ```
+pub fn parse_signature_hex(s: &str) -> Option<Vec<u8>> {
     let hex = s.strip_prefix("0x")?;
     // Hex digits only: `u8::from_str_radix` alone would also take a sign (`"+f"`).
     if hex.len() % 2 != 0 || hex.len() > 2 * 1024 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -390,7 +398,7 @@ pub(crate) fn verify(
         ));
     }
     // 5. signature.
-    let signature = parse_hex(&payload.exact().signature)
+    let signature = parse_signature_hex(&payload.exact().signature)
         .ok_or_else(|| reject(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
     check_signature(auth, &signature, &compiled.domain_separator).map_err(|r| {
         reject(
@@ -447,7 +455,7 @@ mod tests {
         )
     }
     fn sig(s: &str) -> Vec<u8> {
-        parse_hex(s).unwrap()
+        parse_signature_hex(s).unwrap()
     }
     const SIG_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
 

@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
-use x402_tower::network::{Network, Token};
+use x402_tower::network::{Network, Token, USDC_DECIMALS};
 use x402_tower::offer::PaymentOffer;
 use x402_tower::price::Price;
 use x402_tower::proto::{
@@ -38,10 +38,7 @@ use x402_tower::proto::{
 };
 use x402_tower::replay::{InMemoryReplayStore, ReplayKey, ReplayStore, Reservation};
 use x402_tower::settle::{SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use x402_tower::verify::{
-    RejectReason, VALID_BEFORE_MARGIN, VALID_BEFORE_SKEW, check_signature, domain_separator,
-    parse_signature_hex,
-};
+use x402_tower::verify::{RejectReason, check_authorization, domain_separator, payload_from_json};
 
 /// Largest facilitator request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -107,30 +104,18 @@ fn bad_gateway(message: String) -> Response {
 }
 
 /// Parses and checks a facilitator request locally; `Ok` is ready for the settler.
+///
+/// The payment is checked by x402-tower's own [`check_authorization`] against an offer built from the
+/// requirements the caller sent (a facilitator has no offers of its own to match).
 fn check(body: &Value) -> Result<SettleRequest, Invalid> {
     let payload_json = body.get("paymentPayload").cloned().unwrap_or(Value::Null);
     let requirements_json = body
         .get("paymentRequirements")
         .cloned()
         .unwrap_or(Value::Null);
-    let invalid_payload = |m: &str| Invalid::new(RejectReason::InvalidPayload.as_str(), m, None);
-    let payload = match payload_json.get("x402Version").and_then(Value::as_u64) {
-        Some(1) => serde_json::from_value(payload_json.clone())
-            .map(PaymentPayload::V1)
-            .map_err(|e| invalid_payload(&format!("not a v1 exact/EVM payload: {e}")))?,
-        Some(2) => serde_json::from_value(payload_json.clone())
-            .map(PaymentPayload::V2)
-            .map_err(|e| invalid_payload(&format!("not a v2 exact/EVM payload: {e}")))?,
-        _ => {
-            return Err(Invalid::new(
-                RejectReason::InvalidX402Version.as_str(),
-                "x402Version must be 1 or 2",
-                None,
-            ));
-        }
-    };
-    let auth = payload.exact().authorization.clone();
-    let payer = Some(auth.from);
+    let payload = payload_from_json(&payload_json)
+        .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, None))?;
+    let payer = Some(payload.exact().authorization.from);
     let invalid = |r: RejectReason, m: &str| Invalid::new(r.as_str(), m, payer);
     let bad_requirements = |e: serde_json::Error| {
         Invalid::new(
@@ -139,8 +124,8 @@ fn check(body: &Value) -> Result<SettleRequest, Invalid> {
             payer,
         )
     };
-    // Requirements of the payload's version; the network, amount and token they name.
-    let (requirements, network, amount, asset, pay_to, timeout, extra, scheme) = match &payload {
+    // The requirements of the payload's version, and the offer they describe.
+    let (requirements, offer) = match &payload {
         PaymentPayload::V1(p) => {
             let r: PaymentRequirementsV1 =
                 serde_json::from_value(requirements_json).map_err(bad_requirements)?;
@@ -152,24 +137,18 @@ fn check(body: &Value) -> Result<SettleRequest, Invalid> {
             }
             let network = Network::from_v1_name(&r.network)
                 .ok_or_else(|| invalid(RejectReason::InvalidNetwork, "unknown v1 network"))?;
-            let parts = (
-                r.max_amount_required,
-                r.asset,
-                r.pay_to,
-                r.max_timeout_seconds,
-                r.extra.clone(),
-                r.scheme.clone(),
-            );
-            (
-                PaymentRequirements::V1(r),
-                network,
-                parts.0,
-                parts.1,
-                parts.2,
-                parts.3,
-                parts.4,
-                parts.5,
-            )
+            let terms = Terms {
+                scheme: &r.scheme,
+                asset: r.asset,
+                pay_to: r.pay_to,
+                amount: r.max_amount_required,
+                max_timeout_seconds: r.max_timeout_seconds,
+                extra: r.extra.as_ref(),
+            };
+            let offer = terms
+                .offer(network)
+                .map_err(|(reason, m)| Invalid::new(reason, m, payer))?;
+            (PaymentRequirements::V1(r), offer)
         }
         PaymentPayload::V2(p) => {
             let r: PaymentRequirementsV2 =
@@ -184,101 +163,23 @@ fn check(body: &Value) -> Result<SettleRequest, Invalid> {
                 .network
                 .parse()
                 .map_err(|_| invalid(RejectReason::InvalidNetwork, "unknown CAIP-2 network"))?;
-            let parts = (
-                r.amount,
-                r.asset,
-                r.pay_to,
-                r.max_timeout_seconds,
-                r.extra.clone(),
-                r.scheme.clone(),
-            );
-            (
-                PaymentRequirements::V2(r),
-                network,
-                parts.0,
-                parts.1,
-                parts.2,
-                parts.3,
-                parts.4,
-                parts.5,
-            )
+            let terms = Terms {
+                scheme: &r.scheme,
+                asset: r.asset,
+                pay_to: r.pay_to,
+                amount: r.amount,
+                max_timeout_seconds: r.max_timeout_seconds,
+                extra: r.extra.as_ref(),
+            };
+            let offer = terms
+                .offer(network)
+                .map_err(|(reason, m)| Invalid::new(reason, m, payer))?;
+            (PaymentRequirements::V2(r), offer)
         }
     };
-    if scheme != SCHEME_EXACT {
-        return Err(invalid(RejectReason::InvalidScheme, "scheme is not exact"));
-    }
-    let name = extra
-        .as_ref()
-        .and_then(|e| e.get("name"))
-        .and_then(Value::as_str);
-    let version = extra
-        .as_ref()
-        .and_then(|e| e.get("version"))
-        .and_then(Value::as_str);
-    let (Some(name), Some(version)) = (name, version) else {
-        return Err(Invalid::new(
-            "invalid_payment_requirements",
-            "extra.name and extra.version are required",
-            payer,
-        ));
-    };
-    let token = Token::new(asset, name, version, 6);
-    if auth.to != pay_to {
-        return Err(invalid(
-            RejectReason::RecipientMismatch,
-            "authorization.to is not payTo",
-        ));
-    }
-    match payload {
-        PaymentPayload::V1(_) if auth.value < amount => {
-            return Err(invalid(
-                RejectReason::ValueTooLow,
-                "authorization.value is below maxAmountRequired",
-            ));
-        }
-        PaymentPayload::V2(_) if auth.value != amount => {
-            return Err(invalid(
-                RejectReason::ValueMismatch,
-                "authorization.value differs from amount",
-            ));
-        }
-        _ => {}
-    }
-    let now = now();
-    if auth.valid_after > U256::from(now) {
-        return Err(invalid(
-            RejectReason::ValidAfter,
-            "validAfter is in the future",
-        ));
-    }
-    if auth.valid_before < U256::from(now + VALID_BEFORE_MARGIN) {
-        return Err(invalid(
-            RejectReason::ValidBefore,
-            "validBefore has passed or is too close",
-        ));
-    }
-    // The replay store keeps a key until validBefore: refuse one further ahead than the offer allows.
-    if auth.valid_before > U256::from(now) + U256::from(timeout) + U256::from(VALID_BEFORE_SKEW) {
-        return Err(invalid(
-            RejectReason::ValidBefore,
-            "validBefore is further ahead than maxTimeoutSeconds allows",
-        ));
-    }
-    let signature = parse_signature_hex(&payload.exact().signature)
-        .ok_or_else(|| invalid(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
-    check_signature(
-        &auth,
-        &signature,
-        &domain_separator(network.chain_id(), &token),
-    )
-    .map_err(|r| {
-        invalid(
-            r,
-            "signature is not a canonical 65-byte signature by authorization.from",
-        )
-    })?;
-    let offer =
-        PaymentOffer::new(network, token, pay_to, Price::from(amount)).max_timeout_seconds(timeout);
+    let separator = domain_separator(offer.network.chain_id(), &offer.token);
+    let signature = check_authorization(&payload, &offer, &separator, now())
+        .map_err(|r| invalid(r.reason, r.detail))?;
     Ok(SettleRequest {
         payload,
         payload_json,
@@ -286,6 +187,37 @@ fn check(body: &Value) -> Result<SettleRequest, Invalid> {
         offer,
         signature: Bytes::from(signature),
     })
+}
+
+/// The fields of v1 and v2 requirements that make an offer.
+struct Terms<'a> {
+    scheme: &'a str,
+    asset: Address,
+    pay_to: Address,
+    amount: U256,
+    max_timeout_seconds: u64,
+    extra: Option<&'a Value>,
+}
+
+impl Terms<'_> {
+    /// The offer these terms describe on `network`; the token's EIP-712 name and version come from `extra`.
+    fn offer(&self, network: Network) -> Result<PaymentOffer, (&'static str, &'static str)> {
+        if self.scheme != SCHEME_EXACT {
+            return Err((RejectReason::InvalidScheme.as_str(), "scheme is not exact"));
+        }
+        let field = |k: &str| self.extra.and_then(|e| e.get(k)).and_then(Value::as_str);
+        let (Some(name), Some(version)) = (field("name"), field("version")) else {
+            return Err((
+                "invalid_payment_requirements",
+                "extra.name and extra.version are required",
+            ));
+        };
+        let token = Token::new(self.asset, name, version, USDC_DECIMALS);
+        Ok(
+            PaymentOffer::new(network, token, self.pay_to, Price::from(self.amount))
+                .max_timeout_seconds(self.max_timeout_seconds),
+        )
+    }
 }
 
 fn replay_key(request: &SettleRequest) -> ReplayKey {

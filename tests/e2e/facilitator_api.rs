@@ -109,6 +109,25 @@ async fn verify_settle_supported_speak_the_facilitator_api() {
         "{verdict}"
     );
 
+    // An authorization valid for longer than maxTimeoutSeconds (+ 120 s of skew) would hold a replay-guard
+    // slot for that long: refused before the chain.
+    let (_, verdict) = post(
+        &format!("{base}/verify"),
+        &body_for(
+            &chain,
+            key,
+            &Knobs {
+                valid_before: Some(workspace_tests::pay::now() + 86_400),
+                ..Knobs::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(
+        verdict["invalidReason"], "invalid_exact_evm_payload_authorization_valid_before",
+        "{verdict}"
+    );
+
     // Not a facilitator request at all.
     let resp = http()
         .post(format!("{base}/verify"))

@@ -238,11 +238,13 @@ const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
         .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
 
-/// A rejection with the detail that goes to the logs (and the HTML page).
+/// Why a payment was refused: the spec's reason, and a detail for logs and people.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Rejection {
-    pub(crate) reason: RejectReason,
-    pub(crate) detail: &'static str,
+pub struct Rejection {
+    /// The reason; [`RejectReason::as_str`] is the spec's error string.
+    pub reason: RejectReason,
+    /// What exactly failed, in words.
+    pub detail: &'static str,
 }
 
 fn reject(reason: RejectReason, detail: &'static str) -> Rejection {
@@ -263,28 +265,36 @@ pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value), Rejection
             "payment header is not a JSON object",
         ));
     }
-    let version = json.get("x402Version").and_then(Value::as_u64);
-    let payload = match version {
-        Some(1) => PaymentPayload::V1(PaymentPayloadV1::deserialize(&json).map_err(|_| {
-            reject(
-                RejectReason::InvalidPayload,
-                "not a v1 exact/EVM PaymentPayload",
-            )
-        })?),
-        Some(2) => PaymentPayload::V2(PaymentPayloadV2::deserialize(&json).map_err(|_| {
-            reject(
-                RejectReason::InvalidPayload,
-                "not a v2 exact/EVM PaymentPayload",
-            )
-        })?),
-        _ => {
-            return Err(reject(
-                RejectReason::InvalidX402Version,
-                "x402Version must be 1 or 2",
-            ));
-        }
-    };
+    let payload = payload_from_json(&json)?;
     Ok((payload, json))
+}
+
+/// Reads a decoded `PaymentPayload` JSON object, dispatching on its `x402Version` (not on the header it came in).
+///
+/// A facilitator, which receives the payload as JSON rather than Base64, starts here.
+pub fn payload_from_json(json: &Value) -> Result<PaymentPayload, Rejection> {
+    match json.get("x402Version").and_then(Value::as_u64) {
+        Some(1) => PaymentPayloadV1::deserialize(json)
+            .map(PaymentPayload::V1)
+            .map_err(|_| {
+                reject(
+                    RejectReason::InvalidPayload,
+                    "not a v1 exact/EVM PaymentPayload",
+                )
+            }),
+        Some(2) => PaymentPayloadV2::deserialize(json)
+            .map(PaymentPayload::V2)
+            .map_err(|_| {
+                reject(
+                    RejectReason::InvalidPayload,
+                    "not a v2 exact/EVM PaymentPayload",
+                )
+            }),
+        _ => Err(reject(
+            RejectReason::InvalidX402Version,
+            "x402Version must be 1 or 2",
+        )),
+    }
 }
 
 /// Parses a payload's `signature`: `0x` + an even number of hex digits (at most 1 KiB of bytes), nothing else.
@@ -350,7 +360,28 @@ pub(crate) fn verify(
         )
     })?;
     let compiled = &offers[offer_index];
-    let offer = &compiled.offer;
+    let signature =
+        check_authorization(&payload, &compiled.offer, &compiled.domain_separator, now)?;
+    Ok(LocallyVerified {
+        payload,
+        payload_json,
+        offer_index,
+        signature: Bytes::from(signature),
+    })
+}
+
+/// Steps 2 to 5 of the spec's verification of a payment against the offer it pays for: recipient, amount
+/// (v1 at least, v2 exactly), time window (`validAfter <= now`, `now + 6 <= validBefore <= now +
+/// maxTimeoutSeconds + 120`), then the signature under USDC's rules. Returns the signature's bytes.
+///
+/// The layer matches the payment to one of its own offers first; a facilitator builds the offer from the
+/// requirements it was sent. `domain_separator` is [`domain_separator`] of the offer's chain and token.
+pub fn check_authorization(
+    payload: &PaymentPayload,
+    offer: &PaymentOffer,
+    domain_separator: &B256,
+    now: u64,
+) -> Result<Vec<u8>, Rejection> {
     let auth = &payload.exact().authorization;
     // 2. recipient.
     if auth.to != offer.pay_to {
@@ -361,7 +392,7 @@ pub(crate) fn verify(
     }
     // 3. amount.
     let amount = offer.amount.atomic_units();
-    match payload {
+    match *payload {
         PaymentPayload::V1(_) if auth.value < amount => {
             return Err(reject(
                 RejectReason::ValueTooLow,
@@ -400,18 +431,13 @@ pub(crate) fn verify(
     // 5. signature.
     let signature = parse_signature_hex(&payload.exact().signature)
         .ok_or_else(|| reject(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
-    check_signature(auth, &signature, &compiled.domain_separator).map_err(|r| {
+    check_signature(auth, &signature, domain_separator).map_err(|r| {
         reject(
             r,
             "signature is not a canonical 65-byte signature by authorization.from",
         )
     })?;
-    Ok(LocallyVerified {
-        payload,
-        payload_json,
-        offer_index,
-        signature: Bytes::from(signature),
-    })
+    Ok(signature)
 }
 
 #[cfg(test)]

@@ -128,6 +128,21 @@ impl TestServer {
             .expect("request")
     }
 
+    /// GET `url` with one extra request header and return the response.
+    pub async fn get_with(
+        &self,
+        url: impl reqwest::IntoUrl,
+        name: &'static str,
+        value: impl AsRef<str>,
+    ) -> reqwest::Response {
+        self.client
+            .get(url)
+            .header(name, value.as_ref())
+            .send()
+            .await
+            .expect("request")
+    }
+
     /// The temporary directory (database and media), if any.
     pub fn dir(&self) -> Option<Arc<TempDir>> {
         self.dir.clone()

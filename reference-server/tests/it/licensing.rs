@@ -141,12 +141,12 @@ async fn v2_purchase_returns_article_and_a_durable_verifiable_receipt() {
     let header = payer.pay_v2(&required);
 
     let resp = server
-        .client
-        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url(&format!("/x402Article?articleId={ARTICLE}")),
+            "PAYMENT-SIGNATURE",
+            &header,
+        )
+        .await;
     assert_eq!(resp.status(), 200);
     let settle = decode_header(&resp, "payment-response");
     assert_eq!(settle["success"], true);
@@ -215,21 +215,9 @@ async fn replayed_payment_is_refused_and_the_handler_does_not_run_again() {
     let (required, _) = offer(&server, ARTICLE).await;
     let header = Payer::new().pay_v2(&required);
     let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
-    let first = server
-        .client
-        .get(&url)
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .unwrap();
+    let first = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
     assert_eq!(first.status(), 200);
-    let again = server
-        .client
-        .get(&url)
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .unwrap();
+    let again = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
     assert_eq!(again.status(), 402);
     let body = json(again).await;
     assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
@@ -243,12 +231,12 @@ async fn v1_purchase_with_x_payment() {
     let (_, body_v1) = offer(&server, "c2pa-explained").await;
     let header = payer.pay_v1(&body_v1);
     let resp = server
-        .client
-        .get(server.url("/x402Article?articleId=c2pa-explained"))
-        .header("X-PAYMENT", header)
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url("/x402Article?articleId=c2pa-explained"),
+            "X-PAYMENT",
+            header,
+        )
+        .await;
     assert_eq!(resp.status(), 200);
     let settle = decode_header(&resp, "x-payment-response");
     assert_eq!(settle["success"], true);
@@ -276,23 +264,13 @@ async fn invalid_payments_get_402_not_the_article() {
     // Paid for a cheaper article: the offer does not match this one.
     let (cheap, _) = offer(&server, "c2pa-explained").await;
     let wrong = Payer::new().pay_v2(&cheap);
-    let resp = server
-        .client
-        .get(&url)
-        .header("PAYMENT-SIGNATURE", wrong)
-        .send()
-        .await
-        .unwrap();
+    let resp = server.get_with(&url, "PAYMENT-SIGNATURE", wrong).await;
     assert_eq!(resp.status(), 402);
 
     // Garbage header.
     let resp = server
-        .client
-        .get(&url)
-        .header("PAYMENT-SIGNATURE", "%%%not base64")
-        .send()
-        .await
-        .unwrap();
+        .get_with(&url, "PAYMENT-SIGNATURE", "%%%not base64")
+        .await;
     assert_eq!(resp.status(), 402);
 
     // Tampered signature.
@@ -301,12 +279,8 @@ async fn invalid_payments_get_402_not_the_article() {
     let mut bad = good.clone();
     bad["payload"]["authorization"]["value"] = "50001".into();
     let resp = server
-        .client
-        .get(&url)
-        .header("PAYMENT-SIGNATURE", B64.encode(bad.to_string()))
-        .send()
-        .await
-        .unwrap();
+        .get_with(&url, "PAYMENT-SIGNATURE", B64.encode(bad.to_string()))
+        .await;
     assert_eq!(resp.status(), 402);
     assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 0);
 }
@@ -324,12 +298,8 @@ async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
     let header = Payer::new().pay_v2(&required);
     let path = format!("/x402Article?articleId={ARTICLE}");
     let resp = server
-        .client
-        .get(server.url(&path))
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .unwrap();
+        .get_with(server.url(&path), "PAYMENT-SIGNATURE", &header)
+        .await;
     assert_eq!(resp.status(), 200);
     let token = json(resp).await["receipt"]["nft"]["tokenId"]
         .as_str()
@@ -364,12 +334,12 @@ async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
         "x402Version": 2, "payload": payload, "resource": required["resource"], "accepted": accepted,
     });
     let resp = server
-        .client
-        .get(server.url(&path))
-        .header("PAYMENT-SIGNATURE", B64.encode(replay.to_string()))
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url(&path),
+            "PAYMENT-SIGNATURE",
+            B64.encode(replay.to_string()),
+        )
+        .await;
     assert_eq!(resp.status(), 402);
     // The same requirements headers as the layer's 402s, for the same offer and resource.
     assert_eq!(
@@ -399,12 +369,8 @@ async fn llms_txt_is_plain_text_and_every_call_is_recorded() {
     let server = TestServer::start().await;
     for ua in ["GPTBot/1.1", "GPTBot/1.1", "ClaudeBot/1.0"] {
         let resp = server
-            .client
-            .get(server.url("/serveLlmsTxt"))
-            .header("user-agent", ua)
-            .send()
-            .await
-            .unwrap();
+            .get_with(server.url("/serveLlmsTxt"), "user-agent", ua)
+            .await;
         assert_eq!(resp.status(), 200);
         assert!(
             resp.headers()["content-type"]
@@ -442,12 +408,12 @@ async fn operator_endpoint_requires_the_api_token_when_one_is_set() {
     let server = TestServer::start_with(|c| c.api_token = Some("s3cret-token".into())).await;
     assert_eq!(server.get("/operator/llms-txt").await.status(), 401);
     let ok = server
-        .client
-        .get(server.url("/operator/llms-txt"))
-        .header("authorization", "token s3cret-token")
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url("/operator/llms-txt"),
+            "authorization",
+            "token s3cret-token",
+        )
+        .await;
     assert_eq!(ok.status(), 200);
 }
 
@@ -691,12 +657,12 @@ async fn facilitator_settlement_is_recorded_in_the_receipt() {
     let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
     let (required, _) = offer(&server, ARTICLE).await;
     let resp = server
-        .client
-        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
-        .header("PAYMENT-SIGNATURE", Payer::new().pay_v2(&required))
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url(&format!("/x402Article?articleId={ARTICLE}")),
+            "PAYMENT-SIGNATURE",
+            Payer::new().pay_v2(&required),
+        )
+        .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(decode_header(&resp, "payment-response")["transaction"], tx);
     let body = json(resp).await;
@@ -722,12 +688,12 @@ async fn failed_settlement_is_402_and_leaves_no_receipt() {
     let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
     let (required, _) = offer(&server, ARTICLE).await;
     let resp = server
-        .client
-        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
-        .header("PAYMENT-SIGNATURE", Payer::new().pay_v2(&required))
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url(&format!("/x402Article?articleId={ARTICLE}")),
+            "PAYMENT-SIGNATURE",
+            Payer::new().pay_v2(&required),
+        )
+        .await;
     assert_eq!(resp.status(), 402);
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 0);
@@ -769,12 +735,12 @@ async fn plain_options_reach_the_registry_and_preflights_get_cors() {
     assert_eq!(preflight.headers()["access-control-allow-origin"], "*");
 
     let cross = server
-        .client
-        .get(server.url("/x402Article?articleId=c2pa-explained"))
-        .header("origin", "https://reader.example")
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url("/x402Article?articleId=c2pa-explained"),
+            "origin",
+            "https://reader.example",
+        )
+        .await;
     assert_eq!(cross.status(), 402);
     let exposed = cross.headers()["access-control-expose-headers"]
         .to_str()
@@ -892,12 +858,12 @@ async fn real_responses_match_the_openapi_schemas() {
     );
 
     let paid = server
-        .client
-        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
-        .header("PAYMENT-SIGNATURE", Payer::new().pay_v2(&required))
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url(&format!("/x402Article?articleId={ARTICLE}")),
+            "PAYMENT-SIGNATURE",
+            Payer::new().pay_v2(&required),
+        )
+        .await;
     assert!(paid.headers().contains_key("payment-response"));
     let body = json(paid).await;
     check_schema(
@@ -1004,19 +970,9 @@ async fn through_the_whole_app_the_collection_varies_on_accept_only() {
     let answers = [
         server.client.get(&url).send().await.unwrap(),
         server
-            .client
-            .get(&url)
-            .header("origin", "http://elsewhere.example")
-            .send()
-            .await
-            .unwrap(),
-        server
-            .client
-            .get(&url)
-            .header("accept", "image/png")
-            .send()
-            .await
-            .unwrap(),
+            .get_with(&url, "origin", "http://elsewhere.example")
+            .await,
+        server.get_with(&url, "accept", "image/png").await,
         server.client.delete(&url).send().await.unwrap(),
         server
             .client
@@ -1103,12 +1059,12 @@ async fn a_facilitator_that_times_out_on_settle_is_502_and_an_unknown_settlement
     let (required, _) = offer(&server, ARTICLE).await;
     let header = payer.pay_v2(&required);
     let resp = server
-        .client
-        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url(&format!("/x402Article?articleId={ARTICLE}")),
+            "PAYMENT-SIGNATURE",
+            &header,
+        )
+        .await;
     assert_eq!(resp.status(), 502);
     assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 0);
 
@@ -1130,23 +1086,23 @@ async fn a_facilitator_that_times_out_on_settle_is_502_and_an_unknown_settlement
     );
     let all = json(
         server
-            .client
-            .get(server.url("/operator/settlements"))
-            .header("authorization", "token op-token")
-            .send()
-            .await
-            .unwrap(),
+            .get_with(
+                server.url("/operator/settlements"),
+                "authorization",
+                "token op-token",
+            )
+            .await,
     )
     .await;
     assert_eq!(all["totals"]["unknown"], 1);
     assert_eq!(all["totals"]["settled"], 0);
     let bad = server
-        .client
-        .get(server.url("/operator/settlements?outcome=maybe"))
-        .header("authorization", "token op-token")
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url("/operator/settlements?outcome=maybe"),
+            "authorization",
+            "token op-token",
+        )
+        .await;
     assert_eq!(bad.status(), 400);
 
     let metrics = server.get("/metrics").await.text().await.unwrap();
@@ -1169,12 +1125,12 @@ async fn a_failed_settlement_is_a_failed_settlement_row() {
     let (required, _) = offer(&server, ARTICLE).await;
     let header = payer.pay_v2(&required);
     let resp = server
-        .client
-        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url(&format!("/x402Article?articleId={ARTICLE}")),
+            "PAYMENT-SIGNATURE",
+            &header,
+        )
+        .await;
     assert_eq!(resp.status(), 402);
     let rows = settlement_rows(&server, "failed", None).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
@@ -1202,12 +1158,12 @@ async fn a_successful_purchase_is_a_settled_settlement_row() {
     let (required, _) = offer(&server, ARTICLE).await;
     let header = payer.pay_v2(&required);
     let resp = server
-        .client
-        .get(server.url(&format!("/x402Article?articleId={ARTICLE}")))
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .unwrap();
+        .get_with(
+            server.url(&format!("/x402Article?articleId={ARTICLE}")),
+            "PAYMENT-SIGNATURE",
+            &header,
+        )
+        .await;
     assert_eq!(resp.status(), 200);
     let rows = settlement_rows(&server, "settled", None).await;
     assert_eq!(rows.len(), 1, "{rows:?}");

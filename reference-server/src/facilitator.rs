@@ -2,9 +2,10 @@
 //! `GET /facilitator/supported`, speaking the official facilitator API (`x402-protocol.md` part 6).
 //!
 //! Requests carry `{x402Version, paymentPayload, paymentRequirements}` for the `exact` scheme on EVM, v1 or v2.
-//! Verification is x402-tower's: scheme, network, recipient, amount (v1: at least, v2: exactly), time window,
-//! then the USDC signature rules ([`x402_tower::verify::check_signature`]: 65 bytes, `v` 27/28, low `s`,
-//! recovered == `from`), then the settler's own checks ([`Settler::verify`]; the on-chain settler simulates
+//! Verification is x402-tower's ([`x402_tower::verify::check_authorization`] against an offer built from the
+//! requirements sent): scheme, network, recipient, amount (v1: at least, v2: exactly), time window (including
+//! the `validBefore` cap), then the USDC signature rules (65 bytes, `v` 27/28, low `s`, recovered == `from`),
+//! then the settler's own checks ([`Settler::verify`]; the on-chain settler simulates
 //! `transferWithAuthorization`, which catches balances, used nonces and payers with code). Settlement goes to
 //! the same [`Settler`]; a `(chainId, asset, from, nonce)` replay guard refuses a second settlement of one
 //! authorization (`invalid_exact_evm_nonce_already_used`) even with a settler that moves no money.

@@ -18,7 +18,7 @@ use http_body_util::Full;
 use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
 use x402_tower::pricing::BoxFuture;
-use x402_tower::replay::{Reservation, StoreError};
+use x402_tower::replay::{IdBinding, IdClaim, PaymentRecord, Reservation, StoreError};
 use x402_tower::verify::TransferWithAuthorization;
 use x402_tower::{PaymentOffer, Price, PriceDecision, ReplayKey, ReplayStore, X402Layer};
 
@@ -56,22 +56,53 @@ fn offer() -> PaymentOffer {
     .mime_type("application/json")
 }
 
-/// A store that always reserves: isolates verification from the replay guard for the paid benchmark.
+/// A store that always reserves and accepts every update: isolates verification from the replay guard for
+/// the paid benchmark (the engine's store calls are still made).
 struct AlwaysFree;
 impl ReplayStore for AlwaysFree {
     fn reserve<'a>(
         &'a self,
         _: &'a ReplayKey,
-        _: u64,
+        _: &'a PaymentRecord,
         _: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
-        Box::pin(std::future::ready(Ok(Reservation::Reserved)))
+        Box::pin(std::future::ready(Ok(Reservation::Reserved {
+            revision: 1,
+        })))
     }
-    fn release<'a>(&'a self, _: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(std::future::ready(Ok(())))
+    fn get<'a>(
+        &'a self,
+        _: &'a ReplayKey,
+        _: u64,
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
     }
-    fn mark_used<'a>(&'a self, _: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(std::future::ready(Ok(())))
+    fn update<'a>(
+        &'a self,
+        _: &'a ReplayKey,
+        _: u64,
+        _: &'a PaymentRecord,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
+    fn release<'a>(&'a self, _: &'a ReplayKey, _: u64) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
+    fn unresolved<'a>(
+        &'a self,
+        _: u64,
+        _: u64,
+        _: usize,
+    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+    fn bind_id<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a IdBinding,
+        _: u64,
+    ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
+        Box::pin(std::future::ready(Ok(IdClaim::New)))
     }
 }
 

@@ -140,10 +140,12 @@
 //! the client is answered. See [`settle::SettlementObserver`].
 #![warn(missing_docs)]
 
+pub mod engine;
 pub mod layer;
 pub mod metrics;
 pub mod network;
 pub mod offer;
+pub mod payment;
 pub mod price;
 pub mod pricing;
 pub mod proto;
@@ -151,17 +153,19 @@ pub mod replay;
 pub mod settle;
 pub mod verify;
 
-pub use layer::{
-    ConfigError, ResponseBody, ResponseFuture, SettleTiming, VerifiedPayment, X402, X402Config,
-    X402Layer,
-};
+pub use engine::{Answer, PaymentEngine, PaymentEngineBuilder, PaymentIdentifier, ReconcileReport};
+pub use layer::{ConfigError, ResponseBody, ResponseFuture, X402, X402Config, X402Layer};
 pub use metrics::{MetricsSnapshot, X402Metrics};
 pub use network::{NETWORKS, Network, Token};
 pub use offer::PaymentOffer;
+pub use payment::{SettleTiming, VerifiedPayment};
 pub use price::Price;
-pub use pricing::{PriceDecision, PriceSource, StaticPrice};
-pub use replay::{InMemoryReplayStore, ReplayKey, ReplayStore};
+pub use pricing::{BoxFuture, PriceDecision, PriceSource, StaticPrice};
+pub use replay::{
+    IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore,
+    Reservation, StoreError, StoredPayment,
+};
 pub use settle::{
-    ObservedOutcome, ObserverError, SettleOutcome, SettlementEvent, SettlementObserver, Settler,
-    VerifyOnlySettler,
+    ObservedOutcome, ObserverError, SettleError, SettleOutcome, SettleRequest, SettlementEvent,
+    SettlementObserver, Settler, VerifyOnlySettler, VerifyOutcome,
 };

@@ -1,31 +1,52 @@
-//! The replay guard: one use per `(chainId, asset, from, nonce)`.
+//! The payment state store: one record per authorization `(chainId, asset, from, nonce)`, shared by every
+//! door into the [`PaymentEngine`](crate::engine::PaymentEngine) (the layer's routes, a facilitator API) and,
+//! with a shared implementation (a database table, Redis), by every instance of a service.
 //!
-//! # The keep/release rule
+//! It is at once the replay guard (one settlement per authorization) and the delivery memory (a resend of
+//! the identical payment for the same resource is answered again from the record, never settled again).
 //!
-//! The layer reserves the key before the inner service runs. Afterwards:
+//! # States and the keep/release rule
 //!
-//! | what happened | reservation | why |
+//! The engine reserves the key ([`PaymentState::InFlight`]) before anything can move money. Afterwards it
+//! moves the record with compare-and-set updates ([`ReplayStore::update`], [`ReplayStore::release`] on the
+//! record's `revision`), so two requests or two instances can never both act on one record:
+//!
+//! | what happened | record | why |
 //! |---|---|---|
-//! | settled (including verify-only "settlement") | kept (`mark_used`) until `validBefore` | the nonce is spent |
-//! | settle-after, inner service answered >= 400 or failed | released | nothing was settled: the authorization is still usable, the payer was not charged |
-//! | settler's verify said invalid, or a settler/facilitator error before settling | released | nothing was broadcast |
+//! | settled (including verify-only "settlement") | `Settled`, with the settlement, until `expires_at` | the nonce is spent; a resend of the identical payment for the same resource gets the same answer |
+//! | settle-after, inner service answered >= 400 or failed | released (deleted) | nothing was settled: the payer was not charged |
+//! | the settler's verify said invalid, or could not be reached | released | nothing was broadcast |
 //! | settlement failed and the settler says `authorization_still_usable` | released | e.g. insufficient funds: it may succeed later |
-//! | settlement failed otherwise, or outcome unknown (timeout after broadcast) | kept | it may be (or may become) spent on chain |
-//! | the response future was dropped (client went away) mid-flight | kept until `validBefore` | conservative: never two uses |
+//! | settlement failed otherwise | `Spent` | it is (or may become) spent on chain |
+//! | outcome unknown (timeout after broadcast, no answer from a facilitator) | `Pending`, with the transaction when known | reconciled before anything else is done with it (a resend, or the background reconciler) |
+//! | the request's future was dropped mid-flight, or the process died | stays `InFlight` | after [`stale_after`](crate::engine::PaymentEngineBuilder::stale_after) it is reconciled like `Pending` |
 //!
-//! With `SettleTiming::BeforeHandler` the payer is charged before the inner service runs; if that service then
-//! fails, the money has moved: the key stays used and the failure is the application's to remedy.
+//! Every [`PaymentEngine`](crate::engine::PaymentEngine) decision on these states is in one function,
+//! `engine::PaymentEngine::on_taken` (reading a record) and `engine::PaymentEngine::apply` (writing one).
 //!
-//! A shared store (a database table with a unique key, for several instances) implements [`ReplayStore`]; the
-//! in-memory one is for a single process.
+//! # Payment identifiers
+//!
+//! The `payment-identifier` extension binds a client-chosen id to a fingerprint of the payment and the
+//! request ([`ReplayStore::bind_id`]): the same id with another payment is a conflict (409). Ids expire with
+//! their payment.
+//!
+//! # Implementing a store
+//!
+//! Every method must be atomic with respect to the others on the same key: two concurrent `reserve` of one
+//! key give one [`Reservation::Reserved`] and one [`Reservation::Taken`]; `update` and `release` succeed only
+//! when the stored revision is the expected one. Records whose `expires_at` is before `now` count as absent.
+//! [`InMemoryReplayStore`] is the reference implementation for one process.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use alloy_primitives::{Address, B256};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::pricing::BoxFuture;
+use crate::BoxFuture;
+use crate::proto::SettleResponse;
 
 /// The identity of one EIP-3009 authorization on chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,16 +61,110 @@ pub struct ReplayKey {
     pub nonce: B256,
 }
 
-/// Result of [`ReplayStore::reserve`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reservation {
-    /// The key was free and is now reserved for this request.
-    Reserved,
-    /// The key is reserved or used by another request.
-    AlreadyUsed,
+/// Where one payment stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PaymentState {
+    /// Reserved by a request that is verifying or settling it now.
+    InFlight,
+    /// Settled; the record holds the settlement.
+    Settled,
+    /// Nobody knows yet whether money moved (timeout after broadcast): reconcile before anything else.
+    Pending,
+    /// Failed and not usable again.
+    Spent,
 }
 
-/// A replay store failed (the layer answers 503).
+impl PaymentState {
+    /// Every state.
+    pub const ALL: [PaymentState; 4] = [
+        PaymentState::InFlight,
+        PaymentState::Settled,
+        PaymentState::Pending,
+        PaymentState::Spent,
+    ];
+
+    /// `in_flight`, `settled`, `pending` or `spent`: the stored form.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PaymentState::InFlight => "in_flight",
+            PaymentState::Settled => "settled",
+            PaymentState::Pending => "pending",
+            PaymentState::Spent => "spent",
+        }
+    }
+
+    /// The state stored as `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+/// The payment as the client sent it: enough to settle or reconcile it again without the client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredPayment {
+    /// The decoded `PaymentPayload` JSON.
+    pub payload: Value,
+    /// The `PaymentRequirements` it matched, in the payload's version.
+    pub requirements: Value,
+}
+
+/// What a store remembers about one payment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaymentRecord {
+    /// Where it stands.
+    pub state: PaymentState,
+    /// What it paid for: the absolute resource URL (or a facilitator's label for payments it settled).
+    pub resource: String,
+    /// The EIP-712 digest of the authorization: identical payments have the same one.
+    pub fingerprint: B256,
+    /// `Settled`: the settlement. `Pending`: the `settlement_pending` answer (with the transaction when one is
+    /// known). `Spent`: the failure. `InFlight`: none.
+    pub settlement: Option<SettleResponse>,
+    /// The payment itself, for reconciliation.
+    pub payment: Arc<StoredPayment>,
+    /// Unix seconds after which the record may be forgotten (the authorization's `validBefore`).
+    pub expires_at: u64,
+    /// Unix seconds of the last change.
+    pub updated_at: u64,
+    /// Incremented by the store on every change; the compare-and-set token of `update` and `release`.
+    pub revision: u64,
+}
+
+/// Result of [`ReplayStore::reserve`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reservation {
+    /// The key was free and is now `InFlight` for this request, at this revision.
+    Reserved {
+        /// The record's revision.
+        revision: u64,
+    },
+    /// Another request holds (or held) the key: its record.
+    Taken(Box<PaymentRecord>),
+}
+
+/// A payment identifier's binding ([`ReplayStore::bind_id`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdBinding {
+    /// Fingerprint of the payment and the request it came with.
+    pub fingerprint: B256,
+    /// The payment.
+    pub key: ReplayKey,
+    /// When the binding may be forgotten.
+    pub expires_at: u64,
+}
+
+/// Result of [`ReplayStore::bind_id`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdClaim {
+    /// The id was unknown and is now bound.
+    New,
+    /// The id is bound to the same payment and request.
+    Same,
+    /// The id is bound to another payment or request.
+    Conflict,
+}
+
+/// A store failed (the layer answers 503).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store is full of unexpired entries.
@@ -60,30 +175,108 @@ pub enum StoreError {
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// Where used and in-flight authorizations are remembered. Must be atomic: two concurrent `reserve` of one
-/// key give one `Reserved` and one `AlreadyUsed`.
+/// Where payments and their outcomes are remembered. See the [module docs](self) for the contract.
 pub trait ReplayStore: Send + Sync + 'static {
-    /// Reserves `key` until `expires_at` (unix seconds, the authorization's `validBefore`); `now` is the
-    /// layer's clock, so a store can drop expired entries.
+    /// Inserts `record` (state `InFlight`) for `key` unless an unexpired record exists; returns that record.
     fn reserve<'a>(
         &'a self,
         key: &'a ReplayKey,
-        expires_at: u64,
+        record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>>;
-    /// Forgets a reservation: the authorization may be presented again.
-    fn release<'a>(&'a self, key: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>>;
-    /// Marks a reservation as used for good (kept until it expires).
-    fn mark_used<'a>(&'a self, key: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// The unexpired record of `key`.
+    fn get<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>>;
+    /// Replaces the record of `key` if its revision is `expected`; the stored revision becomes `expected + 1`.
+    /// `false` when another request changed (or removed) it first.
+    fn update<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+        record: &'a PaymentRecord,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// Deletes the record of `key` if its revision is `expected`: the authorization may be presented again.
+    fn release<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// Up to `limit` unexpired records that need reconciling: `Pending` ones, and `InFlight` ones last
+    /// changed before `stale_before` (their request died).
+    fn unresolved<'a>(
+        &'a self,
+        now: u64,
+        stale_before: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>>;
+    /// Binds a payment identifier, or tells how it is bound already.
+    fn bind_id<'a>(
+        &'a self,
+        id: &'a str,
+        binding: &'a IdBinding,
+        now: u64,
+    ) -> BoxFuture<'a, Result<IdClaim, StoreError>>;
+}
+
+impl<T: ReplayStore + ?Sized> ReplayStore for Arc<T> {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        record: &'a PaymentRecord,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
+        (**self).reserve(key, record, now)
+    }
+    fn get<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
+        (**self).get(key, now)
+    }
+    fn update<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+        record: &'a PaymentRecord,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).update(key, expected, record)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).release(key, expected)
+    }
+    fn unresolved<'a>(
+        &'a self,
+        now: u64,
+        stale_before: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+        (**self).unresolved(now, stale_before, limit)
+    }
+    fn bind_id<'a>(
+        &'a self,
+        id: &'a str,
+        binding: &'a IdBinding,
+        now: u64,
+    ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
+        (**self).bind_id(id, binding, now)
+    }
 }
 
 /// Default capacity of [`InMemoryReplayStore::default`].
 pub const DEFAULT_CAPACITY: usize = 100_000;
 
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    expires_at: u64,
-    used: bool,
+#[derive(Debug, Default)]
+struct Maps {
+    payments: HashMap<ReplayKey, PaymentRecord>,
+    ids: HashMap<String, IdBinding>,
 }
 
 /// A bounded in-memory [`ReplayStore`] for one process. When full, expired entries are purged; if none
@@ -91,10 +284,10 @@ struct Entry {
 #[derive(Debug)]
 pub struct InMemoryReplayStore {
     capacity: usize,
-    map: Mutex<HashMap<ReplayKey, Entry>>,
-    /// `now + 1` of the last full purge (0: never), written under the map's lock. A second purge within the
-    /// same second would find nothing more to drop (new entries expire at `validBefore >= now + 6`), so a
-    /// store full of live keys scans its entries at most once per second instead of on every request.
+    maps: Mutex<Maps>,
+    /// `now + 1` of the last full purge (0: never), written under the lock. A second purge within the same
+    /// second would find nothing more to drop (new entries expire at `validBefore >= now + 6`), so a store
+    /// full of live keys scans its entries at most once per second instead of on every request.
     purged_at: AtomicU64,
 }
 
@@ -105,65 +298,120 @@ impl Default for InMemoryReplayStore {
 }
 
 impl InMemoryReplayStore {
-    /// A store holding at most `capacity` unexpired keys.
+    /// A store holding at most `capacity` unexpired payments (and as many payment identifiers).
     pub fn with_capacity(capacity: usize) -> Self {
         InMemoryReplayStore {
             capacity: capacity.max(1),
-            map: Mutex::new(HashMap::new()),
+            maps: Mutex::new(Maps::default()),
             purged_at: AtomicU64::new(0),
         }
     }
 
-    /// Number of entries held (expired ones included until purged).
+    /// Number of payments held (expired ones included until purged).
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().payments.len()
     }
 
-    /// Whether no entry is held.
+    /// Whether no payment is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Whether `key` is reserved or used (and not expired at `now`).
+    /// Whether `key` is held (and not expired at `now`).
     pub fn contains(&self, key: &ReplayKey, now: u64) -> bool {
-        self.lock().get(key).is_some_and(|e| e.expires_at >= now)
+        self.lock()
+            .payments
+            .get(key)
+            .is_some_and(|e| e.expires_at >= now)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ReplayKey, Entry>> {
-        // A panic while holding this lock cannot leave the map inconsistent: recover the guard.
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Maps> {
+        // A panic while holding this lock cannot leave the maps inconsistent: recover the guard.
+        self.maps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes room for one more entry, purging expired ones at most once per second.
+    fn room(&self, maps: &mut Maps, now: u64) -> Result<(), StoreError> {
+        let len = maps.payments.len().max(maps.ids.len());
+        if len < self.capacity {
+            return Ok(());
+        }
+        let stamp = now.wrapping_add(1);
+        if self.purged_at.load(Ordering::Relaxed) != stamp {
+            maps.payments.retain(|_, e| e.expires_at >= now);
+            maps.ids.retain(|_, e| e.expires_at >= now);
+            self.purged_at.store(stamp, Ordering::Relaxed);
+        }
+        let len = maps.payments.len().max(maps.ids.len());
+        if len >= self.capacity {
+            return Err(StoreError::Full(len));
+        }
+        Ok(())
     }
 
     fn reserve_now(
         &self,
         key: &ReplayKey,
-        expires_at: u64,
+        record: &PaymentRecord,
         now: u64,
     ) -> Result<Reservation, StoreError> {
-        let mut map = self.lock();
-        if let Some(e) = map.get(key)
-            && e.expires_at >= now
+        let mut maps = self.lock();
+        if let Some(e) = maps.payments.get(key) {
+            if e.expires_at >= now {
+                return Ok(Reservation::Taken(Box::new(e.clone())));
+            }
+        } else {
+            self.room(&mut maps, now)?;
+        }
+        let mut record = record.clone();
+        record.revision = 1;
+        maps.payments.insert(*key, record);
+        Ok(Reservation::Reserved { revision: 1 })
+    }
+
+    fn update_now(&self, key: &ReplayKey, expected: u64, record: &PaymentRecord) -> bool {
+        let mut maps = self.lock();
+        match maps.payments.get_mut(key) {
+            Some(e) if e.revision == expected => {
+                *e = record.clone();
+                e.revision = expected + 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release_now(&self, key: &ReplayKey, expected: u64) -> bool {
+        let mut maps = self.lock();
+        if maps
+            .payments
+            .get(key)
+            .is_some_and(|e| e.revision == expected)
         {
-            return Ok(Reservation::AlreadyUsed);
+            maps.payments.remove(key);
+            true
+        } else {
+            false
         }
-        if map.len() >= self.capacity && !map.contains_key(key) {
-            let stamp = now.wrapping_add(1);
-            if self.purged_at.load(Ordering::Relaxed) != stamp {
-                map.retain(|_, e| e.expires_at >= now);
-                self.purged_at.store(stamp, Ordering::Relaxed);
+    }
+
+    fn bind_now(&self, id: &str, binding: &IdBinding, now: u64) -> Result<IdClaim, StoreError> {
+        let mut maps = self.lock();
+        match maps.ids.get(id) {
+            Some(b) if b.expires_at >= now => {
+                return Ok(
+                    if b.fingerprint == binding.fingerprint && b.key == binding.key {
+                        IdClaim::Same
+                    } else {
+                        IdClaim::Conflict
+                    },
+                );
             }
-            if map.len() >= self.capacity {
-                return Err(StoreError::Full(map.len()));
-            }
+            Some(_) => {}
+            None => self.room(&mut maps, now)?,
         }
-        map.insert(
-            *key,
-            Entry {
-                expires_at,
-                used: false,
-            },
-        );
-        Ok(Reservation::Reserved)
+        maps.ids.insert(id.to_owned(), *binding);
+        Ok(IdClaim::New)
     }
 }
 
@@ -171,26 +419,78 @@ impl ReplayStore for InMemoryReplayStore {
     fn reserve<'a>(
         &'a self,
         key: &'a ReplayKey,
-        expires_at: u64,
+        record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
-        let r = self.reserve_now(key, expires_at, now);
-        Box::pin(std::future::ready(r))
+        Box::pin(std::future::ready(self.reserve_now(key, record, now)))
     }
 
-    fn release<'a>(&'a self, key: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>> {
-        let mut map = self.lock();
-        if map.get(key).is_some_and(|e| !e.used) {
-            map.remove(key);
-        }
-        Box::pin(std::future::ready(Ok(())))
+    fn get<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
+        let r = self
+            .lock()
+            .payments
+            .get(key)
+            .filter(|e| e.expires_at >= now)
+            .cloned();
+        Box::pin(std::future::ready(Ok(r)))
     }
 
-    fn mark_used<'a>(&'a self, key: &'a ReplayKey) -> BoxFuture<'a, Result<(), StoreError>> {
-        if let Some(e) = self.lock().get_mut(key) {
-            e.used = true;
-        }
-        Box::pin(std::future::ready(Ok(())))
+    fn update<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+        record: &'a PaymentRecord,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(
+            self.update_now(key, expected, record)
+        )))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.release_now(key, expected))))
+    }
+
+    fn unresolved<'a>(
+        &'a self,
+        now: u64,
+        stale_before: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+        let found = self
+            .lock()
+            .payments
+            .iter()
+            .filter(|(_, e)| e.expires_at >= now && needs_reconciling(e, stale_before))
+            .take(limit)
+            .map(|(k, e)| (*k, e.clone()))
+            .collect();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn bind_id<'a>(
+        &'a self,
+        id: &'a str,
+        binding: &'a IdBinding,
+        now: u64,
+    ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
+        Box::pin(std::future::ready(self.bind_now(id, binding, now)))
+    }
+}
+
+/// Whether a record is for the reconciler: `Pending`, or `InFlight` and untouched since before `stale_before`.
+pub fn needs_reconciling(record: &PaymentRecord, stale_before: u64) -> bool {
+    match record.state {
+        PaymentState::Pending => true,
+        PaymentState::InFlight => record.updated_at < stale_before,
+        PaymentState::Settled | PaymentState::Spent => false,
     }
 }
 
@@ -207,65 +507,119 @@ mod tests {
         }
     }
 
+    fn record(expires_at: u64) -> PaymentRecord {
+        PaymentRecord {
+            state: PaymentState::InFlight,
+            resource: "https://example.org/a".into(),
+            fingerprint: B256::repeat_byte(7),
+            settlement: None,
+            payment: Arc::new(StoredPayment {
+                payload: Value::Null,
+                requirements: Value::Null,
+            }),
+            expires_at,
+            updated_at: 10,
+            revision: 0,
+        }
+    }
+
+    fn reserved(r: Result<Reservation, StoreError>) -> bool {
+        matches!(r, Ok(Reservation::Reserved { .. }))
+    }
+
     #[test]
-    fn reserve_release_use_expire_capacity() {
+    fn reserve_release_update_expire_capacity() {
         let s = InMemoryReplayStore::with_capacity(2);
-        assert_eq!(
-            s.reserve_now(&key(1), 100, 10).unwrap(),
-            Reservation::Reserved
-        );
-        assert_eq!(
-            s.reserve_now(&key(1), 100, 10).unwrap(),
-            Reservation::AlreadyUsed
-        );
-        drop(s.release(&key(1)));
-        assert_eq!(
-            s.reserve_now(&key(1), 100, 10).unwrap(),
-            Reservation::Reserved
-        );
-        drop(s.mark_used(&key(1)));
-        drop(s.release(&key(1))); // used keys are not released
-        assert_eq!(
-            s.reserve_now(&key(1), 100, 10).unwrap(),
-            Reservation::AlreadyUsed
-        );
-        assert_eq!(
-            s.reserve_now(&key(2), 50, 10).unwrap(),
-            Reservation::Reserved
-        );
+        assert!(reserved(s.reserve_now(&key(1), &record(100), 10)));
         assert!(matches!(
-            s.reserve_now(&key(3), 100, 10),
+            s.reserve_now(&key(1), &record(100), 10),
+            Ok(Reservation::Taken(r)) if r.state == PaymentState::InFlight && r.revision == 1
+        ));
+        // Compare-and-set: a stale revision changes nothing.
+        assert!(!s.release_now(&key(1), 7));
+        assert!(s.release_now(&key(1), 1));
+        assert!(reserved(s.reserve_now(&key(1), &record(100), 10)));
+        let mut settled = record(100);
+        settled.state = PaymentState::Settled;
+        assert!(s.update_now(&key(1), 1, &settled));
+        assert!(!s.update_now(&key(1), 1, &settled), "revision moved on");
+        assert!(!s.release_now(&key(1), 1));
+        assert!(matches!(
+            s.reserve_now(&key(1), &record(100), 10),
+            Ok(Reservation::Taken(r)) if r.state == PaymentState::Settled && r.revision == 2
+        ));
+        assert!(reserved(s.reserve_now(&key(2), &record(50), 10)));
+        assert!(matches!(
+            s.reserve_now(&key(3), &record(100), 10),
             Err(StoreError::Full(2))
         ));
         // Once key 2 expired, there is room again; key 1 is still live.
-        assert_eq!(
-            s.reserve_now(&key(3), 100, 60).unwrap(),
-            Reservation::Reserved
-        );
+        assert!(reserved(s.reserve_now(&key(3), &record(100), 60)));
         assert!(s.contains(&key(1), 60));
         assert!(!s.contains(&key(2), 60));
-        // Full of live keys: refused again within the same second (no second scan needed), room again once
-        // a key is released, and an expiry is noticed in a later second.
+        // Full of live keys: refused again within the same second, room again once a key is released, and an
+        // expiry is noticed in a later second.
         assert!(matches!(
-            s.reserve_now(&key(4), 100, 60),
+            s.reserve_now(&key(4), &record(100), 60),
             Err(StoreError::Full(2))
         ));
+        assert!(s.release_now(&key(3), 1));
+        assert!(reserved(s.reserve_now(&key(4), &record(70), 60)));
         assert!(matches!(
-            s.reserve_now(&key(4), 100, 60),
+            s.reserve_now(&key(5), &record(100), 65),
             Err(StoreError::Full(2))
         ));
-        drop(s.release(&key(3)));
-        assert_eq!(
-            s.reserve_now(&key(4), 70, 60).unwrap(),
-            Reservation::Reserved
-        );
-        assert!(matches!(
-            s.reserve_now(&key(5), 100, 65),
-            Err(StoreError::Full(2))
-        ));
-        assert_eq!(
-            s.reserve_now(&key(5), 100, 71).unwrap(),
-            Reservation::Reserved
-        );
+        assert!(reserved(s.reserve_now(&key(5), &record(100), 71)));
+    }
+
+    #[test]
+    fn unresolved_lists_pending_and_stale_in_flight() {
+        let s = InMemoryReplayStore::default();
+        assert!(reserved(s.reserve_now(&key(1), &record(100), 10)));
+        let mut pending = record(100);
+        pending.state = PaymentState::Pending;
+        assert!(reserved(s.reserve_now(&key(2), &pending, 10)));
+        let mut settled = record(100);
+        settled.state = PaymentState::Settled;
+        assert!(reserved(s.reserve_now(&key(3), &settled, 10)));
+        let list = |stale_before| {
+            let mut keys: Vec<u8> = futures_now(s.unresolved(20, stale_before, 10))
+                .into_iter()
+                .map(|(k, _)| k.nonce[0])
+                .collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(list(5), vec![2], "in-flight since 10 is not stale before 5");
+        assert_eq!(list(11), vec![1, 2]);
+    }
+
+    #[test]
+    fn ids_bind_once_and_expire() {
+        let s = InMemoryReplayStore::default();
+        let b = IdBinding {
+            fingerprint: B256::repeat_byte(1),
+            key: key(1),
+            expires_at: 100,
+        };
+        let other = IdBinding {
+            fingerprint: B256::repeat_byte(2),
+            ..b
+        };
+        assert_eq!(s.bind_now("pay_x", &b, 10).unwrap(), IdClaim::New);
+        assert_eq!(s.bind_now("pay_x", &b, 10).unwrap(), IdClaim::Same);
+        assert_eq!(s.bind_now("pay_x", &other, 10).unwrap(), IdClaim::Conflict);
+        assert_eq!(s.bind_now("pay_x", &other, 101).unwrap(), IdClaim::New);
+    }
+
+    fn futures_now<T>(f: BoxFuture<'_, Result<T, StoreError>>) -> T {
+        // The in-memory store's futures are always ready.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut f = f;
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => r.unwrap(),
+            std::task::Poll::Pending => panic!("in-memory store future not ready"),
+        }
     }
 }

@@ -13,8 +13,8 @@ use serde_json::Value;
 use crate::network::{Network, Token};
 use crate::offer::PaymentOffer;
 use crate::proto::{
-    Authorization, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequirementsV2,
-    SCHEME_EXACT,
+    Authorization, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequirementsV1,
+    PaymentRequirementsV2, SCHEME_EXACT,
 };
 
 #[allow(missing_docs, unreachable_pub)]
@@ -219,6 +219,26 @@ impl CompiledOffer {
             v2_json,
             domain_separator,
         }
+    }
+}
+
+impl CompiledOffer {
+    /// v1 requirements of the offer, or `None` when legacy v1 clients do not know its network.
+    pub(crate) fn v1_requirements(&self, resource_url: &str) -> Option<PaymentRequirementsV1> {
+        let network = self.offer.network.legacy_v1_name()?;
+        Some(PaymentRequirementsV1 {
+            scheme: SCHEME_EXACT.to_owned(),
+            network: network.to_owned(),
+            max_amount_required: self.offer.amount.atomic_units(),
+            resource: resource_url.to_owned(),
+            description: self.offer.description.clone(),
+            mime_type: self.offer.mime_type.clone(),
+            output_schema: None,
+            pay_to: self.offer.pay_to,
+            max_timeout_seconds: self.offer.max_timeout_seconds,
+            asset: self.offer.token.address,
+            extra: self.v2.extra.clone(),
+        })
     }
 }
 

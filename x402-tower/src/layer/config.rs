@@ -1,71 +1,29 @@
 //! [`X402Layer`] and its builder [`X402Config`].
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::Address;
+use http::{HeaderValue, Method};
 use tower_layer::Layer;
 
 use super::service::X402;
+use crate::engine::{
+    EngineConfigError, PaymentEngine, PaymentEngineBuilder, PaymentIdentifier, Route, identifier,
+};
 use crate::metrics::X402Metrics;
-use crate::network::Token;
 use crate::offer::PaymentOffer;
+use crate::payment::SettleTiming;
 use crate::pricing::PriceSource;
-use crate::proto::SettleResponse;
-use crate::replay::{InMemoryReplayStore, ReplayStore};
-use crate::settle::{SettlementObserver, Settler, VerifyOnlySettler};
-use crate::verify::{CompiledOffer, domain_separator};
+use crate::replay::ReplayStore;
+use crate::settle::{SettlementObserver, Settler};
+use crate::verify::CompiledOffer;
 
-/// Default cap on the length of a payment header (bytes, before decoding).
-pub const DEFAULT_MAX_HEADER_LEN: usize = 16 * 1024;
-
-/// When the payment is settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SettleTiming {
-    /// After the inner service answered below 400, holding its response (body untouched) until then; a
-    /// response >= 400 is passed through unsettled (the payer is not charged). The official middlewares' way.
-    #[default]
-    AfterResponse,
-    /// Before the inner service runs; the inner service then sees the settlement in
-    /// [`VerifiedPayment::settlement`].
-    BeforeHandler,
-}
-
-/// A payment that passed verification (and the replay guard), put in the request extensions for the inner
-/// service, so a handler can issue a license or a receipt.
-///
-/// ```
-/// use x402_tower::VerifiedPayment;
-///
-/// async fn handler(req: http::Request<String>) -> Result<http::Response<String>, std::convert::Infallible> {
-///     let paid = req.extensions().get::<VerifiedPayment>().map(|p| p.payer.to_string());
-///     Ok(http::Response::new(format!("paid by {paid:?}")))
-/// }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifiedPayment {
-    /// The payer (`authorization.from`).
-    pub payer: Address,
-    /// The amount authorized, atomic units.
-    pub amount: U256,
-    /// The network.
-    pub network: crate::network::Network,
-    /// The token contract.
-    pub asset: Address,
-    /// The recipient.
-    pub pay_to: Address,
-    /// The authorization nonce.
-    pub nonce: B256,
-    /// `validBefore` of the authorization (unix seconds, saturated to `u64`).
-    pub valid_before: u64,
-    /// 1 or 2: the version the client spoke.
-    pub x402_version: u8,
-    /// The settlement, when settled before the handler ([`SettleTiming::BeforeHandler`]).
-    pub settlement: Option<SettleResponse>,
-}
+pub use crate::engine::DEFAULT_MAX_HEADER_LEN;
 
 /// Invalid configuration, reported by [`X402Config::build`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The public base URL is not an absolute `http(s)://host[:port][/path]` without query or fragment.
     #[error("public base URL {0:?} must be an absolute http(s) URL without query or fragment")]
@@ -87,9 +45,26 @@ pub enum ConfigError {
     /// `max_header_len` is too small to hold any payment.
     #[error("max_header_len {0} is too small (at least 512)")]
     HeaderLimitTooSmall(usize),
+    /// A shared engine was given together with engine settings (settler, observer, store, limits, clock):
+    /// configure those on the engine.
+    #[error(
+        "give either an engine or its settings (settler, observer, store, limits, clock), not both"
+    )]
+    EngineAndParts,
+    /// No method is sold.
+    #[error("no paid methods")]
+    NoMethods,
 }
 
-pub(crate) type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+impl From<EngineConfigError> for ConfigError {
+    fn from(e: EngineConfigError) -> Self {
+        match e {
+            EngineConfigError::HeaderLimitTooSmall(n) => ConfigError::HeaderLimitTooSmall(n),
+            // The layer defaults to verify-only (with a warning), so a missing settler cannot reach here.
+            EngineConfigError::NoSettler => ConfigError::NoPricing,
+        }
+    }
+}
 
 pub(crate) enum Pricing {
     Static(Arc<[CompiledOffer]>),
@@ -100,51 +75,26 @@ pub(crate) enum Pricing {
 pub(crate) struct Shared {
     pub(crate) base_url: String,
     pub(crate) pricing: Pricing,
-    pub(crate) settler: Arc<dyn Settler>,
-    pub(crate) observer: Option<Arc<dyn SettlementObserver>>,
-    pub(crate) store: Arc<dyn ReplayStore>,
-    pub(crate) timing: SettleTiming,
+    pub(crate) engine: Arc<PaymentEngine>,
+    pub(crate) route: Route,
     pub(crate) expose_headers: bool,
-    pub(crate) max_header_len: usize,
-    pub(crate) metrics: Arc<X402Metrics>,
-    pub(crate) clock: Clock,
-    domains: Mutex<HashMap<(u64, Token), B256>>,
+    pub(crate) methods: Vec<Method>,
+    /// `Allow` of the 405 for a method that is not sold.
+    pub(crate) allow: HeaderValue,
+    /// The 402's v2 `extensions`, serialised once.
+    pub(crate) extensions: Option<String>,
 }
 
-const DOMAIN_CACHE: usize = 256;
-
 impl Shared {
-    pub(crate) fn now(&self) -> u64 {
-        (self.clock)()
-    }
-
-    /// Compiles per-request offers, reusing cached domain separators.
-    pub(crate) fn compile(&self, offers: Vec<PaymentOffer>) -> Arc<[CompiledOffer]> {
-        offers
-            .into_iter()
-            .map(|o| {
-                let key = (o.network.chain_id(), o.token.clone());
-                let mut cache = self.domains.lock().unwrap_or_else(|e| e.into_inner());
-                let sep = match cache.get(&key) {
-                    Some(s) => *s,
-                    None => {
-                        let s = domain_separator(key.0, &key.1);
-                        if cache.len() < DOMAIN_CACHE {
-                            cache.insert(key, s);
-                        }
-                        s
-                    }
-                };
-                drop(cache);
-                CompiledOffer::new(o, sep)
-            })
-            .collect()
+    /// Whether `method` is sold (HEAD is answered as the 402 of GET, never charged).
+    pub(crate) fn sells(&self, method: &Method) -> bool {
+        self.methods.contains(method)
     }
 }
 
 /// Sells the wrapped service's responses for x402 payments. Build it with [`X402Layer::builder`].
 ///
-/// Cloning is cheap (an `Arc`); every clone shares the replay store and the metrics.
+/// Cloning is cheap (an `Arc`); every clone shares the engine (replay store, settler, metrics).
 #[derive(Clone)]
 pub struct X402Layer {
     pub(crate) shared: Arc<Shared>,
@@ -167,19 +117,25 @@ impl X402Layer {
             public_base_url: public_base_url.into(),
             offers: Vec::new(),
             source: None,
-            settler: None,
-            observer: None,
-            store: None,
+            engine: PaymentEngine::builder(),
+            engine_parts: false,
+            shared_engine: None,
             timing: SettleTiming::default(),
             expose_headers: false,
-            max_header_len: DEFAULT_MAX_HEADER_LEN,
-            clock: None,
+            methods: vec![Method::GET],
+            identifier: None,
         }
     }
 
-    /// The layer's counters.
+    /// The layer's counters (the engine's).
     pub fn metrics(&self) -> Arc<X402Metrics> {
-        self.shared.metrics.clone()
+        self.shared.engine.metrics()
+    }
+
+    /// The payment engine behind this layer: give it to another door (a facilitator API) so both share one
+    /// store and settle each authorization at most once, or run its reconciler.
+    pub fn engine(&self) -> Arc<PaymentEngine> {
+        self.shared.engine.clone()
     }
 }
 
@@ -210,17 +166,18 @@ impl<S> Layer<S> for X402Layer {
 ///     .build()
 ///     .unwrap();
 /// ```
+#[must_use]
 pub struct X402Config {
     public_base_url: String,
     offers: Vec<PaymentOffer>,
     source: Option<Arc<dyn PriceSource>>,
-    settler: Option<Arc<dyn Settler>>,
-    observer: Option<Arc<dyn SettlementObserver>>,
-    store: Option<Arc<dyn ReplayStore>>,
+    engine: PaymentEngineBuilder,
+    engine_parts: bool,
+    shared_engine: Option<Arc<PaymentEngine>>,
     timing: SettleTiming,
     expose_headers: bool,
-    max_header_len: usize,
-    clock: Option<Clock>,
+    methods: Vec<Method>,
+    identifier: Option<PaymentIdentifier>,
 }
 
 impl std::fmt::Debug for X402Config {
@@ -229,7 +186,7 @@ impl std::fmt::Debug for X402Config {
             .field("public_base_url", &self.public_base_url)
             .field("offers", &self.offers)
             .field("timing", &self.timing)
-            .field("settlement_observer", &self.observer.is_some())
+            .field("methods", &self.methods)
             .finish_non_exhaustive()
     }
 }
@@ -254,24 +211,65 @@ impl X402Config {
         self
     }
 
-    /// The settler (default: [`VerifyOnlySettler`], which moves no money).
+    /// The methods sold (default: `GET`). Any other method is answered `405 Method Not Allowed` by the layer,
+    /// never a 402 and never a settlement, so nobody pays for a request the service would refuse. `HEAD` is
+    /// answered with the 402 of `GET` (the price, no body) and never takes a payment: a HEAD answer has no
+    /// content to pay for.
+    ///
+    /// ```
+    /// # use alloy_primitives::address;
+    /// # use x402_tower::{X402Layer, PaymentOffer, Price};
+    /// # let offer = PaymentOffer::usdc("base".parse().unwrap(), address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"), Price::from(10_000u64)).unwrap();
+    /// let layer = X402Layer::builder("https://api.example.com")
+    ///     .offer(offer)
+    ///     .methods([http::Method::POST]) // an API that is called with POST
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.methods = methods.into_iter().filter(|m| *m != Method::HEAD).collect();
+        self.methods.dedup();
+        self
+    }
+
+    /// Declares the `payment-identifier` extension in the 402s (v2), `required` or optional: a client's id
+    /// binds to its payment and request; a retry with the same id and payment is answered again, another
+    /// payment under the same id is refused with 409, and a missing id where required with 400. See
+    /// [`crate::engine::identifier`]. Default: not declared (ids are ignored).
+    pub fn payment_identifier(mut self, required: bool) -> Self {
+        self.identifier = Some(PaymentIdentifier { required });
+        self
+    }
+
+    /// Uses a shared [`PaymentEngine`] (one store and settler for several layers and a facilitator API).
+    /// Exclusive with the engine settings below.
+    pub fn engine(mut self, engine: Arc<PaymentEngine>) -> Self {
+        self.shared_engine = Some(engine);
+        self
+    }
+
+    /// The settler. Without one, the layer settles nothing ([`VerifyOnlySettler`](crate::VerifyOnlySettler):
+    /// no money moves) and logs a warning when built and on every verify-only payment; choose it explicitly to
+    /// silence the warning.
     pub fn settler(mut self, settler: Arc<dyn Settler>) -> Self {
-        self.settler = Some(settler);
+        self.engine = self.engine.settler(settler);
+        self.engine_parts = true;
         self
     }
 
-    /// Reports every settlement outcome (settled, failed, unknown) to `observer`, awaited before the client
-    /// is answered, so the application can keep a durable record even of a settlement whose outcome is
-    /// unknown (the client then gets 502, but money may have moved). Default: none (no extra work per
-    /// request). See [`SettlementObserver`].
+    /// Reports every settlement outcome (settled, failed, unknown, reconciled) to `observer`, awaited before
+    /// the client is answered. Default: none. See [`SettlementObserver`].
     pub fn settlement_observer(mut self, observer: Arc<dyn SettlementObserver>) -> Self {
-        self.observer = Some(observer);
+        self.engine = self.engine.settlement_observer(observer);
+        self.engine_parts = true;
         self
     }
 
-    /// The replay store (default: an [`InMemoryReplayStore`] of 100 000 entries).
+    /// The payment store (default: an [`InMemoryReplayStore`](crate::InMemoryReplayStore) of 100 000
+    /// entries, for one process).
     pub fn replay_store(mut self, store: Arc<dyn ReplayStore>) -> Self {
-        self.store = Some(store);
+        self.engine = self.engine.replay_store(store);
+        self.engine_parts = true;
         self
     }
 
@@ -291,50 +289,80 @@ impl X402Config {
 
     /// Cap on the payment header's length, checked before decoding (default 16 KiB).
     pub fn max_header_len(mut self, len: usize) -> Self {
-        self.max_header_len = len;
+        self.engine = self.engine.max_header_len(len);
+        self.engine_parts = true;
+        self
+    }
+
+    /// How long a resend of a payment still being settled waits for it (default 5 s). See
+    /// [`PaymentEngineBuilder::in_flight_wait`].
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.engine = self.engine.in_flight_wait(wait);
+        self.engine_parts = true;
         self
     }
 
     /// Replaces the clock (unix seconds). For tests with fixed signatures.
     pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
-        self.clock = Some(Arc::new(clock));
+        self.engine = self.engine.clock(clock);
+        self.engine_parts = true;
         self
     }
 
     /// Checks the configuration and builds the layer.
     pub fn build(self) -> Result<X402Layer, ConfigError> {
         let base_url = check_base_url(&self.public_base_url)?;
-        if self.max_header_len < 512 {
-            return Err(ConfigError::HeaderLimitTooSmall(self.max_header_len));
-        }
         for (index, o) in self.offers.iter().enumerate() {
             if let Some(why) = offer_problem(o) {
                 return Err(ConfigError::BadOffer { index, why });
             }
         }
-        let mut shared = Shared {
-            base_url,
-            pricing: Pricing::Static(Arc::from(Vec::new())),
-            settler: self.settler.unwrap_or_else(|| Arc::new(VerifyOnlySettler)),
-            observer: self.observer,
-            store: self
-                .store
-                .unwrap_or_else(|| Arc::new(InMemoryReplayStore::default())),
-            timing: self.timing,
-            expose_headers: self.expose_headers,
-            max_header_len: self.max_header_len,
-            metrics: Arc::new(X402Metrics::default()),
-            clock: self.clock.unwrap_or_else(|| Arc::new(system_now)),
-            domains: Mutex::new(HashMap::new()),
+        if self.methods.is_empty() {
+            return Err(ConfigError::NoMethods);
+        }
+        let engine = match (self.shared_engine, self.engine_parts) {
+            (Some(_), true) => return Err(ConfigError::EngineAndParts),
+            (Some(e), false) => e,
+            (None, _) => Arc::new(self.engine.verify_only_default().build()?),
         };
-        shared.pricing = match (self.offers.is_empty(), self.source) {
+        if engine.defaulted_to_verify_only() {
+            tracing::warn!(
+                base_url,
+                "x402 layer built without a settler: payments are verified but NOT settled (no money moves); \
+                 choose .settler(...) explicitly"
+            );
+        }
+        let pricing = match (self.offers.is_empty(), self.source) {
             (true, None) => return Err(ConfigError::NoPricing),
             (false, Some(_)) => return Err(ConfigError::BothPricings),
-            (false, None) => Pricing::Static(shared.compile(self.offers)),
+            (false, None) => Pricing::Static(engine.compile(self.offers)),
             (true, Some(s)) => Pricing::Dynamic(s),
         };
+        let mut allow: Vec<&str> = self.methods.iter().map(Method::as_str).collect();
+        if self.methods.contains(&Method::GET) {
+            allow.push("HEAD");
+        }
+        let allow = HeaderValue::try_from(allow.join(", "))
+            .unwrap_or_else(|_| HeaderValue::from_static("GET, HEAD"));
+        let extensions = self.identifier.map(|p| {
+            let mut map = serde_json::Map::new();
+            map.insert(identifier::KEY.to_owned(), p.declaration());
+            serde_json::Value::Object(map).to_string()
+        });
         Ok(X402Layer {
-            shared: Arc::new(shared),
+            shared: Arc::new(Shared {
+                base_url,
+                pricing,
+                engine,
+                route: Route {
+                    timing: self.timing,
+                    identifier: self.identifier,
+                },
+                expose_headers: self.expose_headers,
+                methods: self.methods,
+                allow,
+                extensions,
+            }),
         })
     }
 }
@@ -364,12 +392,6 @@ fn check_base_url(url: &str) -> Result<String, ConfigError> {
         return Err(bad());
     }
     Ok(url.trim_end_matches('/').to_owned())
-}
-
-fn system_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

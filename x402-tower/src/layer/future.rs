@@ -1,4 +1,4 @@
-//! [`ResponseFuture`]: drives pricing, checking, the inner service and settlement.
+//! [`ResponseFuture`]: drives pricing, the engine, the inner service, and the engine again after it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -6,19 +6,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 use tracing::error;
 
 use super::body::ResponseBody;
-use super::config::{SettleTiming, Shared, offer_problem};
-use super::flow::{self, Checked, PaidCtx, PostOutcome, Receipt};
+use super::config::{Pricing, Shared, offer_problem};
 use super::response::{
-    PAYMENT_SIGNATURE, RequestInfo, X_PAYMENT, add_expose_headers, make_private, plain_error,
-    prefers_html,
+    PAYMENT_SIGNATURE, RequestInfo, X_PAYMENT, add_receipt, method_not_allowed, plain_error,
+    prefers_html, render,
 };
+use crate::engine::{Attempt, Begin, Finish};
 use crate::pricing::{BoxFuture, PriceDecision};
 use crate::verify::CompiledOffer;
 
@@ -27,12 +27,12 @@ pin_project! {
     enum State<F> {
         // Waiting for a dynamic price.
         Pricing { fut: BoxFuture<'static, PriceDecision> },
-        // Decoding, verifying, reserving, maybe settling.
-        Checking { fut: BoxFuture<'static, Checked> },
+        // The engine decodes, verifies, remembers, maybe settles.
+        Checking { fut: BoxFuture<'static, Begin> },
         // The inner service runs.
         Inner { #[pin] fut: F },
-        // Settling (or releasing) with the inner response held.
-        Post { fut: BoxFuture<'static, PostOutcome> },
+        // The engine settles (or releases) with the inner response held.
+        Post { fut: BoxFuture<'static, Finish> },
         // An answer of the layer's own, ready.
         Early { response: Option<Response<Full<Bytes>>> },
     }
@@ -50,7 +50,10 @@ pin_project! {
         req: Option<Request<ReqB>>,
         // The inner service, already polled ready (see `X402::call`).
         inner: Option<S>,
-        paid: Option<Box<PaidCtx>>,
+        // What the answers of the layer are built from.
+        offers: Option<Arc<[CompiledOffer]>>,
+        info: Option<RequestInfo>,
+        paid: Option<Box<Attempt>>,
         held: Option<Result<S::Response, S::Error>>,
     }
 }
@@ -64,29 +67,48 @@ where
     }
 }
 
-/// Starts checking a charged request: a 402 right away when no payment came, else the check future.
+/// A charged request: a 402 right away when no payment came (or for HEAD), else the engine's future.
 fn start_check<B, F>(
     shared: &Arc<Shared>,
-    offers: Arc<[CompiledOffer]>,
+    offers: &Arc<[CompiledOffer]>,
+    info: &RequestInfo,
     req: &Request<B>,
 ) -> State<F> {
-    let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let info = RequestInfo {
-        resource_url: format!("{}{}", shared.base_url, path),
-        wants_html: prefers_html(req.headers()),
+    let header = if req.method() == Method::HEAD {
+        // HEAD has no content to pay for: it learns the price, and never spends a payment.
+        None
+    } else {
+        req.headers()
+            .get(PAYMENT_SIGNATURE)
+            .or_else(|| req.headers().get(X_PAYMENT))
+            .cloned()
     };
-    let header = req
-        .headers()
-        .get(PAYMENT_SIGNATURE)
-        .or_else(|| req.headers().get(X_PAYMENT))
-        .cloned();
     match header {
         None => State::Early {
-            response: Some(flow::no_payment(shared, &offers, &info)),
+            response: Some(render(
+                shared,
+                offers,
+                info,
+                crate::engine::Answer::PaymentRequired {
+                    error: super::NO_PAYMENT_ERROR.to_owned(),
+                    receipt: None,
+                    version: 2,
+                },
+            )),
         },
-        Some(h) => State::Checking {
-            fut: Box::pin(flow::check(shared.clone(), offers, info, h)),
-        },
+        Some(h) => {
+            let shared = shared.clone();
+            let offers = offers.clone();
+            let resource = info.resource_url.clone();
+            State::Checking {
+                fut: Box::pin(async move {
+                    shared
+                        .engine
+                        .begin(&shared.route, &offers, &resource, h.as_bytes())
+                        .await
+                }),
+            }
+        }
     }
 }
 
@@ -95,49 +117,54 @@ where
     S: Service<Request<ReqB>>,
 {
     pub(crate) fn new(shared: Arc<Shared>, inner: S, req: Request<ReqB>) -> Self {
-        let state = match &shared.pricing {
-            super::config::Pricing::Static(offers) => start_check(&shared, offers.clone(), &req),
-            super::config::Pricing::Dynamic(source) => {
-                let (parts, body) = req.into_parts();
-                let fut = source.price(&parts);
-                let req = Request::from_parts(parts, body);
-                return ResponseFuture {
-                    state: State::Pricing { fut },
-                    shared,
-                    req: Some(req),
-                    inner: Some(inner),
-                    paid: None,
-                    held: None,
-                };
-            }
-        };
-        let early = matches!(state, State::Early { .. });
-        ResponseFuture {
-            state,
+        let mut fut = ResponseFuture {
+            state: State::Early { response: None },
             shared,
-            req: if early { None } else { Some(req) },
-            inner: if early { None } else { Some(inner) },
+            req: None,
+            inner: None,
+            offers: None,
+            info: None,
             paid: None,
             held: None,
+        };
+        let method = req.method();
+        let sold =
+            fut.shared.sells(method) || (method == Method::HEAD && fut.shared.sells(&Method::GET));
+        if !sold {
+            fut.state = State::Early {
+                response: Some(method_not_allowed(&fut.shared.allow)),
+            };
+            return fut;
         }
-    }
-}
-
-fn finish<B>(
-    res: Response<B>,
-    receipt: Option<Receipt>,
-    expose: bool,
-) -> Response<ResponseBody<B>> {
-    let mut res = res.map(ResponseBody::inner);
-    if let Some((name, value)) = receipt {
-        let h = res.headers_mut();
-        h.insert(name, value);
-        make_private(h);
-        if expose {
-            add_expose_headers(h);
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let info = RequestInfo {
+            resource_url: format!("{}{}", fut.shared.base_url, path),
+            wants_html: prefers_html(req.headers()),
+        };
+        match &fut.shared.pricing {
+            Pricing::Static(offers) => {
+                let offers = offers.clone();
+                fut.state = start_check(&fut.shared, &offers, &info, &req);
+                fut.offers = Some(offers);
+            }
+            Pricing::Dynamic(source) => {
+                let (parts, body) = req.into_parts();
+                fut.state = State::Pricing {
+                    fut: source.price(&parts),
+                };
+                fut.req = Some(Request::from_parts(parts, body));
+                fut.inner = Some(inner);
+                fut.info = Some(info);
+                return fut;
+            }
         }
+        fut.info = Some(info);
+        if matches!(fut.state, State::Checking { .. }) {
+            fut.req = Some(req);
+            fut.inner = Some(inner);
+        }
+        fut
     }
-    res
 }
 
 impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
@@ -158,9 +185,8 @@ where
                             .iter()
                             .find_map(offer_problem)
                             .or(offers.is_empty().then_some("no offers"));
-                        let req = this.req.as_ref();
-                        match (problem, req) {
-                            (Some(why), _) => {
+                        match (problem, this.req.as_ref(), this.info.as_ref()) {
+                            (Some(why), _, _) => {
                                 error!(why, "the price source returned an invalid offer");
                                 let r = plain_error(
                                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -168,70 +194,109 @@ where
                                 );
                                 Some(State::Early { response: Some(r) })
                             }
-                            (None, Some(req)) => {
-                                Some(start_check(this.shared, this.shared.compile(offers), req))
+                            (None, Some(req), Some(info)) => {
+                                let offers = this.shared.engine.compile(offers);
+                                let state = start_check(this.shared, &offers, info, req);
+                                *this.offers = Some(offers);
+                                Some(state)
                             }
-                            (None, None) => unreachable!("request taken before pricing finished"),
+                            (None, _, _) => {
+                                let r = plain_error(
+                                    StatusCode::INTERNAL_SERVER_ERROR,
+                                    "request taken before pricing finished",
+                                );
+                                Some(State::Early { response: Some(r) })
+                            }
                         }
                     }
                 },
                 StateProj::Checking { fut } => match ready!(fut.as_mut().poll(cx)) {
-                    Checked::Respond(r) => Some(State::Early { response: Some(r) }),
-                    Checked::Paid(ctx) => {
+                    Begin::Answer(a) => Some(State::Early {
+                        response: Some(render_for(this.shared, this.offers, this.info, a)),
+                    }),
+                    Begin::Serve(attempt) => {
                         if let Some(req) = this.req.as_mut() {
-                            req.extensions_mut().insert(ctx.verified.clone());
+                            req.extensions_mut().insert(attempt.verified.clone());
                         }
-                        *this.paid = Some(ctx);
+                        *this.paid = Some(attempt);
                         None
                     }
                 },
                 StateProj::Inner { fut } => {
                     let res = ready!(fut.poll(cx));
-                    let Some(ctx) = this.paid.take() else {
+                    let Some(mut attempt) = this.paid.take() else {
                         return Poll::Ready(res.map(|r| r.map(ResponseBody::inner)));
                     };
-                    if this.shared.timing == SettleTiming::BeforeHandler {
-                        let expose = this.shared.expose_headers;
-                        return Poll::Ready(res.map(|r| finish(r, ctx.receipt, expose)));
+                    let served = matches!(&res, Ok(r) if r.status().as_u16() < 400);
+                    let expose = this.shared.expose_headers;
+                    if let Some(receipt) =
+                        this.shared
+                            .engine
+                            .finish_now(&this.shared.route, &mut attempt, served)
+                    {
+                        let version = attempt.verified.x402_version;
+                        return Poll::Ready(res.map(|r| add_receipt(r, version, receipt, expose)));
                     }
-                    let ok = matches!(&res, Ok(r) if r.status().as_u16() < 400);
-                    let fut: BoxFuture<'static, PostOutcome> = if ok {
-                        Box::pin(flow::settle_after(this.shared.clone(), ctx))
-                    } else {
-                        Box::pin(flow::release_after(this.shared.clone(), ctx))
-                    };
+                    let shared = this.shared.clone();
                     *this.held = Some(res);
-                    Some(State::Post { fut })
+                    Some(State::Post {
+                        fut: Box::pin(async move {
+                            shared.engine.finish(&shared.route, attempt, served).await
+                        }),
+                    })
                 }
                 StateProj::Post { fut } => {
                     let outcome = ready!(fut.as_mut().poll(cx));
-                    let held = this.held.take().expect("response held while settling");
+                    let Some(held) = this.held.take() else {
+                        let r = plain_error(StatusCode::INTERNAL_SERVER_ERROR, "response lost");
+                        return Poll::Ready(Ok(r.map(ResponseBody::early)));
+                    };
                     return Poll::Ready(match outcome {
-                        PostOutcome::Replace(r) => Ok(r.map(ResponseBody::early)),
-                        PostOutcome::Pass(receipt) => {
-                            held.map(|r| finish(r, receipt, this.shared.expose_headers))
+                        Finish::Replace(a) => {
+                            Ok(render_for(this.shared, this.offers, this.info, a)
+                                .map(ResponseBody::early))
                         }
+                        Finish::Pass(receipt, version) => held
+                            .map(|r| add_receipt(r, version, receipt, this.shared.expose_headers)),
                     });
                 }
                 StateProj::Early { response } => {
-                    let r = response
-                        .take()
-                        .expect("ResponseFuture polled after completion");
+                    let r = response.take().unwrap_or_else(|| {
+                        plain_error(StatusCode::INTERNAL_SERVER_ERROR, "polled after completion")
+                    });
                     return Poll::Ready(Ok(r.map(ResponseBody::early)));
                 }
             };
             let next = match next {
                 Some(s) => s,
                 // Call the inner service (free route, or payment accepted).
-                None => {
-                    let mut inner = this.inner.take().expect("inner service called once");
-                    let req = this.req.take().expect("request passed on once");
-                    State::Inner {
+                None => match (this.inner.take(), this.req.take()) {
+                    (Some(mut inner), Some(req)) => State::Inner {
                         fut: inner.call(req),
-                    }
-                }
+                    },
+                    _ => State::Early {
+                        response: Some(plain_error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "inner service already called",
+                        )),
+                    },
+                },
             };
             this.state.set(next);
         }
+    }
+}
+
+fn render_for(
+    shared: &Shared,
+    offers: &Option<Arc<[CompiledOffer]>>,
+    info: &Option<RequestInfo>,
+    answer: crate::engine::Answer,
+) -> Response<Full<Bytes>> {
+    let empty: Arc<[CompiledOffer]> = Arc::from(Vec::new());
+    let offers = offers.as_ref().unwrap_or(&empty);
+    match info {
+        Some(info) => render(shared, offers, info, answer),
+        None => plain_error(StatusCode::INTERNAL_SERVER_ERROR, "request lost"),
     }
 }

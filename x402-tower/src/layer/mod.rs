@@ -1,16 +1,17 @@
-//! The middleware: [`X402Layer`], [`X402`], [`ResponseFuture`], [`ResponseBody`].
+//! The middleware: [`X402Layer`], [`X402`], [`ResponseFuture`], [`ResponseBody`]. A thin adapter over the
+//! [`PaymentEngine`](crate::engine::PaymentEngine): it prices the request, hands the payment header to the
+//! engine, calls the inner service, and renders the engine's answers as HTTP responses.
 
 mod body;
 mod config;
-mod flow;
 mod future;
 pub mod response;
 mod service;
 
 pub use body::ResponseBody;
-pub use config::{
-    ConfigError, DEFAULT_MAX_HEADER_LEN, SettleTiming, VerifiedPayment, X402Config, X402Layer,
-};
-pub use flow::NO_PAYMENT_ERROR;
+pub use config::{ConfigError, DEFAULT_MAX_HEADER_LEN, X402Config, X402Layer};
 pub use future::ResponseFuture;
 pub use service::X402;
+
+/// The error of a 402 sent because no payment came with the request.
+pub const NO_PAYMENT_ERROR: &str = "X-PAYMENT header is required";

@@ -6,9 +6,11 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
 
+use super::config::Shared;
+use crate::engine::Answer;
 use crate::offer::PaymentOffer;
 use crate::price::format_decimal;
-use crate::proto::{PaymentRequirementsV1, ResourceInfo, SCHEME_EXACT, SettleResponse};
+use crate::proto::{ResourceInfo, SettleResponse};
 use crate::verify::{CompiledOffer, domain_separator};
 
 /// `X-Payment-Required` (interfaces.md): Base64 of the v2 PaymentRequired.
@@ -70,6 +72,7 @@ pub(crate) fn payment_required_header(
     offers: &[CompiledOffer],
     info: &RequestInfo,
     error: &str,
+    extensions: Option<&str>,
 ) -> HeaderValue {
     let first = offers.first().map(|o| &o.offer);
     let resource = ResourceInfo {
@@ -90,36 +93,20 @@ pub(crate) fn payment_required_header(
         }
         s.push_str(&o.v2_json);
     }
-    s.push_str("]}");
+    s.push(']');
+    if let Some(ext) = extensions {
+        s.push_str(r#","extensions":"#);
+        s.push_str(ext);
+    }
+    s.push('}');
     b64(s.as_bytes())
-}
-
-/// v1 requirements of an offer, or `None` when legacy v1 clients do not know its network.
-pub(crate) fn v1_requirements(
-    o: &CompiledOffer,
-    resource_url: &str,
-) -> Option<PaymentRequirementsV1> {
-    let network = o.offer.network.legacy_v1_name()?;
-    Some(PaymentRequirementsV1 {
-        scheme: SCHEME_EXACT.to_owned(),
-        network: network.to_owned(),
-        max_amount_required: o.offer.amount.atomic_units(),
-        resource: resource_url.to_owned(),
-        description: o.offer.description.clone(),
-        mime_type: o.offer.mime_type.clone(),
-        output_schema: None,
-        pay_to: o.offer.pay_to,
-        max_timeout_seconds: o.offer.max_timeout_seconds,
-        asset: o.offer.token.address,
-        extra: o.v2.extra.clone(),
-    })
 }
 
 fn v1_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8> {
     let accepts: Vec<_> = offers
         .iter()
         .filter(|o| o.offer.network.legacy_v1_name().is_some())
-        .filter_map(|o| v1_requirements(o, &info.resource_url))
+        .filter_map(|o| o.v1_requirements(&info.resource_url))
         .collect();
     let body = crate::proto::PaymentRequiredV1 {
         x402_version: 1,
@@ -188,8 +175,9 @@ pub(crate) fn payment_required(
     error: &str,
     receipt: Option<(HeaderName, HeaderValue)>,
     expose_headers: bool,
+    extensions: Option<&str>,
 ) -> Response<Full<Bytes>> {
-    let header = payment_required_header(offers, info, error);
+    let header = payment_required_header(offers, info, error, extensions);
     let (body, content_type) = if info.wants_html {
         (html_body(offers, info, error), "text/html; charset=utf-8")
     } else {
@@ -250,7 +238,85 @@ pub fn payment_required_response(
         resource_url: resource_url.to_owned(),
         wants_html: false,
     };
-    payment_required(&compiled, &info, error, None, false)
+    payment_required(&compiled, &info, error, None, false, None)
+}
+
+/// The layer's answer for an engine [`Answer`].
+pub(crate) fn render(
+    shared: &Shared,
+    offers: &[CompiledOffer],
+    info: &RequestInfo,
+    answer: Answer,
+) -> Response<Full<Bytes>> {
+    match answer {
+        Answer::PaymentRequired {
+            error,
+            receipt: settle,
+            version,
+        } => {
+            shared.engine.metrics().payment_required();
+            payment_required(
+                offers,
+                info,
+                &error,
+                settle.map(|sr| receipt(version, &sr)),
+                shared.expose_headers,
+                shared.extensions.as_deref(),
+            )
+        }
+        Answer::BadRequest { error, message } => {
+            json_error(StatusCode::BAD_REQUEST, error, &message)
+        }
+        Answer::Conflict { message } => json_error(
+            StatusCode::CONFLICT,
+            "payment_identifier_conflict",
+            &message,
+        ),
+        Answer::Unavailable { status, message } => plain_error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            message,
+        ),
+    }
+}
+
+/// 405 for a method the layer does not sell, with `Allow`.
+pub(crate) fn method_not_allowed(allow: &HeaderValue) -> Response<Full<Bytes>> {
+    let mut res = plain_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    res.headers_mut().insert(http::header::ALLOW, allow.clone());
+    res
+}
+
+/// A served response with the receipt (if any) in the client's version's header and `Cache-Control:
+/// private`.
+pub(crate) fn add_receipt<B>(
+    res: Response<B>,
+    version: u8,
+    settlement: Option<SettleResponse>,
+    expose: bool,
+) -> Response<super::ResponseBody<B>> {
+    let mut res = res.map(super::ResponseBody::inner);
+    if let Some(sr) = settlement {
+        let (name, value) = receipt(version, &sr);
+        let h = res.headers_mut();
+        h.insert(name, value);
+        make_private(h);
+        if expose {
+            add_expose_headers(h);
+        }
+    }
+    res
+}
+
+fn json_error(status: StatusCode, error: &str, message: &str) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec(&serde_json::json!({ "error": error, "message": message }))
+        .unwrap_or_default();
+    let mut res = Response::new(Full::new(Bytes::from(body)));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
 }
 
 /// Adds the x402 headers to `Access-Control-Expose-Headers`.
@@ -364,6 +430,7 @@ mod tests {
             "invalid_exact_evm_nonce_already_used",
             None,
             false,
+            None,
         );
         assert_eq!(h[PAYMENT_REQUIRED], expected.headers()[PAYMENT_REQUIRED]);
         let v2: serde_json::Value = serde_json::from_slice(

@@ -8,8 +8,10 @@ use serde::de::DeserializeOwned;
 use tracing::{Instrument, info_span, warn};
 
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use crate::pricing::BoxFuture;
+use crate::BoxFuture;
 use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse, wire};
+use crate::settle::SETTLEMENT_PENDING;
+use crate::verify::RejectReason;
 
 /// Which facilitator endpoint a request goes to (for the auth-headers hook).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,18 +288,33 @@ impl Settler for FacilitatorSettler {
                             r.network
                         },
                     },
-                    Ok(r) => SettleOutcome::Failed {
-                        reason: r
+                    Ok(r) if r.error_reason.as_deref() == Some(SETTLEMENT_PENDING) => {
+                        SettleOutcome::Unknown {
+                            message: r.error_message.unwrap_or_else(|| {
+                                "the facilitator reports the settlement pending".to_owned()
+                            }),
+                            transaction: Some(r.transaction).filter(|t| !t.is_empty()),
+                        }
+                    }
+                    Ok(r) => {
+                        let reason = r
                             .error_reason
-                            .unwrap_or_else(|| "unexpected_settle_error".to_owned()),
-                        message: r.error_message,
-                        // A facilitator that failed without a transaction did not spend the nonce.
-                        authorization_still_usable: r.transaction.is_empty(),
-                    },
+                            .unwrap_or_else(|| "unexpected_settle_error".to_owned());
+                        // A facilitator that failed without a transaction did not spend the nonce, unless it
+                        // says the nonce is spent.
+                        let still_usable = r.transaction.is_empty()
+                            && reason != RejectReason::NonceAlreadyUsed.as_str();
+                        SettleOutcome::Failed {
+                            reason,
+                            message: r.error_message,
+                            authorization_still_usable: still_usable,
+                        }
+                    }
                     Err(e) => {
                         warn!(error = %e, "facilitator settle failed");
                         SettleOutcome::Unknown {
                             message: e.to_string(),
+                            transaction: None,
                         }
                     }
                 }
@@ -308,5 +325,29 @@ impl Settler for FacilitatorSettler {
 
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
         Box::pin(self.call(FacilitatorEndpoint::Supported, None, self.verify_timeout))
+    }
+
+    /// Asks `/settle` again with the identical payment (the facilitator settles it if nothing moved, or
+    /// answers it idempotently). "Nonce already used" proves nothing here (the first attempt may have spent
+    /// it), so it stays unknown: the reconciler asks again until the authorization expires.
+    fn reconcile<'a>(
+        &'a self,
+        request: &'a SettleRequest,
+        transaction: Option<&'a str>,
+    ) -> BoxFuture<'a, SettleOutcome> {
+        Box::pin(async move {
+            match self.settle(request).await {
+                SettleOutcome::Failed {
+                    reason, message, ..
+                } if reason == RejectReason::NonceAlreadyUsed.as_str() => SettleOutcome::Unknown {
+                    message: format!(
+                        "the facilitator says the nonce is used ({}); whether by the first attempt is unknown",
+                        message.unwrap_or_default()
+                    ),
+                    transaction: transaction.map(str::to_owned),
+                },
+                other => other,
+            }
+        })
     }
 }

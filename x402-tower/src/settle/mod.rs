@@ -16,8 +16,8 @@
 use alloy_primitives::{Address, Bytes};
 use serde_json::Value;
 
+use crate::BoxFuture;
 use crate::offer::PaymentOffer;
-use crate::pricing::BoxFuture;
 use crate::proto::{PaymentPayload, PaymentRequirements, SupportedResponse};
 
 #[cfg(feature = "facilitator")]
@@ -30,6 +30,10 @@ pub mod onchain;
 
 mod observer;
 pub use observer::{ObservedOutcome, ObserverError, SettlementEvent, SettlementObserver};
+
+/// The error reason of a settlement whose outcome is not known yet (x402 `settlement_pending`): the client
+/// resends the identical payment later and is then answered from the reconciled outcome.
+pub const SETTLEMENT_PENDING: &str = "settlement_pending";
 
 /// The receipt `transaction` of a [`VerifyOnlySettler`]: says plainly that nothing was settled.
 pub const VERIFY_ONLY_TRANSACTION: &str = "verify-only";
@@ -100,10 +104,14 @@ pub enum SettleOutcome {
         /// the nonce was spent). Decides whether the replay reservation is released.
         authorization_still_usable: bool,
     },
-    /// Nobody knows (timeout after broadcast, garbage answer): the client gets 502 and the key stays reserved.
+    /// Nobody knows (timeout after broadcast, no or a garbled answer): the client gets 402 with a
+    /// `settlement_pending` receipt, the payment is recorded as pending and reconciled later
+    /// ([`Settler::reconcile`]).
     Unknown {
         /// What happened.
         message: String,
+        /// The transaction hash, when one was broadcast.
+        transaction: Option<String>,
     },
 }
 
@@ -133,6 +141,27 @@ pub trait Settler: Send + Sync + 'static {
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome>;
     /// The kinds this settler supports.
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>>;
+    /// Finds out what became of a settlement whose outcome was [`SettleOutcome::Unknown`] (with the
+    /// transaction it reported, if any), **without moving money a second time**:
+    ///
+    /// - [`SettleOutcome::Settled`]: it settled;
+    /// - [`SettleOutcome::Failed`] with `authorization_still_usable: true`: nothing moved and nothing can
+    ///   move any more under the earlier attempt: the engine settles the payment anew;
+    /// - [`SettleOutcome::Failed`] otherwise: it failed for good;
+    /// - [`SettleOutcome::Unknown`]: still unknown (pending); asked again later.
+    ///
+    /// The default settles again: an EIP-3009 authorization moves money at most once whatever is sent, so a
+    /// second `settle` either completes the first attempt or fails with the nonce used. The on-chain settler
+    /// reads the transaction receipt and `authorizationState` instead; a facilitator is asked `/settle` again
+    /// (x402 facilitators answer a settled payment idempotently or with the nonce used).
+    fn reconcile<'a>(
+        &'a self,
+        request: &'a SettleRequest,
+        transaction: Option<&'a str>,
+    ) -> BoxFuture<'a, SettleOutcome> {
+        let _ = transaction;
+        self.settle(request)
+    }
 }
 
 /// A settler that moves no money: every locally verified payment counts as "settled" with the transaction

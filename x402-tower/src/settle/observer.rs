@@ -1,7 +1,7 @@
 //! [`SettlementObserver`]: how an application learns every settlement outcome durably.
 
-use crate::layer::{SettleTiming, VerifiedPayment};
-use crate::pricing::BoxFuture;
+use crate::BoxFuture;
+use crate::payment::{SettleTiming, VerifiedPayment};
 
 /// What became of one settlement attempt, as an observer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,10 +19,13 @@ pub enum ObservedOutcome {
         message: Option<String>,
     },
     /// Nobody knows whether money moved (timeout after broadcast, no or a garbled answer from a
-    /// facilitator's `/settle`); the client got 502.
+    /// facilitator's `/settle`); the client got 402 `settlement_pending`, and the payment is reconciled
+    /// later (a resend, or [`PaymentEngine::reconcile_unresolved`](crate::engine::PaymentEngine::reconcile_unresolved)).
     Unknown {
         /// What happened.
         message: String,
+        /// The transaction hash, when one was broadcast.
+        transaction: Option<String>,
     },
 }
 
@@ -48,8 +51,12 @@ pub struct SettlementEvent<'a> {
     pub resource: &'a str,
     /// What became of the settlement.
     pub outcome: &'a ObservedOutcome,
-    /// When the settlement ran (before or after the inner service).
-    pub timing: SettleTiming,
+    /// When the settlement ran (before or after the inner service); `None` for a facilitator API's
+    /// settlement and for a background reconciliation.
+    pub timing: Option<SettleTiming>,
+    /// `true` when this is the reconciliation of an earlier outcome that was unknown (or of a request that
+    /// died mid-flight): the outcome replaces the earlier one; it is not another payment.
+    pub reconciled: bool,
 }
 
 /// An observer could not record a settlement. The layer logs it and counts it; the client's answer is
@@ -80,8 +87,9 @@ impl ObserverError {
 /// - [`ObservedOutcome::Failed`]: the settler reported a failure (the client gets 402 with a
 ///   `success:false` receipt);
 /// - [`ObservedOutcome::Unknown`]: nobody knows whether money moved (timeout after broadcast, a facilitator
-///   that timed out or answered garbage on `/settle`; the client gets 502). Not a success, not a failure:
-///   reconcile it against the chain later.
+///   that timed out or answered garbage on `/settle`; the client gets 402 `settlement_pending`). Not a
+///   success, not a failure: the engine reconciles it later and reports again, with
+///   [`SettlementEvent::reconciled`] set.
 ///
 /// Both [`SettleTiming`](crate::SettleTiming)s report. Nothing is reported when no settlement was attempted
 /// (a rejected payment, a settler *verify* that failed or did not answer, an inner service that answered

@@ -19,8 +19,14 @@
 //! Outcomes: a failure before broadcast is [`SettleOutcome::Failed`] with `authorization_still_usable: true`;
 //! a reverted transaction is `Failed` too, still usable only if `authorizationState(from, nonce)` is false; a
 //! broadcast whose receipt does not come in time (or a send whose answer was lost) is
-//! [`SettleOutcome::Unknown`]: not a success, not a failure. Node and gas errors are reported in the message,
-//! never swallowed.
+//! [`SettleOutcome::Unknown`] with the transaction hash: not a success, not a failure. Node and gas errors are
+//! reported in the message, never swallowed.
+//!
+//! **Reconciliation** ([`Settler::reconcile`]) never broadcasts: it reads the receipt of the reported
+//! transaction (mined: judged as above); a transaction the node still holds stays unknown; with no
+//! transaction (or a dropped one) `authorizationState(from, nonce)` decides: unused → failed and still usable
+//! (the engine settles anew), used → failed for good (spent by a transaction this settler did not send, or
+//! cancelled by the payer).
 //!
 //! **Relayer nonces.** One relayer key serves concurrent settlements: a local nonce manager hands out
 //! consecutive nonces (read once with `eth_getTransactionCount(relayer, "pending")`) and only the signing and
@@ -69,8 +75,9 @@ pub use rpc::RpcError;
 use self::nonce::NonceManager;
 use self::revert::Revert;
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use crate::pricing::BoxFuture;
+use crate::BoxFuture;
 use crate::proto::{SCHEME_EXACT, SupportedKind, SupportedResponse};
+use crate::verify::RejectReason;
 
 sol! {
     /// FiatToken's EIP-3009 entry point for ECDSA signatures (`0xe3ee160e`).
@@ -288,7 +295,7 @@ enum SendError {
         message: String,
     },
     /// The transaction may have been broadcast.
-    Unknown(String),
+    Unknown { message: String, hash: B256 },
 }
 
 impl Inner {
@@ -464,9 +471,10 @@ impl Inner {
                     });
                 }
                 Err(e) => {
-                    return Err(SendError::Unknown(format!(
-                        "transaction {hash} may have been broadcast: {e}"
-                    )));
+                    return Err(SendError::Unknown {
+                        message: format!("transaction {hash} may have been broadcast: {e}"),
+                        hash,
+                    });
                 }
             }
         }
@@ -506,7 +514,6 @@ impl Inner {
     }
 
     async fn settle(&self, request: &SettleRequest) -> SettleOutcome {
-        let auth = &request.payload.exact().authorization;
         let hash = match self.send(request).await {
             Ok(hash) => hash,
             Err(SendError::NotSent { reason, message }) => {
@@ -517,12 +524,29 @@ impl Inner {
                     authorization_still_usable: still_usable,
                 };
             }
-            Err(SendError::Unknown(message)) => return SettleOutcome::Unknown { message },
+            Err(SendError::Unknown { message, hash }) => {
+                return SettleOutcome::Unknown {
+                    message,
+                    transaction: Some(format!("{hash}")),
+                };
+            }
         };
         let receipt = match self.wait_receipt(hash).await {
             Ok(r) => r,
-            Err(message) => return SettleOutcome::Unknown { message },
+            Err(message) => {
+                return SettleOutcome::Unknown {
+                    message,
+                    transaction: Some(format!("{hash}")),
+                };
+            }
         };
+        self.judge(request, hash, &receipt).await
+    }
+
+    /// What a mined transaction did to the payment: settled when it succeeded with the expected
+    /// `Transfer(from, to, value)` log, failed otherwise (still usable only if the nonce is unused).
+    async fn judge(&self, request: &SettleRequest, hash: B256, receipt: &Receipt) -> SettleOutcome {
+        let auth = &request.payload.exact().authorization;
         if receipt.status.as_deref().and_then(hex_u64) != Some(1) {
             let used = self.authorization_used(request).await;
             let mut message = format!("transaction {hash} reverted");
@@ -558,6 +582,54 @@ impl Inner {
             transaction: format!("{hash}"),
             payer: auth.from,
             network: request.wire_network(),
+        }
+    }
+
+    /// Reconciles an unknown outcome from the chain, never broadcasting: the receipt of `transaction` when
+    /// there is one; otherwise (or while it is not mined) the transaction's presence and the authorization's
+    /// state.
+    async fn reconcile(&self, request: &SettleRequest, transaction: Option<&str>) -> SettleOutcome {
+        let unknown = |message: String| SettleOutcome::Unknown {
+            message,
+            transaction: transaction.map(str::to_owned),
+        };
+        let hash = transaction.and_then(|t| t.parse::<B256>().ok());
+        if let Some(hash) = hash {
+            match self
+                .rpc
+                .call::<Option<Receipt>>("eth_getTransactionReceipt", json!([hash]))
+                .await
+            {
+                Ok(Some(receipt)) => return self.judge(request, hash, &receipt).await,
+                Ok(None) => {}
+                Err(e) => return unknown(format!("receipt of {hash} unreadable: {e}")),
+            }
+            match self
+                .rpc
+                .call::<Option<Value>>("eth_getTransactionByHash", json!([hash]))
+                .await
+            {
+                Ok(Some(_)) => return unknown(format!("transaction {hash} is not mined yet")),
+                Ok(None) => {}
+                Err(e) => return unknown(format!("transaction {hash} unreadable: {e}")),
+            }
+        }
+        // No transaction of ours is known to the node (never sent, or dropped).
+        match self.authorization_used(request).await {
+            Ok(false) => SettleOutcome::Failed {
+                reason: "unexpected_settle_error".to_owned(),
+                message: Some("no settlement transaction reached the chain".to_owned()),
+                authorization_still_usable: true,
+            },
+            Ok(true) => SettleOutcome::Failed {
+                reason: RejectReason::NonceAlreadyUsed.as_str().to_owned(),
+                message: Some(
+                    "the authorization was used or cancelled by a transaction this settler did not send"
+                        .to_owned(),
+                ),
+                authorization_still_usable: false,
+            },
+            Err(e) => unknown(format!("authorizationState unreadable: {e}")),
         }
     }
 }
@@ -615,6 +687,15 @@ impl Settler for OnchainSettler {
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
         let span = info_span!("x402.onchain.settle", payer = %request.payer());
         Box::pin(self.inner.settle(request).instrument(span))
+    }
+
+    fn reconcile<'a>(
+        &'a self,
+        request: &'a SettleRequest,
+        transaction: Option<&'a str>,
+    ) -> BoxFuture<'a, SettleOutcome> {
+        let span = info_span!("x402.onchain.reconcile", payer = %request.payer(), ?transaction);
+        Box::pin(self.inner.reconcile(request, transaction).instrument(span))
     }
 
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {

@@ -3,6 +3,7 @@
 mod support;
 
 mod clients;
+mod engine;
 #[cfg(feature = "facilitator")]
 mod facilitator;
 mod observer;

@@ -44,7 +44,7 @@ struct Seen {
     payment: VerifiedPayment,
     resource: String,
     outcome: ObservedOutcome,
-    timing: SettleTiming,
+    timing: Option<SettleTiming>,
 }
 
 /// Records every event; fails when told to.
@@ -106,6 +106,7 @@ fn failed() -> SettleOutcome {
 fn unknown() -> SettleOutcome {
     SettleOutcome::Unknown {
         message: "receipt not seen within 30 s after broadcast".into(),
+        transaction: Some(TX.into()),
     }
 }
 
@@ -142,7 +143,7 @@ fn check_payment(seen: &Seen, nonce: u8, timing: SettleTiming) {
     assert_eq!(seen.payment.nonce, B256::repeat_byte(nonce));
     assert_eq!(seen.payment.x402_version, 2);
     assert_eq!(seen.resource, format!("{BASE_URL}/report?id=7"));
-    assert_eq!(seen.timing, timing);
+    assert_eq!(seen.timing, Some(timing));
 }
 
 #[tokio::test]
@@ -193,14 +194,20 @@ async fn observer_sees_an_unknown_outcome_in_both_timings() {
         let rec = Arc::new(Recorder::default());
         let nonce = 0x60 + i as u8;
         let (a, m) = pay(unknown(), timing, rec.clone(), nonce).await;
-        assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{timing:?}");
+        // The client hears `settlement_pending` with the transaction (x402-extensions.md part 7).
+        assert_eq!(a.error(), "settlement_pending", "{timing:?}");
+        let receipt = a.receipt("payment-response");
+        assert!(!receipt.success);
+        assert_eq!(receipt.error_reason.as_deref(), Some("settlement_pending"));
+        assert_eq!(receipt.transaction, TX);
         let seen = rec.seen();
         assert_eq!(seen.len(), 1, "{timing:?}");
         check_payment(&seen[0], nonce, timing);
         assert_eq!(
             seen[0].outcome,
             ObservedOutcome::Unknown {
-                message: "receipt not seen within 30 s after broadcast".into()
+                message: "receipt not seen within 30 s after broadcast".into(),
+                transaction: Some(TX.into()),
             }
         );
         assert_eq!(seen[0].outcome.as_str(), "unknown");
@@ -219,7 +226,7 @@ async fn a_failing_observer_is_logged_and_counted_and_the_answer_is_unchanged() 
 
         let rec = Recorder::failing();
         let (a, m) = pay(unknown(), timing, rec.clone(), 0x78 + i as u8).await;
-        assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{timing:?}");
+        assert_eq!(a.error(), "settlement_pending", "{timing:?}");
         assert_eq!(rec.seen().len(), 1);
         assert_eq!(m.settlement_observer_errors, 1);
     }
@@ -306,6 +313,6 @@ async fn the_client_is_answered_only_after_the_observer_finished() {
         );
         gate.release.notify_one();
         let a = client.await.unwrap();
-        assert!(a.status == StatusCode::OK || a.status == StatusCode::BAD_GATEWAY);
+        assert!(a.status == StatusCode::OK || a.status == StatusCode::PAYMENT_REQUIRED);
     }
 }

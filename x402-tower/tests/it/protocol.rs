@@ -2,6 +2,7 @@
 
 use http::StatusCode;
 use tower::Layer;
+use x402_tower::SettleTiming;
 
 use crate::support::*;
 
@@ -329,4 +330,165 @@ async fn header_length_cap_applies_before_decoding() {
     let res = send(svc, req("/report", &[("payment-signature", &h)])).await;
     assert_eq!(res.status, StatusCode::OK, "{res:?}");
     assert_eq!(inner.calls(), 1);
+}
+
+/// A v2 payment header (nonce byte `nonce`) carrying a payment-identifier `id`.
+fn v2_header_with_id(nonce: u8, id: &str) -> String {
+    let a = Auth::v2(nonce);
+    let mut p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
+    p["extensions"] =
+        serde_json::json!({"payment-identifier": {"info": {"required": false, "id": id}}});
+    b64(&p)
+}
+
+#[tokio::test]
+async fn no_method_but_the_sold_ones_is_charged_in_either_timing() {
+    for timing in [SettleTiming::AfterResponse, SettleTiming::BeforeHandler] {
+        let inner = Inner::new();
+        let settler = Scripted::new(settled_outcome());
+        let svc = config()
+            .settler(settler.clone())
+            .settle_timing(timing)
+            .build()
+            .unwrap()
+            .layer(inner.service(StatusCode::OK));
+        let h = v2_header(0x40);
+        for method in [
+            "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT",
+        ] {
+            let mut r = req("/r", &[("payment-signature", &h)]);
+            *r.method_mut() = method.parse().unwrap();
+            let a = send(svc.clone(), r).await;
+            assert_eq!(
+                a.status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {timing:?}"
+            );
+            assert_eq!(a.header("allow"), Some("GET, HEAD"));
+            assert!(a.header("payment-required").is_none());
+        }
+        // HEAD learns the price and never spends the payment.
+        let mut r = req("/r", &[("payment-signature", &h)]);
+        *r.method_mut() = http::Method::HEAD;
+        let a = send(svc.clone(), r).await;
+        assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+        assert!(a.header("payment-required").is_some());
+        assert_eq!((settler.settles(), inner.calls()), (0, 0), "{timing:?}");
+        // The untouched payment still buys the resource with GET.
+        let a = send(svc, req("/r", &[("payment-signature", &h)])).await;
+        assert_eq!(a.status, StatusCode::OK, "{timing:?}");
+        assert_eq!((settler.settles(), inner.calls()), (1, 1));
+    }
+}
+
+#[tokio::test]
+async fn post_can_be_sold_explicitly() {
+    let inner = Inner::new();
+    let svc = config()
+        .methods([http::Method::POST])
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let mut r = req("/r", &[("payment-signature", &v2_header(0x41))]);
+    *r.method_mut() = http::Method::POST;
+    assert_eq!(send(svc.clone(), r).await.status, StatusCode::OK);
+    let a = send(svc, req("/r", &[])).await;
+    assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(a.header("allow"), Some("POST"));
+}
+
+#[tokio::test]
+async fn payment_identifier_declared_cached_conflicting_and_required() {
+    let inner = Inner::new();
+    let settler = Scripted::new(settled_outcome());
+    let svc = config()
+        .settler(settler.clone())
+        .payment_identifier(false)
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(svc.clone(), req("/r", &[])).await;
+    assert_eq!(
+        a.payment_required()["extensions"]["payment-identifier"]["info"]["required"],
+        false
+    );
+    let id = "pay_7d5d747be160e280504c099d984bcfe0";
+    let h = v2_header_with_id(0x50, id);
+    let first = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let again = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(
+        again.receipt("payment-response"),
+        first.receipt("payment-response")
+    );
+    // The same id with another payment, or the same payment for another resource: 409.
+    let other = v2_header_with_id(0x51, id);
+    let a = send(svc.clone(), req("/r", &[("payment-signature", &other)])).await;
+    assert_eq!(a.status, StatusCode::CONFLICT);
+    let a = send(svc.clone(), req("/elsewhere", &[("payment-signature", &h)])).await;
+    assert_eq!(a.status, StatusCode::CONFLICT);
+    // A malformed id: 400; no id on an optional route: fine.
+    let a = send(
+        svc.clone(),
+        req(
+            "/r",
+            &[("payment-signature", &v2_header_with_id(0x52, "short"))],
+        ),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert_eq!(a.json()["error"], "invalid_payment_identifier");
+    assert_eq!(
+        send(svc, req("/r", &[("payment-signature", &v2_header(0x53))]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(settler.settles(), 2);
+
+    let required = config()
+        .payment_identifier(true)
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let a = send(required.clone(), req("/r", &[])).await;
+    assert_eq!(
+        a.payment_required()["extensions"]["payment-identifier"]["info"]["required"],
+        true
+    );
+    for h in [v2_header(0x54), v1_header(0x55)] {
+        let a = send(required.clone(), req("/r", &[("payment-signature", &h)])).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+        assert_eq!(a.json()["error"], "payment_identifier_required");
+    }
+}
+
+#[tokio::test]
+async fn payment_identifiers_expire_with_their_payment() {
+    let clock = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(now()));
+    let c = clock.clone();
+    let svc = config()
+        .payment_identifier(false)
+        .clock(move || c.load(std::sync::atomic::Ordering::SeqCst))
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let id = "pay_00000000000000000000000000000001";
+    let h = v2_header_with_id(0x56, id);
+    assert_eq!(
+        send(svc.clone(), req("/r", &[("payment-signature", &h)]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // Past the first payment's validBefore (now + 300), the id is free for a new purchase.
+    clock.store(now() + 301, std::sync::atomic::Ordering::SeqCst);
+    let mut a = Auth::v2(0x57);
+    a.valid_before = now() + 301 + 300;
+    let mut p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
+    p["extensions"] =
+        serde_json::json!({"payment-identifier": {"info": {"required": false, "id": id}}});
+    let r = send(svc, req("/r", &[("payment-signature", &b64(&p))])).await;
+    assert_eq!(r.status, StatusCode::OK);
 }

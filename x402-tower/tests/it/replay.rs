@@ -6,24 +6,33 @@ use tower::Layer;
 use crate::support::*;
 
 #[tokio::test]
-async fn sequential_replay_is_refused_and_the_handler_runs_once() {
+async fn a_resend_is_delivered_again_and_never_settled_twice() {
+    // A client that lost the answer resends the identical payment: it gets the resource again with the same
+    // receipt, and the settler is not called a second time. The same payment for another resource is a
+    // replay.
     let inner = Inner::new();
+    let settler = Scripted::new(settled_outcome());
     let svc = config()
+        .settler(settler.clone())
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
     let h = v2_header(1);
-    assert_eq!(
-        send(svc.clone(), req("/r", &[("payment-signature", &h)]))
-            .await
-            .status,
-        StatusCode::OK
-    );
+    let first = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(first.status, StatusCode::OK);
     for name in ["payment-signature", "x-payment"] {
-        let a = send(svc.clone(), req("/r", &[(name, &h)])).await;
-        assert_eq!(a.error(), "invalid_exact_evm_nonce_already_used");
+        let again = send(svc.clone(), req("/r", &[(name, &h)])).await;
+        assert_eq!(again.status, StatusCode::OK, "{name}");
+        assert_eq!(
+            again.receipt("payment-response"),
+            first.receipt("payment-response"),
+            "{name}"
+        );
     }
-    assert_eq!(inner.calls(), 1);
+    let other = send(svc, req("/other", &[("payment-signature", &h)])).await;
+    assert_eq!(other.error(), "invalid_exact_evm_nonce_already_used");
+    assert_eq!(settler.settles(), 1);
+    assert_eq!(inner.calls(), 3, "delivered three times, paid once");
 }
 
 #[tokio::test]
@@ -46,9 +55,11 @@ async fn same_nonce_other_version_is_the_same_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_replay_runs_the_handler_once() {
+async fn concurrent_copies_settle_once() {
     let inner = Inner::new();
+    let settler = Scripted::new(settled_outcome());
     let svc = config()
+        .settler(settler.clone())
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -60,20 +71,68 @@ async fn concurrent_replay_runs_the_handler_once() {
             tokio::spawn(async move { send(svc, req("/r", &[("payment-signature", &h)])).await })
         })
         .collect();
-    let mut ok = 0;
-    let mut replays = 0;
+    let mut receipts = Vec::new();
     for t in tasks {
         let a = t.await.unwrap();
         match a.status {
-            StatusCode::OK => ok += 1,
-            _ => {
-                assert_eq!(a.error(), "invalid_exact_evm_nonce_already_used");
-                replays += 1;
-            }
+            StatusCode::OK => receipts.push(a.receipt("payment-response")),
+            _ => assert_eq!(a.error(), "settlement_pending"),
         }
     }
-    assert_eq!((ok, replays), (1, 15));
-    assert_eq!(inner.calls(), 1);
+    assert_eq!(
+        settler.settles(),
+        1,
+        "one settlement, whatever the concurrency"
+    );
+    assert!(!receipts.is_empty());
+    assert!(receipts.iter().all(|r| *r == receipts[0]), "one receipt");
+}
+
+#[tokio::test]
+async fn a_resend_while_the_first_is_in_flight_waits_then_gets_a_retryable_answer() {
+    // The handler of the first request hangs; the resend waits (bounded), then hears `settlement_pending`
+    // (retry), never a second settlement.
+    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = calls.clone();
+    let slow = tower::service_fn(
+        move |_req: http::Request<http_body_util::Full<bytes::Bytes>>| {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut rx = release_rx.clone();
+            async move {
+                while !*rx.borrow() {
+                    let _ = rx.changed().await;
+                }
+                Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::from_static(b"ok"),
+                )))
+            }
+        },
+    );
+    let settler = Scripted::new(settled_outcome());
+    let svc = config()
+        .settler(settler.clone())
+        .in_flight_wait(std::time::Duration::from_millis(200))
+        .build()
+        .unwrap()
+        .layer(slow);
+    let h = v2_header(31);
+    let first = {
+        let svc = svc.clone();
+        let h = h.clone();
+        tokio::spawn(async move { send(svc, req("/r", &[("payment-signature", &h)])).await })
+    };
+    while calls.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let resend = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(resend.error(), "settlement_pending");
+    release_tx.send(true).unwrap();
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    // Once the first finished, the resend is delivered.
+    let later = send(svc, req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(later.status, StatusCode::OK);
+    assert_eq!(settler.settles(), 1);
 }
 
 #[tokio::test]
@@ -121,7 +180,8 @@ async fn full_store_answers_503_not_500() {
 #[tokio::test]
 async fn a_request_dropped_mid_flight_keeps_its_reservation() {
     // The client goes away while the handler runs: the response future is dropped. The reservation stays
-    // (documented rule: never two uses), so the same header is a replay, and the handler ran once.
+    // (documented rule: never two uses) until it is stale, so the same header is told to retry later, and
+    // the handler ran once.
     let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let c = calls.clone();
@@ -137,7 +197,11 @@ async fn a_request_dropped_mid_flight_keeps_its_reservation() {
             >()
         },
     );
-    let svc = config().build().unwrap().layer(hanging);
+    let svc = config()
+        .in_flight_wait(std::time::Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .layer(hanging);
     let h = v2_header(30);
     let first = {
         let svc = svc.clone();
@@ -147,7 +211,9 @@ async fn a_request_dropped_mid_flight_keeps_its_reservation() {
     entered_rx.recv().await.unwrap();
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    let a = send(svc, req("/r", &[("payment-signature", &h)])).await;
-    assert_eq!(a.error(), "invalid_exact_evm_nonce_already_used");
+    let a = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(a.error(), "settlement_pending");
+    let other = send(svc, req("/other", &[("payment-signature", &h)])).await;
+    assert_eq!(other.error(), "invalid_exact_evm_nonce_already_used");
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

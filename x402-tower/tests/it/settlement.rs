@@ -1,51 +1,11 @@
 //! Settlement after/before the handler and its failures (the remote facilitator: `facilitator.rs`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use http::StatusCode;
 use tower::Layer;
 use x402_tower::SettleTiming;
-use x402_tower::pricing::BoxFuture;
-use x402_tower::proto::SupportedResponse;
-use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
+use x402_tower::settle::SettleOutcome;
 
 use crate::support::*;
-
-/// A settler answering a scripted outcome and counting calls.
-struct Scripted {
-    outcome: SettleOutcome,
-    settles: AtomicUsize,
-}
-
-impl Scripted {
-    fn new(outcome: SettleOutcome) -> Arc<Self> {
-        Arc::new(Scripted {
-            outcome,
-            settles: AtomicUsize::new(0),
-        })
-    }
-    fn settles(&self) -> usize {
-        self.settles.load(Ordering::SeqCst)
-    }
-}
-
-impl Settler for Scripted {
-    fn verify<'a>(
-        &'a self,
-        _: &'a SettleRequest,
-    ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
-        Box::pin(async { Ok(VerifyOutcome::Valid) })
-    }
-    fn settle<'a>(&'a self, _: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
-        self.settles.fetch_add(1, Ordering::SeqCst);
-        let o = self.outcome.clone();
-        Box::pin(async move { o })
-    }
-    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
-        Box::pin(async { Ok(SupportedResponse::default()) })
-    }
-}
 
 fn settled() -> SettleOutcome {
     SettleOutcome::Settled {
@@ -147,9 +107,10 @@ async fn settlement_failure_that_spent_the_nonce_keeps_it() {
 }
 
 #[tokio::test]
-async fn unknown_outcome_is_502_and_the_key_stays() {
+async fn unknown_outcome_is_settlement_pending_and_a_resend_reconciles_without_a_new_payment() {
     let s = Scripted::new(SettleOutcome::Unknown {
         message: "timeout after broadcast".into(),
+        transaction: None,
     });
     let inner = Inner::new();
     let svc = config()
@@ -158,14 +119,19 @@ async fn unknown_outcome_is_502_and_the_key_stays() {
         .unwrap()
         .layer(inner.service(StatusCode::OK));
     let h = v2_header(5);
+    let first = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(first.error(), "settlement_pending");
     assert_eq!(
-        send(svc.clone(), req("/r", &[("payment-signature", &h)]))
-            .await
-            .status,
-        StatusCode::BAD_GATEWAY
+        first.receipt("payment-response").error_reason.as_deref(),
+        Some("settlement_pending")
     );
+    // The identical payment again: reconciled (the scripted settler still does not know), never a new
+    // reservation, so the answer is pending again rather than "nonce already used".
+    let again = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(again.error(), "settlement_pending");
+    // The same authorization for another resource is refused.
     assert_eq!(
-        send(svc, req("/r", &[("payment-signature", &h)]))
+        send(svc, req("/other", &[("payment-signature", &h)]))
             .await
             .error(),
         "invalid_exact_evm_nonce_already_used"

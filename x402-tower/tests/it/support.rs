@@ -15,7 +15,9 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use x402_tower::proto::SettleResponse;
+use x402_tower::pricing::BoxFuture;
+use x402_tower::proto::{SettleResponse, SupportedResponse};
+use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use x402_tower::verify::TransferWithAuthorization;
 use x402_tower::{Network, PaymentOffer, Price, X402Config, X402Layer};
 
@@ -288,4 +290,73 @@ where
 
 pub fn network(s: &str) -> Network {
     s.parse().unwrap()
+}
+
+/// A settler whose every settlement ends in `outcome`, counting settle and reconcile calls.
+pub struct Scripted {
+    outcome: SettleOutcome,
+    settles: AtomicUsize,
+    reconciles: AtomicUsize,
+    reconciled: std::sync::Mutex<Option<SettleOutcome>>,
+}
+
+impl Scripted {
+    pub fn new(outcome: SettleOutcome) -> Arc<Self> {
+        Arc::new(Scripted {
+            outcome,
+            settles: AtomicUsize::new(0),
+            reconciles: AtomicUsize::new(0),
+            reconciled: std::sync::Mutex::new(None),
+        })
+    }
+    pub fn settles(&self) -> usize {
+        self.settles.load(Ordering::SeqCst)
+    }
+    pub fn reconciles(&self) -> usize {
+        self.reconciles.load(Ordering::SeqCst)
+    }
+    /// What reconciliation finds from now on (default: settle's outcome).
+    pub fn reconcile_to(&self, outcome: SettleOutcome) {
+        *self.reconciled.lock().unwrap() = Some(outcome);
+    }
+}
+
+impl Settler for Scripted {
+    fn verify<'a>(
+        &'a self,
+        _: &'a SettleRequest,
+    ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+        Box::pin(async { Ok(VerifyOutcome::Valid) })
+    }
+    fn settle<'a>(&'a self, _: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
+        self.settles.fetch_add(1, Ordering::SeqCst);
+        let o = self.outcome.clone();
+        Box::pin(async move { o })
+    }
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
+        Box::pin(async { Ok(SupportedResponse::default()) })
+    }
+    fn reconcile<'a>(
+        &'a self,
+        _: &'a SettleRequest,
+        _: Option<&'a str>,
+    ) -> BoxFuture<'a, SettleOutcome> {
+        self.reconciles.fetch_add(1, Ordering::SeqCst);
+        let o = self
+            .reconciled
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| self.outcome.clone());
+        Box::pin(async move { o })
+    }
+}
+
+/// A successful settlement with a fixed transaction.
+pub fn settled_outcome() -> SettleOutcome {
+    SettleOutcome::Settled {
+        transaction: format!("0x{}", "ab".repeat(32)),
+        payer: ACCOUNT0,
+        network: "eip155:84532".into(),
+    }
 }

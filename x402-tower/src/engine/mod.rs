@@ -1,0 +1,1086 @@
+//! The payment engine: every decision about one payment, in one place, without Tower or HTTP requests.
+//!
+//! [`PaymentEngine`] owns the whole life of a payment: decode, match an offer, verify, remember
+//! ([`ReplayStore`]), ask the settler, settle (before or after the protected service runs), keep or release
+//! the authorization, report to the [`SettlementObserver`], and say what to answer. Its doors are thin
+//! adapters:
+//!
+//! - [`X402Layer`](crate::X402Layer) (the Tower middleware) calls it for every paid request;
+//! - a facilitator API calls [`PaymentEngine::facilitator_verify`] and [`PaymentEngine::facilitator_settle`]
+//!   (see [`facilitator`]);
+//! - a background task calls [`PaymentEngine::reconcile_unresolved`].
+//!
+//! Doors that share one engine (and so one store) share its guarantees: **one authorization settles at most
+//! once**, whichever door it comes through, and **a resend of the identical payment for the same resource is
+//! answered again** (the same settlement, no second one) instead of being refused as a replay.
+//!
+//! # The rules, in order
+//!
+//! 1. A payment that fails local verification is refused (402 with the spec's reason); nothing is stored.
+//! 2. With the `payment-identifier` extension declared, the id is bound to the payment and the request:
+//!    another payment under the same id is a conflict (409); a missing id where required is a 400.
+//! 3. The authorization's record is reserved (`InFlight`). If a record exists ([`PaymentEngine`]'s
+//!    `on_taken`, the one function that reads records):
+//!    - another payment with the same nonce, or the same payment for another resource: 402
+//!      `invalid_exact_evm_nonce_already_used`;
+//!    - `Settled`: delivered again with the stored settlement, nothing settled;
+//!    - `InFlight`: wait for it (bounded, [`PaymentEngineBuilder::in_flight_wait`]), then answer
+//!      `settlement_pending` (the client resends later);
+//!    - `Pending`, or `InFlight` left by a request that died ([`PaymentEngineBuilder::stale_after`]):
+//!      claimed and reconciled ([`Settler::reconcile`]) — settled → delivered; still usable → settled anew;
+//!      failed → refused; unknown → `settlement_pending` again;
+//!    - `Spent`: refused.
+//! 4. The settler verifies (the chain's view); invalid → released and refused; no answer → released, 502.
+//! 5. Settlement; its outcome is written by `apply`, the one function that writes the keep/release rule of
+//!    [`crate::replay`]: settled → `Settled`; failed and still usable → released; failed → `Spent`; unknown →
+//!    `Pending`, answered 402 with a `settlement_pending` receipt carrying the transaction when there is one.
+//!
+//! Every settlement attempt (and every reconciliation) is reported to the observer before anybody is
+//! answered.
+
+pub mod facilitator;
+pub mod identifier;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use alloy_primitives::{B256, keccak256};
+use serde_json::Value;
+use tracing::{Instrument, debug, error, info_span, warn};
+
+use crate::metrics::X402Metrics;
+use crate::network::Token;
+use crate::offer::PaymentOffer;
+use crate::payment::{SettleTiming, VerifiedPayment};
+use crate::proto::{PaymentPayload, PaymentRequirements, SettleResponse};
+use crate::replay::{
+    IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore,
+    Reservation, StoreError, StoredPayment,
+};
+use crate::settle::{
+    ObservedOutcome, SETTLEMENT_PENDING, SettleOutcome, SettleRequest, SettlementEvent,
+    SettlementObserver, Settler, VerifyOutcome,
+};
+use crate::verify::{self, CompiledOffer, RejectReason, Rejection, domain_separator};
+
+pub use identifier::PaymentIdentifier;
+
+/// Default cap on the length of a payment header (bytes, before decoding).
+pub const DEFAULT_MAX_HEADER_LEN: usize = 16 * 1024;
+/// Default of [`PaymentEngineBuilder::in_flight_wait`].
+pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(5);
+/// Default of [`PaymentEngineBuilder::stale_after`].
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(180);
+
+/// Unix seconds, replaceable for tests.
+pub(crate) type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// What to answer instead of serving: the doors render it (a 402 response, a facilitator JSON body).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Answer {
+    /// Pay (again): 402 with the offers and `error`, and the `success:false` receipt when a settlement was
+    /// attempted (or is pending).
+    PaymentRequired {
+        /// The spec's error string (or the settler's own).
+        error: String,
+        /// The receipt to send in `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`.
+        receipt: Option<SettleResponse>,
+        /// The x402 version of the payment (decides the receipt header), 2 when unknown.
+        version: u8,
+    },
+    /// The request is malformed for the payment's extensions: 400.
+    BadRequest {
+        /// A stable code.
+        error: &'static str,
+        /// What is wrong, in words.
+        message: String,
+    },
+    /// The payment identifier is bound to another payment or request: 409.
+    Conflict {
+        /// What is wrong, in words.
+        message: String,
+    },
+    /// The server side failed: 502 (settler) or 503 (store).
+    Unavailable {
+        /// 502 or 503.
+        status: u16,
+        /// What failed, in words.
+        message: &'static str,
+    },
+}
+
+/// Per-route options of a door: when to settle, and the extensions it declares.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Route {
+    pub(crate) timing: SettleTiming,
+    pub(crate) identifier: Option<PaymentIdentifier>,
+}
+
+/// A payment admitted for the protected service.
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    pub(crate) request: SettleRequest,
+    pub(crate) key: ReplayKey,
+    /// The record as this attempt last wrote it (its `revision` is the compare-and-set token).
+    pub(crate) record: PaymentRecord,
+    pub(crate) verified: VerifiedPayment,
+}
+
+/// The outcome of [`PaymentEngine::begin`].
+#[derive(Debug)]
+pub(crate) enum Begin {
+    /// Answer this, do not serve.
+    Answer(Answer),
+    /// Serve (the payment is in `verified`; settled already with [`SettleTiming::BeforeHandler`] or on a
+    /// redelivery), then call [`PaymentEngine::finish`].
+    Serve(Box<Attempt>),
+}
+
+/// The outcome of [`PaymentEngine::finish`].
+#[derive(Debug)]
+pub(crate) enum Finish {
+    /// Send the served response, with this receipt (in the header of this x402 version) if any.
+    Pass(Option<SettleResponse>, u8),
+    /// Drop the served response, answer this.
+    Replace(Answer),
+}
+
+/// What [`PaymentEngine::admit`] decided.
+enum Admitted {
+    /// Newly reserved (or claimed to be settled anew): verify with the settler, then settle.
+    Fresh(Box<Attempt>),
+    /// Settled before: deliver again.
+    Redeliver(Box<Attempt>),
+    Answer(Answer),
+}
+
+/// The one engine behind every door. Build it with [`PaymentEngine::builder`]; share it with `Arc`.
+pub struct PaymentEngine {
+    settler: Arc<dyn Settler>,
+    observer: Option<Arc<dyn SettlementObserver>>,
+    store: Arc<dyn ReplayStore>,
+    max_header_len: usize,
+    in_flight_wait: Duration,
+    stale_after: u64,
+    verify_only: bool,
+    verify_only_warned: std::sync::atomic::AtomicBool,
+    metrics: Arc<X402Metrics>,
+    clock: Clock,
+    domains: Mutex<HashMap<(u64, Token), B256>>,
+}
+
+impl std::fmt::Debug for PaymentEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaymentEngine")
+            .field("in_flight_wait", &self.in_flight_wait)
+            .field("stale_after", &self.stale_after)
+            .field("observer", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a [`PaymentEngineBuilder`] refused its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineConfigError {
+    /// No settler was given. Choose one explicitly; [`VerifyOnlySettler`](crate::VerifyOnlySettler) moves no
+    /// money and must be written out.
+    #[error(
+        "no settler: choose one (VerifyOnlySettler moves no money and must be chosen explicitly)"
+    )]
+    NoSettler,
+    /// `max_header_len` is too small to hold any payment.
+    #[error("max_header_len {0} is too small (at least 512)")]
+    HeaderLimitTooSmall(usize),
+}
+
+/// Configuration of a [`PaymentEngine`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use x402_tower::engine::PaymentEngine;
+/// use x402_tower::{InMemoryReplayStore, VerifyOnlySettler};
+///
+/// let engine = PaymentEngine::builder()
+///     .settler(Arc::new(VerifyOnlySettler))
+///     .replay_store(Arc::new(InMemoryReplayStore::default()))
+///     .build()
+///     .unwrap();
+/// ```
+#[must_use]
+pub struct PaymentEngineBuilder {
+    settler: Option<Arc<dyn Settler>>,
+    verify_only: bool,
+    observer: Option<Arc<dyn SettlementObserver>>,
+    store: Option<Arc<dyn ReplayStore>>,
+    max_header_len: usize,
+    in_flight_wait: Duration,
+    stale_after: Duration,
+    clock: Option<Clock>,
+}
+
+impl std::fmt::Debug for PaymentEngineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaymentEngineBuilder")
+            .field("settler", &self.settler.is_some())
+            .field("observer", &self.observer.is_some())
+            .field("max_header_len", &self.max_header_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PaymentEngineBuilder {
+    /// The settler (required).
+    pub fn settler(mut self, settler: Arc<dyn Settler>) -> Self {
+        self.settler = Some(settler);
+        self
+    }
+
+    pub(crate) fn verify_only_default(mut self) -> Self {
+        if self.settler.is_none() {
+            self.settler = Some(Arc::new(crate::settle::VerifyOnlySettler));
+            self.verify_only = true;
+        }
+        self
+    }
+
+    /// Reports every settlement outcome (settled, failed, unknown, and reconciliations) to `observer`,
+    /// awaited before anybody is answered. See [`SettlementObserver`].
+    pub fn settlement_observer(mut self, observer: Arc<dyn SettlementObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Where payments are remembered (default: an [`InMemoryReplayStore`] of 100 000 entries, for one
+    /// process). Several instances of a service need a shared store.
+    pub fn replay_store(mut self, store: Arc<dyn ReplayStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Cap on the payment header's length, checked before decoding (default 16 KiB).
+    pub fn max_header_len(mut self, len: usize) -> Self {
+        self.max_header_len = len;
+        self
+    }
+
+    /// How long a resend waits for the first request of the same payment to finish before it is answered
+    /// `settlement_pending` (default 5 s).
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = wait;
+        self
+    }
+
+    /// After how long an `InFlight` record is taken for the leftover of a request that died (a crash, a
+    /// dropped future) and reconciled (default 180 s). Set it above your settler's longest settlement.
+    pub fn stale_after(mut self, after: Duration) -> Self {
+        self.stale_after = after;
+        self
+    }
+
+    /// Replaces the clock (unix seconds). For tests with fixed signatures.
+    pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Checks the configuration and builds the engine.
+    pub fn build(self) -> Result<PaymentEngine, EngineConfigError> {
+        if self.max_header_len < 512 {
+            return Err(EngineConfigError::HeaderLimitTooSmall(self.max_header_len));
+        }
+        let settler = self.settler.ok_or(EngineConfigError::NoSettler)?;
+        Ok(PaymentEngine {
+            settler,
+            observer: self.observer,
+            store: self
+                .store
+                .unwrap_or_else(|| Arc::new(InMemoryReplayStore::default())),
+            max_header_len: self.max_header_len,
+            in_flight_wait: self.in_flight_wait,
+            stale_after: self.stale_after.as_secs().max(1),
+            verify_only: self.verify_only,
+            verify_only_warned: std::sync::atomic::AtomicBool::new(false),
+            metrics: Arc::new(X402Metrics::default()),
+            clock: self.clock.unwrap_or_else(|| Arc::new(system_now)),
+            domains: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+const DOMAIN_CACHE: usize = 256;
+
+/// What a background reconciliation pass did ([`PaymentEngine::reconcile_unresolved`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Records looked at.
+    pub examined: usize,
+    /// Found settled.
+    pub settled: usize,
+    /// Found failed for good.
+    pub failed: usize,
+    /// Found unsettled and still usable: released (nothing was charged; the payer may pay with it again).
+    pub released: usize,
+    /// Still unknown.
+    pub pending: usize,
+    /// Claimed by someone else first, or unreadable.
+    pub skipped: usize,
+}
+
+impl PaymentEngine {
+    /// Starts a configuration.
+    pub fn builder() -> PaymentEngineBuilder {
+        PaymentEngineBuilder {
+            settler: None,
+            verify_only: false,
+            observer: None,
+            store: None,
+            max_header_len: DEFAULT_MAX_HEADER_LEN,
+            in_flight_wait: DEFAULT_IN_FLIGHT_WAIT,
+            stale_after: DEFAULT_STALE_AFTER,
+            clock: None,
+        }
+    }
+
+    /// The engine's counters.
+    pub fn metrics(&self) -> Arc<X402Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn ReplayStore> {
+        &self.store
+    }
+
+    /// The settler.
+    pub fn settler(&self) -> &Arc<dyn Settler> {
+        &self.settler
+    }
+
+    /// Whether the settler was defaulted to verify-only (nobody chose it).
+    pub(crate) fn defaulted_to_verify_only(&self) -> bool {
+        self.verify_only
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        (self.clock)()
+    }
+
+    /// Compiles offers, reusing cached domain separators.
+    pub(crate) fn compile(&self, offers: Vec<PaymentOffer>) -> Arc<[CompiledOffer]> {
+        offers
+            .into_iter()
+            .map(|o| {
+                let key = (o.network.chain_id(), o.token.clone());
+                let mut cache = self.domains.lock().unwrap_or_else(|e| e.into_inner());
+                let sep = match cache.get(&key) {
+                    Some(s) => *s,
+                    None => {
+                        let s = domain_separator(key.0, &key.1);
+                        if cache.len() < DOMAIN_CACHE {
+                            cache.insert(key, s);
+                        }
+                        s
+                    }
+                };
+                drop(cache);
+                CompiledOffer::new(o, sep)
+            })
+            .collect()
+    }
+
+    fn refuse(&self, reason: RejectReason, version: u8) -> Answer {
+        self.metrics.rejected(reason);
+        Answer::PaymentRequired {
+            error: reason.as_str().to_owned(),
+            receipt: None,
+            version,
+        }
+    }
+
+    fn store_failed(&self, e: &StoreError) -> Answer {
+        error!(error = %e, "payment store failed");
+        self.metrics.upstream_error();
+        Answer::Unavailable {
+            status: 503,
+            message: "payment store unavailable",
+        }
+    }
+
+    /// A payment header for `resource_url` sold with `offers`: decode, verify, remember, maybe settle.
+    pub(crate) async fn begin(
+        &self,
+        route: &Route,
+        offers: &[CompiledOffer],
+        resource_url: &str,
+        header: &[u8],
+    ) -> Begin {
+        let now = self.now();
+        let local = {
+            let _span = info_span!("x402.verify", header_len = header.len()).entered();
+            if header.len() > self.max_header_len {
+                Err(Rejection {
+                    reason: RejectReason::InvalidPayload,
+                    detail: "payment header too long",
+                })
+            } else {
+                let decoded = {
+                    let _d = info_span!("x402.decode").entered();
+                    verify::decode(header)
+                };
+                decoded.and_then(|(payload, json)| verify::verify(payload, json, offers, now))
+            }
+        };
+        let local = match local {
+            Ok(v) => v,
+            Err(r) => {
+                debug!(
+                    reason = r.reason.as_str(),
+                    detail = r.detail,
+                    "payment rejected"
+                );
+                return Begin::Answer(self.refuse(r.reason, 2));
+            }
+        };
+        let compiled = &offers[local.offer_index];
+        let requirements = match &local.payload {
+            PaymentPayload::V1(_) => match compiled.v1_requirements(resource_url) {
+                Some(r) => PaymentRequirements::V1(r),
+                None => PaymentRequirements::V2(compiled.v2.clone()),
+            },
+            PaymentPayload::V2(_) => PaymentRequirements::V2(compiled.v2.clone()),
+        };
+        let fingerprint = verify::authorization_digest(
+            &local.payload.exact().authorization,
+            &compiled.domain_separator,
+        );
+        let request = SettleRequest {
+            payload: local.payload,
+            payload_json: local.payload_json,
+            requirements,
+            offer: compiled.offer.clone(),
+            signature: local.signature,
+        };
+        if let Some(policy) = &route.identifier
+            && let Err(answer) = self
+                .bind_identifier(policy, &request, fingerprint, resource_url, now)
+                .await
+        {
+            return Begin::Answer(answer);
+        }
+        let mut attempt = match self
+            .admit(request, fingerprint, resource_url, Some(route.timing))
+            .await
+        {
+            Admitted::Answer(a) => return Begin::Answer(a),
+            Admitted::Redeliver(a) => {
+                self.metrics.accepted();
+                return Begin::Serve(a);
+            }
+            Admitted::Fresh(a) => a,
+        };
+        if let Err(a) = self.settler_verify(&mut attempt).await {
+            return Begin::Answer(a);
+        }
+        if route.timing == SettleTiming::BeforeHandler {
+            match self.settle(&mut attempt, Some(route.timing)).await {
+                Ok(sr) => attempt.verified.settlement = Some(sr),
+                Err(a) => return Begin::Answer(a),
+            }
+        }
+        self.metrics.accepted();
+        Begin::Serve(attempt)
+    }
+
+    /// After the protected service answered, when nothing is left to do: the receipt to add (settled before
+    /// the handler, or a redelivery). `None`: call [`PaymentEngine::finish`].
+    pub(crate) fn finish_now(
+        &self,
+        route: &Route,
+        attempt: &mut Attempt,
+        served: bool,
+    ) -> Option<Option<SettleResponse>> {
+        (attempt.verified.redelivered || route.timing == SettleTiming::BeforeHandler)
+            .then(|| attempt.verified.settlement.take().filter(|_| served))
+    }
+
+    /// After the protected service answered (`served`: below 400): settle (settle-after), or release.
+    pub(crate) async fn finish(
+        &self,
+        route: &Route,
+        mut attempt: Box<Attempt>,
+        served: bool,
+    ) -> Finish {
+        let version = attempt.verified.x402_version;
+        if let Some(receipt) = self.finish_now(route, &mut attempt, served) {
+            return Finish::Pass(receipt, version);
+        }
+        if !served {
+            // Nothing was charged: the authorization may be presented again.
+            self.release(&attempt).await;
+            return Finish::Pass(None, version);
+        }
+        match self.settle(&mut attempt, Some(route.timing)).await {
+            Ok(sr) => Finish::Pass(Some(sr), version),
+            Err(a) => Finish::Replace(a),
+        }
+    }
+
+    async fn bind_identifier(
+        &self,
+        policy: &PaymentIdentifier,
+        request: &SettleRequest,
+        fingerprint: B256,
+        resource: &str,
+        now: u64,
+    ) -> Result<(), Answer> {
+        let id = match identifier::extract(&request.payload_json) {
+            Ok(Some(id)) => id,
+            Ok(None) if policy.required => {
+                return Err(Answer::BadRequest {
+                    error: identifier::ERROR_REQUIRED,
+                    message: "this resource requires a payment-identifier extension with an id"
+                        .to_owned(),
+                });
+            }
+            Ok(None) => return Ok(()),
+            Err(message) => {
+                return Err(Answer::BadRequest {
+                    error: identifier::ERROR_INVALID,
+                    message: message.to_owned(),
+                });
+            }
+        };
+        let mut bound = Vec::with_capacity(32 + resource.len());
+        bound.extend_from_slice(fingerprint.as_slice());
+        bound.extend_from_slice(resource.as_bytes());
+        let key = replay_key(request);
+        let binding = IdBinding {
+            fingerprint: keccak256(&bound),
+            key,
+            expires_at: VerifiedPayment::from_request(request).valid_before,
+        };
+        match self.store.bind_id(id, &binding, now).await {
+            Ok(IdClaim::New | IdClaim::Same) => Ok(()),
+            Ok(IdClaim::Conflict) => Err(Answer::Conflict {
+                message: format!(
+                    "payment identifier {id:?} was used with another payment or for another request"
+                ),
+            }),
+            Err(e) => Err(self.store_failed(&e)),
+        }
+    }
+
+    /// Reserves the payment's record, or decides from the record another request left.
+    async fn admit(
+        &self,
+        request: SettleRequest,
+        fingerprint: B256,
+        resource: &str,
+        timing: Option<SettleTiming>,
+    ) -> Admitted {
+        let key = replay_key(&request);
+        let mut verified = VerifiedPayment::from_request(&request);
+        let now = self.now();
+        let record = PaymentRecord {
+            state: PaymentState::InFlight,
+            resource: resource.to_owned(),
+            fingerprint,
+            settlement: None,
+            payment: Arc::new(StoredPayment {
+                payload: request.payload_json.clone(),
+                requirements: serde_json::to_value(&request.requirements).unwrap_or(Value::Null),
+            }),
+            expires_at: verified.valid_before,
+            updated_at: now,
+            revision: 0,
+        };
+        let deadline = Instant::now() + self.in_flight_wait;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let existing = match self.store.reserve(&key, &record, now).await {
+                Err(e) => return Admitted::Answer(self.store_failed(&e)),
+                Ok(Reservation::Reserved { revision }) => {
+                    return Admitted::Fresh(Box::new(Attempt {
+                        request,
+                        key,
+                        record: PaymentRecord { revision, ..record },
+                        verified,
+                    }));
+                }
+                Ok(Reservation::Taken(existing)) => existing,
+            };
+            match self.on_taken(&key, &record, *existing, self.now()).await {
+                Taken::Refuse(reason) => {
+                    debug!(payer = %key.from, nonce = %key.nonce, "authorization already used");
+                    return Admitted::Answer(self.refuse(reason, verified.x402_version));
+                }
+                Taken::Answer(a) => return Admitted::Answer(a),
+                Taken::Redeliver(settlement) => {
+                    verified.settlement = Some(settlement);
+                    verified.redelivered = true;
+                    return Admitted::Redeliver(Box::new(Attempt {
+                        request,
+                        key,
+                        record,
+                        verified,
+                    }));
+                }
+                Taken::Claimed(claimed) => {
+                    let attempt = Box::new(Attempt {
+                        request,
+                        key,
+                        record: claimed,
+                        verified,
+                    });
+                    return self.reconcile_claimed(attempt, timing).await;
+                }
+                Taken::Busy => {}
+                Taken::Changed => continue,
+            }
+            if Instant::now() >= deadline {
+                return Admitted::Answer(self.pending_answer(&request, None));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// The one function that reads a record another request left for this payment.
+    async fn on_taken(
+        &self,
+        key: &ReplayKey,
+        mine: &PaymentRecord,
+        existing: PaymentRecord,
+        now: u64,
+    ) -> Taken {
+        if existing.fingerprint != mine.fingerprint || existing.resource != mine.resource {
+            // Another authorization with this nonce, or this one spent on another resource.
+            return Taken::Refuse(RejectReason::NonceAlreadyUsed);
+        }
+        match existing.state {
+            PaymentState::Settled => match existing.settlement {
+                Some(sr) => Taken::Redeliver(sr),
+                None => Taken::Refuse(RejectReason::NonceAlreadyUsed),
+            },
+            PaymentState::Spent => Taken::Refuse(RejectReason::NonceAlreadyUsed),
+            PaymentState::InFlight
+                if now < existing.updated_at.saturating_add(self.stale_after) =>
+            {
+                Taken::Busy
+            }
+            PaymentState::InFlight | PaymentState::Pending => {
+                let mut claimed = existing.clone();
+                claimed.state = PaymentState::InFlight;
+                claimed.updated_at = now;
+                match self.store.update(key, existing.revision, &claimed).await {
+                    Ok(true) => {
+                        claimed.revision = existing.revision + 1;
+                        Taken::Claimed(claimed)
+                    }
+                    Ok(false) => Taken::Changed,
+                    Err(e) => Taken::Answer(self.store_failed(&e)),
+                }
+            }
+        }
+    }
+
+    /// Reconciles a claimed `Pending` (or stale) payment on a resend.
+    async fn reconcile_claimed(
+        &self,
+        mut attempt: Box<Attempt>,
+        timing: Option<SettleTiming>,
+    ) -> Admitted {
+        let transaction = pending_transaction(&attempt.record);
+        let outcome = self
+            .settler
+            .reconcile(&attempt.request, transaction.as_deref())
+            .instrument(info_span!("x402.reconcile"))
+            .await;
+        self.observe(&attempt, &outcome, timing, true).await;
+        if let SettleOutcome::Failed {
+            authorization_still_usable: true,
+            ..
+        } = outcome
+        {
+            // Nothing moved and nothing can move under the earlier attempt: settle anew under this claim.
+            return Admitted::Fresh(attempt);
+        }
+        match self.apply(&mut attempt, outcome).await {
+            Ok(settlement) => {
+                attempt.verified.settlement = Some(settlement);
+                attempt.verified.redelivered = true;
+                Admitted::Redeliver(attempt)
+            }
+            Err(a) => Admitted::Answer(a),
+        }
+    }
+
+    /// The settler's own verification (balance, nonce on chain, smart wallets).
+    async fn settler_verify(&self, attempt: &mut Attempt) -> Result<(), Answer> {
+        let version = attempt.verified.x402_version;
+        match self
+            .settler
+            .verify(&attempt.request)
+            .instrument(info_span!("x402.settler_verify"))
+            .await
+        {
+            Ok(VerifyOutcome::Valid) => Ok(()),
+            Ok(VerifyOutcome::Invalid { reason, message }) => {
+                debug!(%reason, ?message, "settler rejected the payment");
+                if reason == RejectReason::NonceAlreadyUsed.as_str() {
+                    // Spent on chain: remember it, so no door tries it again.
+                    let failure = self.failure(attempt, &reason, message);
+                    self.save(attempt, PaymentState::Spent, Some(failure)).await;
+                } else {
+                    self.release(attempt).await;
+                }
+                self.metrics.rejected(RejectReason::SettlerRejected);
+                Err(Answer::PaymentRequired {
+                    error: reason,
+                    receipt: None,
+                    version,
+                })
+            }
+            Err(e) => {
+                warn!(error = %e, "settler verify failed");
+                self.release(attempt).await;
+                self.metrics.upstream_error();
+                Err(Answer::Unavailable {
+                    status: 502,
+                    message: "payment verification unavailable",
+                })
+            }
+        }
+    }
+
+    /// Settles, reports, and applies the outcome.
+    async fn settle(
+        &self,
+        attempt: &mut Attempt,
+        timing: Option<SettleTiming>,
+    ) -> Result<SettleResponse, Answer> {
+        if self.verify_only
+            && !self
+                .verify_only_warned
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            warn!(
+                payer = %attempt.verified.payer,
+                "VERIFY-ONLY: accepting payments without settling them (no settler was configured; no money moves); logged once"
+            );
+        }
+        let outcome = self
+            .settler
+            .settle(&attempt.request)
+            .instrument(info_span!("x402.settle"))
+            .await;
+        self.observe(attempt, &outcome, timing, false).await;
+        self.apply(attempt, outcome).await
+    }
+
+    /// The one function that writes the keep/release rule (see [`crate::replay`]) and builds the answer.
+    async fn apply(
+        &self,
+        attempt: &mut Attempt,
+        outcome: SettleOutcome,
+    ) -> Result<SettleResponse, Answer> {
+        let version = attempt.verified.x402_version;
+        match outcome {
+            SettleOutcome::Settled {
+                transaction,
+                payer,
+                network,
+            } => {
+                let sr = SettleResponse {
+                    success: true,
+                    error_reason: None,
+                    error_message: None,
+                    transaction,
+                    network,
+                    payer: Some(payer.to_checksum(None)),
+                };
+                self.save(attempt, PaymentState::Settled, Some(sr.clone()))
+                    .await;
+                Ok(sr)
+            }
+            SettleOutcome::Failed {
+                reason,
+                message,
+                authorization_still_usable,
+            } => {
+                warn!(%reason, ?message, "settlement failed");
+                self.metrics.settlement_failed();
+                let sr = self.failure(attempt, &reason, message);
+                if authorization_still_usable {
+                    self.release(attempt).await;
+                } else {
+                    self.save(attempt, PaymentState::Spent, Some(sr.clone()))
+                        .await;
+                }
+                Err(Answer::PaymentRequired {
+                    error: reason,
+                    receipt: Some(sr),
+                    version,
+                })
+            }
+            SettleOutcome::Unknown {
+                message,
+                transaction,
+            } => {
+                error!(%message, ?transaction, "settlement outcome unknown: recorded as pending");
+                self.metrics.settlement_unknown();
+                let answer = self.pending_answer(&attempt.request, transaction);
+                if let Answer::PaymentRequired { receipt, .. } = &answer {
+                    self.save(attempt, PaymentState::Pending, receipt.clone())
+                        .await;
+                }
+                Err(answer)
+            }
+        }
+    }
+
+    fn failure(&self, attempt: &Attempt, reason: &str, message: Option<String>) -> SettleResponse {
+        SettleResponse {
+            success: false,
+            error_reason: Some(reason.to_owned()),
+            error_message: message,
+            transaction: String::new(),
+            network: attempt.request.wire_network(),
+            payer: Some(attempt.verified.payer.to_checksum(None)),
+        }
+    }
+
+    /// 402 with a `settlement_pending` receipt: resend the identical payment later.
+    fn pending_answer(&self, request: &SettleRequest, transaction: Option<String>) -> Answer {
+        Answer::PaymentRequired {
+            error: SETTLEMENT_PENDING.to_owned(),
+            receipt: Some(SettleResponse {
+                success: false,
+                error_reason: Some(SETTLEMENT_PENDING.to_owned()),
+                error_message: Some(
+                    "the settlement's outcome is not known yet; resend the identical payment to get the content \
+                     once it is (it will not be charged twice)"
+                        .to_owned(),
+                ),
+                transaction: transaction.unwrap_or_default(),
+                network: request.wire_network(),
+                payer: Some(request.payer().to_checksum(None)),
+            }),
+            version: request.payload.x402_version(),
+        }
+    }
+
+    /// Writes the attempt's record in `state`; a failure is logged loudly (the record stays as it was, and
+    /// the reconciler or a resend resolves it).
+    async fn save(
+        &self,
+        attempt: &mut Attempt,
+        state: PaymentState,
+        settlement: Option<SettleResponse>,
+    ) {
+        let mut record = attempt.record.clone();
+        record.state = state;
+        record.settlement = settlement;
+        record.updated_at = self.now();
+        match self
+            .store
+            .update(&attempt.key, attempt.record.revision, &record)
+            .await
+        {
+            Ok(true) => {
+                record.revision = attempt.record.revision + 1;
+                attempt.record = record;
+            }
+            Ok(false) => error!(
+                payer = %attempt.key.from, nonce = %attempt.key.nonce, state = state.as_str(),
+                "payment record changed underneath this request; not overwritten"
+            ),
+            Err(e) => error!(
+                error = %e, payer = %attempt.key.from, nonce = %attempt.key.nonce, state = state.as_str(),
+                "PAYMENT STATE NOT SAVED: the store failed"
+            ),
+        }
+    }
+
+    async fn release(&self, attempt: &Attempt) {
+        match self
+            .store
+            .release(&attempt.key, attempt.record.revision)
+            .await
+        {
+            Ok(_) => {}
+            // The key stays blocked until it expires (or is reconciled): the payer can sign a new authorization.
+            Err(e) => warn!(error = %e, "payment store release failed"),
+        }
+    }
+
+    /// Tells the observer; a failure is logged and counted, never propagated.
+    async fn observe(
+        &self,
+        attempt: &Attempt,
+        outcome: &SettleOutcome,
+        timing: Option<SettleTiming>,
+        reconciled: bool,
+    ) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        let observed = match outcome {
+            SettleOutcome::Settled { transaction, .. } => ObservedOutcome::Settled {
+                transaction: transaction.clone(),
+            },
+            SettleOutcome::Failed {
+                reason, message, ..
+            } => ObservedOutcome::Failed {
+                reason: reason.clone(),
+                message: message.clone(),
+            },
+            SettleOutcome::Unknown {
+                message,
+                transaction,
+            } => ObservedOutcome::Unknown {
+                message: message.clone(),
+                transaction: transaction.clone(),
+            },
+        };
+        let mut payment = attempt.verified.clone();
+        payment.settlement = None;
+        let event = SettlementEvent {
+            payment: &payment,
+            resource: &attempt.record.resource,
+            outcome: &observed,
+            timing,
+            reconciled,
+        };
+        let result = observer
+            .on_settlement(event)
+            .instrument(info_span!("x402.observe", outcome = observed.as_str()))
+            .await;
+        if let Err(e) = result {
+            self.metrics.observer_error();
+            error!(
+                error = %e,
+                outcome = observed.as_str(),
+                ?observed,
+                payer = %payment.payer,
+                nonce = %payment.nonce,
+                amount = %payment.amount,
+                network = payment.network.caip2(),
+                resource = %attempt.record.resource,
+                "SETTLEMENT NOT RECORDED: the settlement observer failed"
+            );
+        }
+    }
+
+    /// Resolves, without any client, up to `limit` payments whose settlement outcome is unknown (`Pending`)
+    /// or whose request died mid-flight: asks [`Settler::reconcile`], reports to the observer (with
+    /// `reconciled: true`) and writes the outcome. A payment found unsettled and still usable is released:
+    /// nothing was charged. Run it periodically (the reference server does, every 30 s).
+    pub async fn reconcile_unresolved(&self, limit: usize) -> Result<ReconcileReport, StoreError> {
+        let now = self.now();
+        let list = self
+            .store
+            .unresolved(now, now.saturating_sub(self.stale_after), limit)
+            .await?;
+        let mut report = ReconcileReport::default();
+        for (key, record) in list {
+            report.examined += 1;
+            let request = match facilitator::stored_request(&record.payment) {
+                Ok(r) => r,
+                Err(e) => {
+                    error!(payer = %key.from, nonce = %key.nonce, error = %e.message, "stored payment unreadable");
+                    report.skipped += 1;
+                    continue;
+                }
+            };
+            let mut claimed = record.clone();
+            claimed.state = PaymentState::InFlight;
+            claimed.updated_at = now;
+            match self.store.update(&key, record.revision, &claimed).await {
+                Ok(true) => claimed.revision = record.revision + 1,
+                Ok(false) => {
+                    report.skipped += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            let verified = VerifiedPayment::from_request(&request);
+            let mut attempt = Attempt {
+                request,
+                key,
+                record: claimed,
+                verified,
+            };
+            let transaction = pending_transaction(&record);
+            let outcome = self
+                .settler
+                .reconcile(&attempt.request, transaction.as_deref())
+                .instrument(info_span!("x402.reconcile", background = true))
+                .await;
+            self.observe(&attempt, &outcome, None, true).await;
+            match outcome {
+                SettleOutcome::Failed {
+                    authorization_still_usable: true,
+                    ..
+                } => {
+                    self.release(&attempt).await;
+                    report.released += 1;
+                }
+                SettleOutcome::Settled { .. } => {
+                    let _ = self.apply(&mut attempt, outcome).await;
+                    report.settled += 1;
+                }
+                SettleOutcome::Failed { .. } => {
+                    let _ = self.apply(&mut attempt, outcome).await;
+                    report.failed += 1;
+                }
+                SettleOutcome::Unknown { .. } => {
+                    let _ = self.apply(&mut attempt, outcome).await;
+                    report.pending += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// What [`PaymentEngine::on_taken`] decided.
+enum Taken {
+    Refuse(RejectReason),
+    Answer(Answer),
+    Redeliver(SettleResponse),
+    /// Claimed (now `InFlight` at this revision) for reconciliation.
+    Claimed(PaymentRecord),
+    /// Another request holds it: wait.
+    Busy,
+    /// It changed between reading and claiming: read again.
+    Changed,
+}
+
+fn pending_transaction(record: &PaymentRecord) -> Option<String> {
+    record
+        .settlement
+        .as_ref()
+        .map(|s| s.transaction.clone())
+        .filter(|t| !t.is_empty())
+}
+
+/// The replay key of a payment.
+pub(crate) fn replay_key(request: &SettleRequest) -> ReplayKey {
+    let auth = &request.payload.exact().authorization;
+    ReplayKey {
+        chain_id: request.offer.network.chain_id(),
+        asset: request.offer.token.address,
+        from: auth.from,
+        nonce: auth.nonce,
+    }
+}
+
+fn system_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

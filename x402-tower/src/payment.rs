@@ -1,0 +1,76 @@
+//! Domain types of one payment, shared by the engine, its doors (the layer, a facilitator API), the settlers
+//! and the observers: [`VerifiedPayment`] and [`SettleTiming`].
+
+use alloy_primitives::{Address, B256, U256};
+
+use crate::proto::SettleResponse;
+use crate::settle::SettleRequest;
+
+/// When the payment is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SettleTiming {
+    /// After the inner service answered below 400, holding its response (body untouched) until then; a
+    /// response >= 400 is passed through unsettled (the payer is not charged). The official middlewares' way.
+    #[default]
+    AfterResponse,
+    /// Before the inner service runs; the inner service then sees the settlement in
+    /// [`VerifiedPayment::settlement`].
+    BeforeHandler,
+}
+
+/// A payment that passed verification (and the replay guard), put in the request extensions for the inner
+/// service, so a handler can issue a license or a receipt.
+///
+/// ```
+/// use x402_tower::VerifiedPayment;
+///
+/// async fn handler(req: http::Request<String>) -> Result<http::Response<String>, std::convert::Infallible> {
+///     let paid = req.extensions().get::<VerifiedPayment>().map(|p| p.payer.to_string());
+///     Ok(http::Response::new(format!("paid by {paid:?}")))
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedPayment {
+    /// The payer (`authorization.from`).
+    pub payer: Address,
+    /// The amount authorized, atomic units.
+    pub amount: U256,
+    /// The network.
+    pub network: crate::network::Network,
+    /// The token contract.
+    pub asset: Address,
+    /// The recipient.
+    pub pay_to: Address,
+    /// The authorization nonce.
+    pub nonce: B256,
+    /// `validBefore` of the authorization (unix seconds, saturated to `u64`).
+    pub valid_before: u64,
+    /// 1 or 2: the version the client spoke.
+    pub x402_version: u8,
+    /// The settlement, when settled before the handler ([`SettleTiming::BeforeHandler`]) or when this is a
+    /// redelivery.
+    pub settlement: Option<SettleResponse>,
+    /// `true` when this payment was settled by an earlier request for the same resource (the client lost the
+    /// answer and resent the identical payment): deliver the same thing again, do not issue anything new.
+    /// Nothing was settled for this request.
+    pub redelivered: bool,
+}
+
+impl VerifiedPayment {
+    /// The payment a settle request describes (nothing settled yet).
+    pub fn from_request(request: &SettleRequest) -> Self {
+        let auth = &request.payload.exact().authorization;
+        VerifiedPayment {
+            payer: auth.from,
+            amount: auth.value,
+            network: request.offer.network.clone(),
+            asset: request.offer.token.address,
+            pay_to: request.offer.pay_to,
+            nonce: auth.nonce,
+            valid_before: u64::try_from(auth.valid_before).unwrap_or(u64::MAX),
+            x402_version: request.payload.x402_version(),
+            settlement: None,
+            redelivered: false,
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! The payment engine without Tower: one test per row of the keep/release table (`replay.rs`), through the
+//! engine's own doors (the facilitator's verify/settle and the background reconciler).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use x402_tower::engine::PaymentEngine;
+use x402_tower::engine::facilitator::FacilitatorPolicy;
+use x402_tower::pricing::BoxFuture;
+use x402_tower::proto::SupportedResponse;
+use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
+use x402_tower::{InMemoryReplayStore, PaymentState, ReplayStore};
+
+use crate::support::*;
+
+fn engine(settler: Arc<dyn Settler>, store: Arc<InMemoryReplayStore>) -> PaymentEngine {
+    PaymentEngine::builder()
+        .settler(settler)
+        .replay_store(store)
+        .build()
+        .unwrap()
+}
+
+/// The facilitator request for the v2 payment with nonce byte `nonce`.
+fn body(nonce: u8) -> Value {
+    let payload = unb64(&v2_header(nonce));
+    json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload})
+}
+
+fn state(store: &InMemoryReplayStore) -> Option<PaymentState> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let now = now();
+    let list = match std::pin::pin!(store.unresolved(now, u64::MAX, 10)).poll(&mut cx) {
+        std::task::Poll::Ready(r) => r.unwrap(),
+        std::task::Poll::Pending => unreachable!(),
+    };
+    if let Some((_, r)) = list.first() {
+        return Some(r.state);
+    }
+    (!store.is_empty()).then_some(PaymentState::Settled)
+}
+
+use std::future::Future as _;
+
+fn failed(reason: &str, usable: bool) -> SettleOutcome {
+    SettleOutcome::Failed {
+        reason: reason.into(),
+        message: None,
+        authorization_still_usable: usable,
+    }
+}
+
+#[tokio::test]
+async fn settled_is_kept_and_the_identical_request_is_answered_from_the_record() {
+    let s = Scripted::new(settled_outcome());
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = engine(s.clone(), store.clone());
+    let p = FacilitatorPolicy::default();
+    let first = e.facilitator_settle(&p, &body(1)).await.unwrap();
+    assert!(first.success);
+    let again = e.facilitator_settle(&p, &body(1)).await.unwrap();
+    assert_eq!(again, first);
+    assert!(e.facilitator_verify(&p, &body(1)).await.unwrap().is_valid);
+    assert_eq!(s.settles(), 1);
+    assert_eq!(state(&store), Some(PaymentState::Settled));
+}
+
+#[tokio::test]
+async fn failed_and_still_usable_is_released() {
+    let s = Scripted::new(failed("insufficient_funds", true));
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = engine(s.clone(), store.clone());
+    let p = FacilitatorPolicy::default();
+    for _ in 0..2 {
+        let r = e.facilitator_settle(&p, &body(2)).await.unwrap();
+        assert_eq!(r.error_reason.as_deref(), Some("insufficient_funds"));
+    }
+    assert_eq!(s.settles(), 2, "released: tried again");
+    assert!(store.is_empty());
+}
+
+#[tokio::test]
+async fn failed_for_good_is_spent() {
+    let s = Scripted::new(failed("invalid_transaction_state", false));
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = engine(s.clone(), store.clone());
+    let p = FacilitatorPolicy::default();
+    let r = e.facilitator_settle(&p, &body(3)).await.unwrap();
+    assert_eq!(r.error_reason.as_deref(), Some("invalid_transaction_state"));
+    let r = e.facilitator_settle(&p, &body(3)).await.unwrap();
+    assert_eq!(
+        r.error_reason.as_deref(),
+        Some("invalid_exact_evm_nonce_already_used")
+    );
+    let v = e.facilitator_verify(&p, &body(3)).await.unwrap();
+    assert_eq!(
+        v.invalid_reason.as_deref(),
+        Some("invalid_exact_evm_nonce_already_used")
+    );
+    assert_eq!(s.settles(), 1);
+}
+
+/// A settler whose verify says `reason` (or fails) and counts settle calls.
+struct Refusing {
+    reason: Option<&'static str>,
+    settles: AtomicUsize,
+    verifies: AtomicUsize,
+}
+
+impl Settler for Refusing {
+    fn verify<'a>(
+        &'a self,
+        _: &'a SettleRequest,
+    ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+        self.verifies.fetch_add(1, Ordering::SeqCst);
+        let r = match self.reason {
+            Some(reason) => Ok(VerifyOutcome::Invalid {
+                reason: reason.into(),
+                message: None,
+            }),
+            None => Err(SettleError::Timeout),
+        };
+        Box::pin(async move { r })
+    }
+    fn settle<'a>(&'a self, _: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
+        self.settles.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { settled_outcome() })
+    }
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
+        Box::pin(async { Ok(SupportedResponse::default()) })
+    }
+}
+
+#[tokio::test]
+async fn settler_verify_invalid_or_unreachable_releases_and_nonce_used_is_spent() {
+    let p = FacilitatorPolicy::default();
+    for (reason, released) in [
+        (Some("insufficient_funds"), true),
+        (None, true),
+        (Some("invalid_exact_evm_nonce_already_used"), false),
+    ] {
+        let s = Arc::new(Refusing {
+            reason,
+            settles: AtomicUsize::new(0),
+            verifies: AtomicUsize::new(0),
+        });
+        let store = Arc::new(InMemoryReplayStore::default());
+        let e = engine(s.clone(), store.clone());
+        let first = e.facilitator_settle(&p, &body(4)).await;
+        match reason {
+            Some(r) => assert_eq!(first.unwrap().error_reason.as_deref(), Some(r)),
+            None => assert!(first.is_err(), "no answer from the settler: 502"),
+        }
+        assert_eq!(store.is_empty(), released, "{reason:?}");
+        assert_eq!(s.settles.load(Ordering::SeqCst), 0, "nothing broadcast");
+    }
+}
+
+#[tokio::test]
+async fn unknown_is_pending_and_a_resend_reconciles_to_settled_without_settling_again() {
+    let s = Scripted::new(SettleOutcome::Unknown {
+        message: "no receipt".into(),
+        transaction: Some(format!("0x{}", "cd".repeat(32))),
+    });
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = engine(s.clone(), store.clone());
+    let p = FacilitatorPolicy::default();
+    let pending = e.facilitator_settle(&p, &body(5)).await.unwrap();
+    assert!(!pending.success);
+    assert_eq!(pending.error_reason.as_deref(), Some("settlement_pending"));
+    assert_eq!(pending.transaction, format!("0x{}", "cd".repeat(32)));
+    assert_eq!(state(&store), Some(PaymentState::Pending));
+    // Still unknown: pending again, reconciled, not re-settled.
+    let again = e.facilitator_settle(&p, &body(5)).await.unwrap();
+    assert_eq!(again.error_reason.as_deref(), Some("settlement_pending"));
+    // The chain mined it.
+    s.reconcile_to(settled_outcome());
+    let done = e.facilitator_settle(&p, &body(5)).await.unwrap();
+    assert!(done.success);
+    assert_eq!(s.settles(), 1);
+    assert_eq!(s.reconciles(), 2);
+    assert_eq!(state(&store), Some(PaymentState::Settled));
+}
+
+#[tokio::test]
+async fn a_pending_payment_found_unsettled_and_usable_is_settled_anew() {
+    let s = Scripted::new(SettleOutcome::Unknown {
+        message: "lost".into(),
+        transaction: None,
+    });
+    let e = engine(s.clone(), Arc::new(InMemoryReplayStore::default()));
+    let p = FacilitatorPolicy::default();
+    e.facilitator_settle(&p, &body(6)).await.unwrap();
+    s.reconcile_to(failed("unexpected_settle_error", true));
+    // The resend settles anew (the scripted settle still says unknown: pending again) — one more settle
+    // call, never two at once.
+    let r = e.facilitator_settle(&p, &body(6)).await.unwrap();
+    assert_eq!(r.error_reason.as_deref(), Some("settlement_pending"));
+    assert_eq!((s.settles(), s.reconciles()), (2, 1));
+}
+
+#[tokio::test]
+async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records() {
+    let s = Scripted::new(SettleOutcome::Unknown {
+        message: "no receipt".into(),
+        transaction: None,
+    });
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = engine(s.clone(), store.clone());
+    e.facilitator_settle(&FacilitatorPolicy::default(), &body(7))
+        .await
+        .unwrap();
+    s.reconcile_to(settled_outcome());
+    let report = e.reconcile_unresolved(100).await.unwrap();
+    assert_eq!((report.examined, report.settled), (1, 1));
+    assert_eq!(state(&store), Some(PaymentState::Settled));
+    assert_eq!(s.settles(), 1);
+    // Nothing left to do.
+    assert_eq!(e.reconcile_unresolved(100).await.unwrap().examined, 0);
+
+    // A request that died mid-flight (InFlight, never touched again) is stale after `stale_after`.
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
+    let c = clock.clone();
+    let s = Scripted::new(settled_outcome());
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = PaymentEngine::builder()
+        .settler(s.clone())
+        .replay_store(store.clone())
+        .stale_after(std::time::Duration::from_secs(60))
+        .clock(move || c.load(Ordering::SeqCst))
+        .build()
+        .unwrap();
+    let payload = unb64(&v2_header(8));
+    let request = x402_tower::engine::facilitator::settle_request(
+        payload.clone(),
+        payload["accepted"].clone(),
+    )
+    .unwrap();
+    let key = x402_tower::ReplayKey {
+        chain_id: 84532,
+        asset: USDC_BASE_SEPOLIA,
+        from: ACCOUNT0,
+        nonce: request.payload.exact().authorization.nonce,
+    };
+    let record = x402_tower::PaymentRecord {
+        state: PaymentState::InFlight,
+        resource: "https://shop.example/r".into(),
+        fingerprint: alloy_primitives::B256::ZERO,
+        settlement: None,
+        payment: Arc::new(x402_tower::StoredPayment {
+            payload: payload.clone(),
+            requirements: payload["accepted"].clone(),
+        }),
+        expires_at: now() + 300,
+        updated_at: now(),
+        revision: 0,
+    };
+    store.reserve(&key, &record, now()).await.unwrap();
+    assert_eq!(
+        e.reconcile_unresolved(10).await.unwrap().examined,
+        0,
+        "not stale yet"
+    );
+    clock.store(now() + 61, Ordering::SeqCst);
+    let report = e.reconcile_unresolved(10).await.unwrap();
+    assert_eq!((report.examined, report.settled), (1, 1));
+    assert_eq!(s.reconciles(), 1);
+    assert_eq!(
+        s.settles(),
+        0,
+        "reconciled, never settled by the reconciler"
+    );
+}
+
+#[tokio::test]
+async fn the_facilitator_caps_valid_before_with_its_own_limit_and_checks_pay_to() {
+    let s = Scripted::new(settled_outcome());
+    let e = engine(s.clone(), Arc::new(InMemoryReplayStore::default()));
+    // The caller claims a huge maxTimeoutSeconds for an authorization valid for a year.
+    let mut a = Auth::v2(9);
+    a.valid_before = now() + 365 * 24 * 3600;
+    let payload = unb64(&b64(&payload_v2(
+        &a,
+        &a.sign(&signer(), &domain_base_sepolia()),
+    )));
+    let mut requirements = payload["accepted"].clone();
+    requirements["maxTimeoutSeconds"] = json!(u64::MAX / 2);
+    let mut payload = payload;
+    payload["accepted"] = requirements.clone();
+    let b =
+        json!({"x402Version": 2, "paymentPayload": payload, "paymentRequirements": requirements});
+    let r = e
+        .facilitator_settle(&FacilitatorPolicy::default(), &b)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.error_reason.as_deref(),
+        Some("invalid_exact_evm_payload_authorization_valid_before")
+    );
+    let allow_other = FacilitatorPolicy {
+        pay_to: Some(vec![alloy_primitives::Address::repeat_byte(1)]),
+        ..Default::default()
+    };
+    let r = e.facilitator_settle(&allow_other, &body(10)).await.unwrap();
+    assert_eq!(
+        r.error_reason.as_deref(),
+        Some("invalid_payment_requirements")
+    );
+    assert_eq!(s.settles(), 0);
+}

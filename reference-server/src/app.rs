@@ -22,6 +22,7 @@ use crate::metrics::Metrics;
 use crate::registry::RegistryConfig;
 use crate::store::Db;
 use crate::store::articles::LicensingStore;
+use crate::store::payments::SqlitePaymentStore;
 use crate::store::settlements::SettlementStore;
 use x402_tower::X402Layer;
 
@@ -44,6 +45,8 @@ pub struct AppState {
     pub payments: X402Layer,
     /// The settlement log the x402 layer reports every settlement attempt to (its store and counters).
     pub settlements: Arc<SettlementLog>,
+    /// The payment engine's durable records (shared by the paid route and `/facilitator`).
+    pub payment_store: SqlitePaymentStore,
 }
 
 impl AppState {
@@ -52,10 +55,17 @@ impl AppState {
         let openapi = crate::openapi::licensing_openapi(&public_url, &settings.payment);
         let settler = licensing::payment::settler(&settings)?;
         let settlements = Arc::new(SettlementLog::new(SettlementStore::new(db.clone())));
-        let payments =
-            licensing::payment::x402_layer(&settings, &public_url, settler, settlements.clone())?;
+        let payment_store = SqlitePaymentStore::new(db.clone());
+        let payments = licensing::payment::x402_layer(
+            &settings,
+            &public_url,
+            settler,
+            settlements.clone(),
+            Arc::new(payment_store.clone()),
+        )?;
         Ok(Self {
             payments,
+            payment_store,
             settlements,
             licensing: LicensingStore::new(db.clone()),
             openapi: Bytes::from(openapi.to_string()),
@@ -93,13 +103,15 @@ pub enum BuildError {
 
 /// Build the whole router: interface A, interface B, operations endpoints, and the common layers.
 pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
+    // Route layers: they wrap GET (and HEAD) only, so any other method is the router's 405 before an
+    // article is looked up or a payment is asked for or taken.
     let paid_article = get(handlers::get_article)
-        .layer(state.payments.clone())
-        .layer(middleware::from_fn_with_state(
+        .route_layer(state.payments.clone())
+        .route_layer(middleware::from_fn_with_state(
             state.clone(),
             handlers::require_article,
         ))
-        .layer(middleware::from_fn(run_to_completion));
+        .route_layer(middleware::from_fn(run_to_completion));
 
     let app = Router::new()
         // Interface A
@@ -119,11 +131,12 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .route("/metrics", get(metrics))
         .with_state(state.clone());
     // Interface B: `/api/v3/assets/`, its signed media URLs and verification pages.
-    // The x402 facilitator API for other services, over the same settler.
-    // (An on-chain settler clone shares its relayer nonce manager with the layer's.)
-    let app = app.merge(crate::facilitator::router(licensing::payment::settler(
-        &state.settings,
-    )?));
+    // The x402 facilitator API for other services: a second door into the paid route's payment engine (one
+    // store, one settler: an authorization settles once whichever door it comes through).
+    let app = app.merge(crate::facilitator::router(
+        state.payments.engine(),
+        state.settings.facilitator.clone(),
+    ));
     let app = app.merge(crate::registry::router(
         state.db.clone(),
         registry_config(&state),

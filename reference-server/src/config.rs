@@ -77,8 +77,18 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_FACILITATOR_URL")]
     pub facilitator_url: Option<String>,
 
+    /// Bearer token sent to `--facilitator-url` (`Authorization: Bearer <t>` on verify, settle and supported),
+    /// for facilitators that require one (this server's own facilitator API does).
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_FACILITATOR_URL_TOKEN",
+        hide_env_values = true
+    )]
+    pub facilitator_url_token: Option<String>,
+
     /// How long to wait for the facilitator's `/settle` answer, in seconds. Without an answer in time the
-    /// settlement's outcome is unknown: the client gets 502 and the attempt is recorded as `unknown`.
+    /// settlement's outcome is unknown: the client gets 402 `settlement_pending`, the attempt is recorded as
+    /// `unknown` and reconciled later.
     #[arg(
         long,
         env = "REFERENCE_SERVER_FACILITATOR_SETTLE_TIMEOUT_SECS",
@@ -111,6 +121,33 @@ pub struct Config {
     /// never the USDC. Required with `--rpc-url`.
     #[arg(long, env = "REFERENCE_SERVER_SETTLER_KEY", hide_env_values = true)]
     pub settler_key: Option<String>,
+
+    /// Bearer token that callers of the facilitator API (`/facilitator/*`) must send
+    /// (`Authorization: Bearer <t>`). Without it the facilitator API is off.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_FACILITATOR_TOKEN",
+        hide_env_values = true
+    )]
+    pub facilitator_token: Option<String>,
+
+    /// The facilitator API's own `validBefore` horizon, in seconds: a payment valid for longer (plus 120 s
+    /// of clock skew) is refused, whatever `maxTimeoutSeconds` the caller sends.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_FACILITATOR_MAX_TIMEOUT_SECS",
+        default_value_t = 600
+    )]
+    pub facilitator_max_timeout_secs: u64,
+
+    /// Recipient the facilitator API may settle for (repeat the flag, or comma-separate in the env var).
+    /// Default: any.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_FACILITATOR_PAY_TO",
+        value_delimiter = ','
+    )]
+    pub facilitator_pay_to: Vec<String>,
 }
 
 /// How logs are written.
@@ -137,9 +174,13 @@ impl Config {
             asset_name: None,
             asset_version: None,
             facilitator_url: None,
+            facilitator_url_token: None,
             facilitator_settle_timeout_secs: 90,
             rpc_url: None,
             settler_key: None,
+            facilitator_token: None,
+            facilitator_max_timeout_secs: 600,
+            facilitator_pay_to: Vec::new(),
             api_token: None,
             url_signing_key: None,
             url_ttl_secs: 3600,
@@ -176,10 +217,14 @@ pub struct Settings {
     pub payment: PaymentNetwork,
     /// Remote facilitator base URL, if any.
     pub facilitator_url: Option<String>,
+    /// Bearer token for the remote facilitator, if any.
+    pub facilitator_url_token: Option<String>,
     /// How long to wait for the facilitator's `/settle`.
     pub facilitator_settle_timeout: Duration,
     /// On-chain settler (`--rpc-url` + `--settler-key`), if any.
     pub onchain: Option<x402_tower::settle::onchain::OnchainSettler>,
+    /// The facilitator API: its token (off without one) and limits.
+    pub facilitator: crate::facilitator::FacilitatorConfig,
     /// Registry API token.
     pub api_token: Option<String>,
     /// Media URL signing key.
@@ -351,8 +396,51 @@ impl Config {
             (Some(url), None) => return Err(invalid("rpc-url", url, "needs --settler-key")),
             (None, Some(_)) => return Err(invalid("settler-key", "<hidden>", "needs --rpc-url")),
         };
+        let token_ok = |t: &str| {
+            !t.is_empty()
+                && t.len() <= 256
+                && !t.chars().any(|c| c.is_whitespace() || c.is_control())
+        };
+        if let Some(t) = &self.facilitator_url_token
+            && !token_ok(t)
+        {
+            return Err(invalid(
+                "facilitator-url-token",
+                "<hidden>",
+                "1 to 256 characters without spaces",
+            ));
+        }
+        if let Some(t) = &self.facilitator_token
+            && !token_ok(t)
+        {
+            return Err(invalid(
+                "facilitator-token",
+                "<hidden>",
+                "1 to 256 characters without spaces",
+            ));
+        }
+        if self.facilitator_max_timeout_secs == 0 || self.facilitator_max_timeout_secs > 86_400 {
+            return Err(invalid(
+                "facilitator-max-timeout-secs",
+                &self.facilitator_max_timeout_secs.to_string(),
+                "1 to 86400 seconds",
+            ));
+        }
+        let facilitator_pay_to = self
+            .facilitator_pay_to
+            .iter()
+            .map(|a| parse_address("facilitator-pay-to", a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let facilitator = crate::facilitator::FacilitatorConfig {
+            token: self.facilitator_token.clone(),
+            policy: x402_tower::engine::facilitator::FacilitatorPolicy {
+                max_timeout_seconds: self.facilitator_max_timeout_secs,
+                pay_to: (!facilitator_pay_to.is_empty()).then_some(facilitator_pay_to),
+            },
+        };
         Ok(Settings {
             onchain,
+            facilitator,
             listen: self.listen,
             public_url,
             database,
@@ -361,6 +449,7 @@ impl Config {
             pay_to,
             payment,
             facilitator_url,
+            facilitator_url_token: self.facilitator_url_token.clone(),
             facilitator_settle_timeout: Duration::from_secs(self.facilitator_settle_timeout_secs),
             api_token: self.api_token.clone(),
             url_signing_key,

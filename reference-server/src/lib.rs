@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod facilitator;
 pub mod html;
@@ -217,7 +218,8 @@ impl Server {
              \n  Operations: {u}/healthz  {u}/metrics  {u}/operator/llms-txt  {u}/operator/settlements\n\
              \n  How to pay: x402 `exact` scheme, USDC {asset} (EIP-712 \"{name}\" v{version}) on {net}{v1},\n\
              \x20 to {pay_to}; send PAYMENT-SIGNATURE (x402 v2) or X-PAYMENT (v1), e.g. with @x402/fetch.\n\
-             \x20 Settlement: {mode}.\n",
+             \x20 Settlement: {mode}.\n\
+             \n  Facilitator API ({u}/facilitator/verify|settle|supported): {facilitator}\n",
             addr = self.addr,
             asset = p.token.address,
             name = p.token.name,
@@ -229,6 +231,15 @@ impl Server {
                 .unwrap_or_default(),
             pay_to = s.settings.pay_to,
             mode = s.settlement_mode(),
+            facilitator = match (&s.settings.facilitator.token, &s.settings.onchain) {
+                (Some(_), _) =>
+                    "on, behind `Authorization: Bearer <--facilitator-token>`".to_owned(),
+                (None, Some(_)) =>
+                    "OFF: on-chain settlement is configured and no --facilitator-token was given \
+                                    (without one, anybody could spend the relayer's gas)"
+                        .to_owned(),
+                (None, None) => "off (start with --facilitator-token to turn it on)".to_owned(),
+            },
         )
     }
 
@@ -276,20 +287,55 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         use axum::serve::ListenerExt as _;
+        let reconciler = spawn_reconciler(self.state.clone(), RECONCILE_INTERVAL);
         // Without TCP_NODELAY a 1.3 MB registry page waits on the client's delayed ACK (p99 ~45 ms).
         let listener = self.listener.tap_io(|tcp| {
             if let Err(err) = tcp.set_nodelay(true) {
                 tracing::debug!(%err, "could not set TCP_NODELAY");
             }
         });
-        axum::serve(
+        let served = axum::serve(
             listener,
             self.router
                 .into_make_service_with_connect_info::<SocketAddr>(),
         )
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+        reconciler.abort();
+        served
     }
+}
+
+/// How often the background reconciler looks for payments whose settlement outcome is unknown.
+pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Runs the payment engine's reconciler every `interval` (pending settlements, requests that died
+/// mid-flight), and forgets payment records that expired more than an hour ago. One pass at most 100
+/// payments; every instance may run it (records are claimed with compare-and-set, so two instances never
+/// act on one payment).
+pub fn spawn_reconciler(state: Arc<AppState>, interval: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match state.payments.engine().reconcile_unresolved(100).await {
+                Ok(r) if r.examined > 0 => tracing::info!(?r, "reconciled payments"),
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "payment reconciliation failed"),
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            if let Err(e) = state
+                .payment_store
+                .purge_expired(now.saturating_sub(3600))
+                .await
+            {
+                tracing::warn!(error = %e, "purging expired payment records failed");
+            }
+        }
+    })
 }
 
 /// Validate `config`, start, print the banner, and serve until `shutdown`.

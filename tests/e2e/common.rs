@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, address_of};
 use workspace_tests::pay::decode_b64_json;
+use x402_tower::PaymentEngine;
 use x402_tower::settle::Settler;
 use x402_tower::settle::onchain::OnchainSettler;
 
@@ -59,6 +60,7 @@ impl RefServer {
             c.asset_name = Some(TOKEN_NAME.into());
             c.asset_version = Some(TOKEN_VERSION.into());
             c.facilitator_url = Some(facilitator);
+            c.facilitator_url_token = Some(FACILITATOR_TOKEN.into());
         })
         .await
     }
@@ -87,10 +89,22 @@ pub(crate) fn settler(chain: &Chain) -> OnchainSettler {
         .expect("settler")
 }
 
-/// Starts the facilitator API over an on-chain settler; returns its base URL (`http://.../facilitator`).
+/// The bearer token of the facilitator API the tests start.
+pub(crate) const FACILITATOR_TOKEN: &str = "e2e-facilitator-token";
+
+/// Starts the facilitator API (behind [`FACILITATOR_TOKEN`]) over a payment engine with an on-chain settler;
+/// returns its base URL (`http://.../facilitator`).
 pub(crate) async fn facilitator_for(chain: &Chain) -> String {
     let settler: Arc<dyn Settler> = Arc::new(settler(chain));
-    format!("{}/facilitator", serve(facilitator::router(settler)).await)
+    let engine = PaymentEngine::builder()
+        .settler(settler)
+        .build()
+        .expect("engine");
+    let router = facilitator::router(
+        Arc::new(engine),
+        facilitator::FacilitatorConfig::with_token(FACILITATOR_TOKEN),
+    );
+    format!("{}/facilitator", serve(router).await)
 }
 
 pub(crate) fn pay_to() -> Address {

@@ -6,11 +6,17 @@ use serde_json::{Value, json};
 use workspace_tests::chain::{CHAIN_ID, Chain};
 use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
 
-use crate::common::{ARTICLE_PRICE, facilitator_for, http, pay_to, payer};
+use crate::common::{ARTICLE_PRICE, FACILITATOR_TOKEN, facilitator_for, http, pay_to, payer};
 use crate::onchain_settler::payment_required;
 
 async fn post(url: &str, body: &Value) -> (u16, Value) {
-    let resp = http().post(url).json(body).send().await.expect("POST");
+    let resp = http()
+        .post(url)
+        .bearer_auth(FACILITATOR_TOKEN)
+        .json(body)
+        .send()
+        .await
+        .expect("POST");
     let status = resp.status().as_u16();
     (status, resp.json().await.expect("JSON answer"))
 }
@@ -28,8 +34,29 @@ async fn verify_settle_supported_speak_the_facilitator_api() {
     let (key, from) = payer(2);
     chain.mint(from, 1_000_000).await;
 
+    // Without the token (or with another one) nothing is answered.
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("token e2e-facilitator-token"),
+    ] {
+        for path in ["supported", "verify", "settle"] {
+            let mut req = if path == "supported" {
+                http().get(format!("{base}/{path}"))
+            } else {
+                http().post(format!("{base}/{path}")).json(&json!({}))
+            };
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            let resp = req.send().await.expect("request");
+            assert_eq!(resp.status(), 401, "{path} with {auth:?}");
+        }
+    }
+
     let supported: Value = http()
         .get(format!("{base}/supported"))
+        .bearer_auth(FACILITATOR_TOKEN)
         .send()
         .await
         .expect("GET")
@@ -72,17 +99,25 @@ async fn verify_settle_supported_speak_the_facilitator_api() {
         before + U256::from(ARTICLE_PRICE)
     );
 
-    // The same payment again.
+    // The identical request again (a caller that lost the answer): the stored settlement, no second transfer.
     let (_, again) = post(&format!("{base}/settle"), &body).await;
-    assert_eq!(again["success"], false);
-    assert_eq!(again["errorReason"], "invalid_exact_evm_nonce_already_used");
-    assert_eq!(again["transaction"], "");
+    assert_eq!(again, settled);
+    assert_eq!(
+        chain.balance(pay_to()).await,
+        before + U256::from(ARTICLE_PRICE)
+    );
     let (_, verdict) = post(&format!("{base}/verify"), &body).await;
-    assert_eq!(verdict["isValid"], false);
+    assert_eq!(verdict["isValid"], true, "its retry may go on to /settle");
+    // The same authorization for another resource: used.
+    let mut elsewhere = body.clone();
+    elsewhere["paymentPayload"]["resource"] = json!({"url": "http://127.0.0.1:1/other"});
+    let (_, verdict) = post(&format!("{base}/verify"), &elsewhere).await;
     assert_eq!(
         verdict["invalidReason"],
         "invalid_exact_evm_nonce_already_used"
     );
+    let (_, other) = post(&format!("{base}/settle"), &elsewhere).await;
+    assert_eq!(other["errorReason"], "invalid_exact_evm_nonce_already_used");
 
     // Checked locally before the chain: a wrong domain is a bad signature, an amount change a mismatch.
     let (_, verdict) = post(
@@ -109,8 +144,8 @@ async fn verify_settle_supported_speak_the_facilitator_api() {
         "{verdict}"
     );
 
-    // An authorization valid for longer than maxTimeoutSeconds (+ 120 s of skew) would hold a replay-guard
-    // slot for that long: refused before the chain.
+    // An authorization valid for longer than the facilitator's own horizon (600 s + 120 s of skew) would
+    // hold a payment record for that long: refused before the chain, whatever the caller's maxTimeoutSeconds.
     let (_, verdict) = post(
         &format!("{base}/verify"),
         &body_for(
@@ -131,6 +166,7 @@ async fn verify_settle_supported_speak_the_facilitator_api() {
     // Not a facilitator request at all.
     let resp = http()
         .post(format!("{base}/verify"))
+        .bearer_auth(FACILITATOR_TOKEN)
         .body("nope")
         .header("content-type", "application/json")
         .send()

@@ -221,7 +221,16 @@ async fn a_receipt_that_never_comes_is_an_unknown_outcome() {
         .settle(&request(&chain, key, &Knobs::default()))
         .await
     {
-        SettleOutcome::Unknown { message } => assert!(message.contains("no receipt"), "{message}"),
+        SettleOutcome::Unknown {
+            message,
+            transaction,
+        } => {
+            assert!(message.contains("no receipt"), "{message}");
+            assert!(
+                transaction.is_some_and(|t| t.len() == 66),
+                "the hash is reported"
+            );
+        }
         other => panic!("expected unknown: {other:?}"),
     }
     // Once mined, the transfer did happen: "unknown" was right not to call it a failure.

@@ -6,10 +6,11 @@ use alloy_primitives::{B256, U256};
 use serde_json::Value;
 use workspace_tests::chain::{CHAIN_ID, Chain, TOKEN_NAME, TOKEN_VERSION};
 use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
-use workspace_tests::pay::{Knobs, now, pay_v2};
+use workspace_tests::pay::{Knobs, decode_b64_json, now, pay_v2};
 
 use crate::common::{
-    ARTICLE_PRICE, PAY_TO, RefServer, check_purchase, facilitator_for, http, offer, pay_to, payer,
+    ARTICLE_PRICE, FACILITATOR_TOKEN, PAY_TO, RefServer, check_purchase, facilitator_for, http,
+    offer, pay_to, payer,
 };
 
 #[tokio::test]
@@ -32,12 +33,31 @@ async fn v2_client_purchase_moves_exactly_the_price_on_chain_and_a_replay_is_ref
         .expect("tx on chain");
     assert_eq!(receipt["status"], "0x1");
 
-    // The same payment header again: refused before the handler, no content, no second transfer.
-    let accepted = accepted_payments(&server).await;
-    assert_eq!(accepted, 1);
+    // The same payment header again (a buyer who lost the answer): the same article and receipt, no second
+    // transfer. For another article: refused before the handler.
     let header = purchase.payment_header.as_str().expect("payment header");
     let resp = http()
         .get(server.article_url())
+        .header("PAYMENT-SIGNATURE", header)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status(), 200);
+    let again_receipt = decode_b64_json(
+        resp.headers()["payment-response"]
+            .to_str()
+            .expect("receipt header"),
+    );
+    assert_eq!(again_receipt["transaction"], tx);
+    let body: Value = resp.json().await.expect("article");
+    let first: Value = serde_json::from_str(&purchase.body).expect("article JSON");
+    assert_eq!(body["receipt"], first["receipt"], "the same receipt");
+    assert_eq!(chain.balance(from).await, before.0 - price);
+
+    let accepted = accepted_payments(&server).await;
+    let resp = http()
+        // Another resource URL (an extra query parameter) at the same price.
+        .get(format!("{}&copy=2", server.article_url()))
         .header("PAYMENT-SIGNATURE", header)
         .send()
         .await
@@ -85,6 +105,7 @@ async fn official_express_server_settles_through_the_reference_facilitator() {
         version: TOKEN_VERSION.into(),
         pay_to: PAY_TO.into(),
         amount: "10000".into(),
+        facilitator_token: Some(FACILITATOR_TOKEN.into()),
     })
     .await;
     let (key, from) = payer(3);

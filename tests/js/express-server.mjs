@@ -3,6 +3,8 @@
 //     node express-server.mjs <facilitator url> <network> <asset> <eip712 name> <eip712 version> <payTo> <amount>
 //
 // Listens on a free loopback port and prints one JSON line {"url": "http://127.0.0.1:<port>/weather"} once ready.
+// With X402_FACILITATOR_TOKEN set, every facilitator call carries `Authorization: Bearer <token>` (the official
+// client's createAuthHeaders hook).
 import express from "express";
 import { paymentMiddleware, x402ResourceServer } from "@x402/express";
 import { ExactEvmScheme } from "@x402/evm/exact/server";
@@ -14,7 +16,12 @@ if (!amount) {
   process.exit(2);
 }
 
-const resourceServer = new x402ResourceServer(new HTTPFacilitatorClient({ url: facilitator })).register(
+const token = process.env.X402_FACILITATOR_TOKEN;
+const auth = { Authorization: `Bearer ${token}` };
+const createAuthHeaders = token
+  ? async () => ({ verify: auth, settle: auth, supported: auth })
+  : undefined;
+const resourceServer = new x402ResourceServer(new HTTPFacilitatorClient({ url: facilitator, createAuthHeaders })).register(
   network,
   new ExactEvmScheme(),
 );

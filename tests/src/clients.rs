@@ -106,6 +106,8 @@ pub struct ExpressConfig {
     pub pay_to: String,
     /// Price in atomic units.
     pub amount: String,
+    /// Bearer token for the facilitator, if it requires one.
+    pub facilitator_token: Option<String>,
 }
 
 impl ExpressServer {
@@ -123,6 +125,11 @@ impl ExpressServer {
                 &c.amount,
             ])
             .current_dir(tools::js_dir())
+            .envs(
+                c.facilitator_token
+                    .as_deref()
+                    .map(|t| ("X402_FACILITATOR_TOKEN", t)),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

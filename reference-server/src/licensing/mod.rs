@@ -9,42 +9,62 @@
 //!
 //! # Order of work for `GET /x402Article`
 //!
+//! 0. Only `GET` (and `HEAD`) reach the route's layers: any other method is answered `405` by the router
+//!    before anything else (the layers are route layers), so nobody is asked to pay for a request that
+//!    would not be served. `HEAD` gets the 402 of `GET` and never spends a payment.
 //! 1. [`handlers::require_article`] answers 400 (missing `articleId`) or 404 (unknown or unpublished)
 //!    **before** the x402 layer, so nobody is asked to pay for something that does not exist, and it
 //!    puts the [`Article`](crate::store::articles::Article) in the request extensions.
 //! 2. The x402 layer prices the request from that article (its own price), answers 402 without a valid
-//!    payment, and otherwise verifies and **settles before the handler runs**.
+//!    payment, and otherwise hands the payment to x402-tower's payment engine, which records it in the
+//!    database (`payment_states`, through [`store::payments`](crate::store::payments)) **before** any
+//!    settlement and **settles before the handler runs**.
 //! 3. [`handlers::get_article`] writes the receipt (with the settlement transaction, or `verify-only`)
 //!    and only then answers 200.
 //!
 //! Settling before the handler is deliberate: the receipt must name the settlement, and it must be
-//! stored before the article leaves the server. Settling after the handler (as the official middlewares
-//! do) would mean answering before the receipt could record the transaction, or holding a half-written
-//! receipt. The risk of settle-first (the payer is charged and the handler then fails) is kept small
-//! by step 1: the only failure left after payment is a database write error, which is logged with the
-//! full payment and counted in `license_receipt_failures_total`. The route also runs on its own task
+//! stored before the article leaves the server. The risk of settle-first (the payer is charged and the
+//! handler then fails) is kept small by steps 0 and 1: the only failure left after payment is a database
+//! write error, which is logged with the full payment and counted in `license_receipt_failures_total`; the
+//! buyer's resend of the same payment then gets the article (below). The route also runs on its own task
 //! (`app::run_to_completion`), so a client that hangs up cannot cancel a settlement in flight or the
 //! receipt write that follows it.
 //!
+//! # Delivered at least once, charged at most once
+//!
+//! The engine's record of every payment is in the database, shared by every instance on it and by the
+//! `/facilitator` API, and survives restarts:
+//!
+//! - a buyer who lost the answer and **resends the identical payment** for the same article gets the same
+//!   article, the same receipt and the same `PAYMENT-RESPONSE` transaction, without a second settlement
+//!   (the handler finds the receipt the first request wrote);
+//! - the same authorization for **another article**, or after it was settled through `/facilitator/settle`,
+//!   is refused with 402 `invalid_exact_evm_nonce_already_used` before anything is settled;
+//! - an outcome **not known** (the on-chain settler timed out after broadcasting, a facilitator did not
+//!   answer `/settle`) is answered 402 with a `PAYMENT-RESPONSE` of `success:false`,
+//!   `errorReason:"settlement_pending"` and the transaction hash when there is one; the payment is recorded
+//!   as pending. A resend of the identical payment reconciles (the transaction receipt or the token's
+//!   `authorizationState`, never a second broadcast): settled → the article; still usable → settled anew;
+//!   still pending → the same answer. A background reconciler (every 30 s) resolves pending payments by
+//!   itself.
+//!
 //! # Settlement log: every outcome, durably
 //!
-//! A receipt exists only for a settled payment whose handler ran. But money may move without one: the
-//! on-chain settler can time out after broadcasting, a facilitator can fail to answer `/settle` (within
-//! `--facilitator-settle-timeout-secs`); the layer then answers 502 and nobody knows whether the payer was
-//! charged. So the layer reports **every** settlement attempt to [`settlements::SettlementLog`] (an
-//! x402-tower `SettlementObserver`), which writes a row to the `settlements` table through
+//! A receipt exists only for a settled payment whose handler ran. But money may move without one (an
+//! unknown outcome). So the engine reports **every** settlement attempt to [`settlements::SettlementLog`]
+//! (an x402-tower `SettlementObserver`), which writes a row to the `settlements` table through
 //! [`store::settlements`](crate::store::settlements) **before the client is answered**: time, outcome
 //! (`settled`, `failed`, `unknown` — an unknown outcome is recorded as such, never as success or failure),
 //! payer, `pay_to`, article and resource, amount, network, asset, nonce, x402 version, transaction,
-//! reason/message. The operator reads it at `GET /operator/settlements[?outcome=…][&limit=n]` (same API-token
-//! rule as `/operator/llms-txt`) and in `/metrics` (`x402_settlements_recorded_total{outcome}`,
-//! `x402_settlement_record_failures_total`). A row that cannot be written is logged (`SETTLEMENT NOT
-//! RECORDED`, with the payment) and counted; the client's answer does not change. Because the route runs
-//! to completion on its own task, a client that hangs up does not cancel the record either.
+//! reason/message. A reconciliation updates the unknown row to what was found and says so
+//! (`resolved_from: "unknown"`, `resolved_at`). The operator reads it at
+//! `GET /operator/settlements[?outcome=…][&limit=n]` (same API-token rule as `/operator/llms-txt`) and in
+//! `/metrics` (`x402_settlements_recorded_total{outcome}`, `x402_settlement_record_failures_total`). A row
+//! that cannot be written is logged (`SETTLEMENT NOT RECORDED`, with the payment) and counted; the client's
+//! answer does not change.
 //!
-//! Replays: the layer's in-memory replay guard refuses a second use of an authorization; the receipts
-//! table's `UNIQUE (network, asset, payer, nonce)` is the durable guard behind it (after a restart), and
-//! the handler answers such a payment with 402 `invalid_exact_evm_nonce_already_used`.
+//! The receipts table's `UNIQUE (network, asset, payer, nonce)` stays as the last line of defence behind the
+//! payment records.
 
 pub mod catalog;
 pub mod handlers;

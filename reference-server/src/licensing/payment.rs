@@ -11,7 +11,7 @@ use x402_tower::offer::PaymentOffer;
 use x402_tower::price::Price;
 use x402_tower::pricing::PriceDecision;
 use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
-use x402_tower::{SettleTiming, VerifiedPayment, X402Layer};
+use x402_tower::{ReplayStore, SettleTiming, VerifiedPayment, X402Layer};
 
 use crate::app::BuildError;
 use crate::config::{Config, ConfigError, PaymentNetwork, Settings, parse_address};
@@ -98,6 +98,8 @@ pub struct PaidBy {
     pub x402_version: u8,
     /// Settlement transaction (`verify-only` with the verify-only settler).
     pub transaction: String,
+    /// The identical payment was settled by an earlier request (whose answer the buyer lost).
+    pub redelivered: bool,
 }
 
 impl PaidBy {
@@ -114,6 +116,7 @@ impl PaidBy {
             nonce: p.nonce.to_string(),
             x402_version: p.x402_version,
             transaction: settlement.transaction.clone(),
+            redelivered: p.redelivered,
         })
     }
 }
@@ -147,6 +150,7 @@ pub(crate) fn x402_layer(
     public_url: &str,
     settler: Arc<dyn Settler>,
     observer: Arc<dyn SettlementObserver>,
+    store: Arc<dyn ReplayStore>,
 ) -> Result<X402Layer, BuildError> {
     let payment = settings.payment.clone();
     let pay_to = settings.pay_to;
@@ -168,22 +172,37 @@ pub(crate) fn x402_layer(
         .price_source(price)
         .settler(settler)
         .settlement_observer(observer)
+        .replay_store(store)
         .settle_timing(SettleTiming::BeforeHandler)
         .build()
         .map_err(|e| BuildError::Payment(e.to_string()))
 }
 
 /// The settler of the configuration: on chain (`--rpc-url` + `--settler-key`), a remote facilitator, or
-/// verify-only. The x402 layer and the facilitator API share it.
+/// verify-only. The x402 layer's engine owns it; the facilitator API uses the same engine.
 pub(crate) fn settler(settings: &Settings) -> Result<Arc<dyn Settler>, BuildError> {
     Ok(match (&settings.onchain, &settings.facilitator_url) {
         (Some(onchain), _) => Arc::new(onchain.clone()),
-        (None, Some(url)) => Arc::new(
-            FacilitatorSettler::builder(url.clone())
-                .settle_timeout(settings.facilitator_settle_timeout)
-                .build()
-                .map_err(|e| BuildError::Payment(format!("facilitator {url}: {e}")))?,
-        ),
+        (None, Some(url)) => {
+            let mut builder = FacilitatorSettler::builder(url.clone())
+                .settle_timeout(settings.facilitator_settle_timeout);
+            if let Some(token) = &settings.facilitator_url_token {
+                let value =
+                    http::HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+                        BuildError::Payment("facilitator token is not a header value".into())
+                    })?;
+                builder = builder.auth_headers(move |_| {
+                    let mut h = http::HeaderMap::new();
+                    h.insert(http::header::AUTHORIZATION, value.clone());
+                    h
+                });
+            }
+            Arc::new(
+                builder
+                    .build()
+                    .map_err(|e| BuildError::Payment(format!("facilitator {url}: {e}")))?,
+            )
+        }
         (None, None) => Arc::new(VerifyOnlySettler),
     })
 }

@@ -3,8 +3,9 @@
 //! and counts it for `/metrics`.
 //!
 //! Why: with an unknown outcome (the on-chain settler timed out after broadcasting, the facilitator did not
-//! answer `/settle`) the client gets 502 and no receipt is written, yet money may have moved. The row is
-//! what the operator reconciles against the chain (`GET /operator/settlements?outcome=unknown`).
+//! answer `/settle`) the client gets 402 `settlement_pending` and no receipt is written, yet money may have
+//! moved. The row says so until the engine reconciles the payment, which then updates it
+//! (`GET /operator/settlements?outcome=unknown` lists what is still open).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -86,9 +87,12 @@ impl SettlementLog {
                 Some(reason.clone()),
                 message.clone(),
             ),
-            ObservedOutcome::Unknown { message } => (
+            ObservedOutcome::Unknown {
+                message,
+                transaction,
+            } => (
                 SettlementOutcome::Unknown,
-                None,
+                transaction.clone(),
                 None,
                 Some(message.clone()),
             ),
@@ -109,9 +113,18 @@ impl SettlementLog {
             transaction,
             reason,
             message,
+            resolved_from: None,
+            resolved_at: None,
         };
-        match self.store.record(record).await {
-            Ok(id) => {
+        let written = if event.reconciled {
+            // A reconciliation: the unknown row becomes what was found (a still-unknown one stays as it is).
+            self.store.resolve(record).await
+        } else {
+            self.store.record(record).await.map(Some)
+        };
+        match written {
+            Ok(None) => Ok(()),
+            Ok(Some(id)) => {
                 self.recorded[slot(outcome)].fetch_add(1, Ordering::Relaxed);
                 if outcome == SettlementOutcome::Unknown {
                     tracing::warn!(

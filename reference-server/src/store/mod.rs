@@ -38,6 +38,7 @@
 
 pub mod articles;
 pub mod assets;
+pub mod payments;
 pub mod settlements;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +61,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0003_settlements",
         include_str!("migrations/0003_settlements.sql"),
+    ),
+    (
+        "0004_payments",
+        include_str!("migrations/0004_payments.sql"),
     ),
 ];
 

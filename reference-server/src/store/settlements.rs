@@ -5,7 +5,7 @@
 //! settlement observer ([`crate::licensing::settlements`]) before the client is answered, and read by the
 //! operator endpoint `GET /operator/settlements`.
 
-use rusqlite::{Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::{Db, StoreError};
@@ -78,10 +78,15 @@ pub struct SettlementRecord {
     pub reason: Option<String>,
     /// Detail (failed, unknown), or `None`.
     pub message: Option<String>,
+    /// When a reconciliation resolved this row: what it was before (`unknown`, or `in_flight` for a request
+    /// that died mid-settlement and left no row).
+    pub resolved_from: Option<String>,
+    /// When it was resolved, RFC 3339 UTC.
+    pub resolved_at: Option<String>,
 }
 
 const COLUMNS: &str = "id, at, outcome, payer, pay_to, article_id, resource, amount_atomic, network, \
-     asset, nonce, x402_version, tx_hash, reason, message";
+     asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at";
 
 fn record_from_row(r: &Row<'_>) -> rusqlite::Result<SettlementRecord> {
     let raw: String = r.get(2)?;
@@ -108,7 +113,36 @@ fn record_from_row(r: &Row<'_>) -> rusqlite::Result<SettlementRecord> {
         transaction: r.get(12)?,
         reason: r.get(13)?,
         message: r.get(14)?,
+        resolved_from: r.get(15)?,
+        resolved_at: r.get(16)?,
     })
+}
+
+fn insert(c: &rusqlite::Connection, r: &SettlementRecord) -> Result<i64, StoreError> {
+    c.prepare_cached(
+        "INSERT INTO settlements (at, outcome, payer, pay_to, article_id, resource, amount_atomic, network, \
+         asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    )?
+    .execute(params![
+        r.at,
+        r.outcome.as_str(),
+        r.payer,
+        r.pay_to,
+        r.article_id,
+        r.resource,
+        r.amount_atomic,
+        r.network,
+        r.asset,
+        r.nonce,
+        r.x402_version,
+        r.transaction,
+        r.reason,
+        r.message,
+        r.resolved_from,
+        r.resolved_at
+    ])?;
+    Ok(c.last_insert_rowid())
 }
 
 /// The settlement-log query layer over a [`Db`].
@@ -125,31 +159,54 @@ impl SettlementStore {
 
     /// Record one settlement attempt durably; returns its row id.
     pub async fn record(&self, record: SettlementRecord) -> Result<i64, StoreError> {
+        self.db.write(move |c| insert(c, &record)).await
+    }
+
+    /// Record the reconciliation of an unknown outcome: the payment's latest `unknown` row takes the outcome
+    /// found (with `resolved_from = 'unknown'` and `resolved_at`); with no such row (a request that died
+    /// mid-settlement) a new row is written with `resolved_from = 'in_flight'`. A reconciliation that found
+    /// nothing new (still unknown) changes an existing unknown row not at all. Returns the row changed or
+    /// written, if any.
+    pub async fn resolve(&self, record: SettlementRecord) -> Result<Option<i64>, StoreError> {
         self.db
             .write(move |c| {
-                let r = &record;
-                c.prepare_cached(
-                    "INSERT INTO settlements (at, outcome, payer, pay_to, article_id, resource, \
-                     amount_atomic, network, asset, nonce, x402_version, tx_hash, reason, message) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                )?
-                .execute(params![
-                    r.at,
-                    r.outcome.as_str(),
-                    r.payer,
-                    r.pay_to,
-                    r.article_id,
-                    r.resource,
-                    r.amount_atomic,
-                    r.network,
-                    r.asset,
-                    r.nonce,
-                    r.x402_version,
-                    r.transaction,
-                    r.reason,
-                    r.message
-                ])?;
-                Ok(c.last_insert_rowid())
+                let tx = c.transaction()?;
+                let unknown: Option<i64> = tx
+                    .prepare_cached(
+                        "SELECT id FROM settlements WHERE network = ?1 AND asset = ?2 AND payer = ?3 \
+                         AND nonce = ?4 AND outcome = 'unknown' ORDER BY id DESC LIMIT 1",
+                    )?
+                    .query_row(
+                        params![record.network, record.asset, record.payer, record.nonce],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                let id = match (unknown, record.outcome) {
+                    (Some(_), SettlementOutcome::Unknown) => None,
+                    (Some(id), _) => {
+                        tx.prepare_cached(
+                            "UPDATE settlements SET outcome = ?2, tx_hash = COALESCE(?3, tx_hash), reason = ?4, \
+                             message = ?5, resolved_from = 'unknown', resolved_at = ?6 WHERE id = ?1",
+                        )?
+                        .execute(params![
+                            id,
+                            record.outcome.as_str(),
+                            record.transaction,
+                            record.reason,
+                            record.message,
+                            record.at
+                        ])?;
+                        Some(id)
+                    }
+                    (None, _) => {
+                        let mut r = record;
+                        r.resolved_from = Some("in_flight".to_owned());
+                        r.resolved_at = Some(r.at.clone());
+                        Some(insert(&tx, &r)?)
+                    }
+                };
+                tx.commit()?;
+                Ok(id)
             })
             .await
     }
@@ -224,6 +281,8 @@ mod tests {
             transaction: (outcome == SettlementOutcome::Settled).then(|| "0xab".into()),
             reason: (outcome == SettlementOutcome::Failed).then(|| "insufficient_funds".into()),
             message: (outcome == SettlementOutcome::Unknown).then(|| "timed out".into()),
+            resolved_from: None,
+            resolved_at: None,
         }
     }
 

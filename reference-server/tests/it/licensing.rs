@@ -14,7 +14,7 @@ async fn json(resp: reqwest::Response) -> Value {
 }
 
 /// Ask for the article unpaid; return (decoded PAYMENT-REQUIRED, v1 body).
-async fn offer(server: &TestServer, id: &str) -> (Value, Value) {
+pub(crate) async fn offer(server: &TestServer, id: &str) -> (Value, Value) {
     let resp = server.get(&format!("/x402Article?articleId={id}")).await;
     assert_eq!(resp.status(), 402);
     let v2 = decode_header(&resp, "payment-required");
@@ -210,18 +210,31 @@ async fn v2_purchase_returns_article_and_a_durable_verifiable_receipt() {
 }
 
 #[tokio::test]
-async fn replayed_payment_is_refused_and_the_handler_does_not_run_again() {
+async fn a_resend_gets_the_same_article_and_receipt_and_another_resource_is_refused() {
     let server = TestServer::start().await;
     let (required, _) = offer(&server, ARTICLE).await;
     let header = Payer::new().pay_v2(&required);
     let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
     let first = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
     assert_eq!(first.status(), 200);
+    let first_receipt = decode_header(&first, "payment-response");
+    let first_body = json(first).await;
+    // The buyer lost the answer and resends the identical header.
     let again = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
-    assert_eq!(again.status(), 402);
-    let body = json(again).await;
-    assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
+    assert_eq!(again.status(), 200);
+    assert_eq!(decode_header(&again, "payment-response"), first_receipt);
+    assert_eq!(json(again).await, first_body);
+    // The same payment for another resource: refused before anything is settled.
+    let other = server
+        .get_with(format!("{url}&copy=2"), "PAYMENT-SIGNATURE", &header)
+        .await;
+    assert_eq!(other.status(), 402);
+    assert_eq!(
+        json(other).await["error"],
+        "invalid_exact_evm_nonce_already_used"
+    );
     assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
+    assert_eq!(settlement_rows(&server, "settled", None).await.len(), 1);
 }
 
 #[tokio::test]
@@ -994,7 +1007,11 @@ async fn through_the_whole_app_the_collection_varies_on_accept_only() {
 }
 
 /// `GET /operator/settlements?outcome=<outcome>` with the API token `token`: the rows, newest first.
-async fn settlement_rows(server: &TestServer, outcome: &str, token: Option<&str>) -> Vec<Value> {
+pub(crate) async fn settlement_rows(
+    server: &TestServer,
+    outcome: &str,
+    token: Option<&str>,
+) -> Vec<Value> {
     let mut request = server
         .client
         .get(server.url(&format!("/operator/settlements?outcome={outcome}")));
@@ -1033,7 +1050,8 @@ fn check_row(row: &Value, server: &TestServer, payer: &Payer, header: &str) {
 }
 
 #[tokio::test]
-async fn a_facilitator_that_times_out_on_settle_is_502_and_an_unknown_settlement_row() {
+async fn a_facilitator_that_times_out_on_settle_is_settlement_pending_and_an_unknown_settlement_row()
+ {
     use axum::routing::post;
     let app = axum::Router::new()
         .route(
@@ -1065,7 +1083,11 @@ async fn a_facilitator_that_times_out_on_settle_is_502_and_an_unknown_settlement
             &header,
         )
         .await;
-    assert_eq!(resp.status(), 502);
+    assert_eq!(resp.status(), 402);
+    let pending = decode_header(&resp, "payment-response");
+    assert_eq!(pending["success"], false);
+    assert_eq!(pending["errorReason"], "settlement_pending");
+    assert_eq!(json(resp).await["error"], "settlement_pending");
     assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 0);
 
     // The operator endpoint has the same auth as /operator/llms-txt.

@@ -2,5 +2,6 @@
 
 mod common;
 mod licensing;
+mod payments;
 mod registry;
 mod shutdown;

@@ -1,0 +1,391 @@
+//! The money rules across the boundaries a deployment has: other HTTP methods, lost answers, unknown
+//! settlement outcomes, the facilitator door, and two server processes on one database.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::licensing::{offer, settlement_rows};
+
+const ARTICLE: &str = "provenance-newsroom-2025";
+
+#[tokio::test]
+async fn no_method_but_get_is_charged_and_head_never_spends_a_payment() {
+    let server = TestServer::start().await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    for method in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"] {
+        let resp = server
+            .client
+            .request(method.parse().unwrap(), &url)
+            .header("PAYMENT-SIGNATURE", &header)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 405, "{method}");
+        assert!(resp.headers().get("payment-required").is_none(), "{method}");
+    }
+    let head = server
+        .client
+        .head(&url)
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 402, "HEAD learns the price");
+    assert!(head.headers().get("payment-required").is_some());
+    // Nothing was settled or spent: the same payment buys the article with GET.
+    assert!(settlement_rows(&server, "settled", None).await.is_empty());
+    let resp = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(settlement_rows(&server, "settled", None).await.len(), 1);
+}
+
+/// A facilitator whose `/settle` never answers the first `hang` calls, then settles with `TX`.
+async fn flaky_facilitator(hang: usize) -> (String, Arc<AtomicUsize>) {
+    use axum::routing::{get, post};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let app = axum::Router::new()
+        .route(
+            "/verify",
+            post(|axum::Json(body): axum::Json<Value>| async move {
+                let payer = body["paymentPayload"]["payload"]["authorization"]["from"].clone();
+                axum::Json(json!({"isValid": true, "payer": payer}))
+            }),
+        )
+        .route(
+            "/settle",
+            post(move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n < hang {
+                        std::future::pending::<()>().await;
+                    }
+                    axum::Json(
+                        json!({"success": true, "transaction": TX, "network": "eip155:84532"}),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/supported",
+            get(|| async { axum::Json(json!({"kinds": [], "extensions": [], "signers": {}})) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), calls)
+}
+
+const TX: &str = "0x3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b";
+
+#[tokio::test]
+async fn an_unknown_outcome_is_pending_then_the_resend_reconciles_and_delivers() {
+    let (facilitator, calls) = flaky_facilitator(1).await;
+    let server = TestServer::start_with(|c| {
+        c.facilitator_url = Some(facilitator);
+        c.facilitator_settle_timeout_secs = 1;
+    })
+    .await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let pending = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(pending.status(), 402);
+    assert_eq!(
+        decode_header(&pending, "payment-response")["errorReason"],
+        "settlement_pending"
+    );
+    let rows = settlement_rows(&server, "unknown", None).await;
+    assert_eq!(rows.len(), 1);
+    // The identical payment again: reconciled with the facilitator (which now knows), delivered.
+    let resp = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(decode_header(&resp, "payment-response")["transaction"], TX);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // The settlement log shows the transition: one row, now settled, resolved from unknown.
+    assert!(settlement_rows(&server, "unknown", None).await.is_empty());
+    let settled = settlement_rows(&server, "settled", None).await;
+    assert_eq!(settled.len(), 1, "{settled:?}");
+    assert_eq!(settled[0]["id"], rows[0]["id"]);
+    assert_eq!(settled[0]["transaction"], TX);
+    assert_eq!(settled[0]["resolved_from"], "unknown");
+    assert!(settled[0]["resolved_at"].is_string());
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn the_background_reconciler_resolves_an_unknown_outcome_without_a_resend() {
+    let (facilitator, _) = flaky_facilitator(1).await;
+    let server = TestServer::start_with(|c| {
+        c.facilitator_url = Some(facilitator);
+        c.facilitator_settle_timeout_secs = 1;
+    })
+    .await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    assert_eq!(
+        server
+            .get_with(&url, "PAYMENT-SIGNATURE", &header)
+            .await
+            .status(),
+        402
+    );
+    let report = server
+        .state
+        .payments
+        .engine()
+        .reconcile_unresolved(10)
+        .await
+        .unwrap();
+    assert_eq!((report.examined, report.settled), (1, 1));
+    let settled = settlement_rows(&server, "settled", None).await;
+    assert_eq!(settled.len(), 1);
+    assert_eq!(settled[0]["resolved_from"], "unknown");
+    // The buyer's resend is then delivered from the record.
+    let resp = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(resp.status(), 200);
+}
+
+/// The facilitator request for a payment of `required` (a v2 PaymentRequired).
+fn facilitator_body(header: &str) -> Value {
+    let payload: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(header)
+            .unwrap(),
+    )
+    .unwrap();
+    json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload})
+}
+
+#[tokio::test]
+async fn the_facilitator_is_off_without_a_token_and_shares_the_paid_routes_engine() {
+    let off = TestServer::start().await;
+    let resp = off
+        .client
+        .post(off.url("/facilitator/settle"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(json_body(resp).await["error"], "facilitator_disabled");
+
+    let server = TestServer::start_with(|c| c.facilitator_token = Some("fac-token".into())).await;
+    let post = |path: &str, auth: Option<&str>, body: &Value| {
+        let mut r = server.client.post(server.url(path)).json(body);
+        if let Some(a) = auth {
+            r = r.header("authorization", a);
+        }
+        r.send()
+    };
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let body = facilitator_body(&header);
+    for auth in [None, Some("Bearer nope"), Some("token fac-token")] {
+        let resp = post("/facilitator/settle", auth, &body).await.unwrap();
+        assert_eq!(resp.status(), 401, "{auth:?}");
+    }
+    let settled = json_body(
+        post("/facilitator/settle", Some("Bearer fac-token"), &body)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(settled["success"], true, "{settled}");
+    // Settled through the facilitator door: refused at the paid route, before anything is settled again.
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let resp = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(resp.status(), 402);
+    assert_eq!(
+        json_body(resp).await["error"],
+        "invalid_exact_evm_nonce_already_used"
+    );
+    // The other way round: bought at the paid route, refused by /facilitator/settle.
+    let header = Payer::new().pay_v2(&required);
+    assert_eq!(
+        server
+            .get_with(&url, "PAYMENT-SIGNATURE", &header)
+            .await
+            .status(),
+        200
+    );
+    let again = json_body(
+        post(
+            "/facilitator/settle",
+            Some("Bearer fac-token"),
+            &facilitator_body(&header),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        again["errorReason"], "invalid_exact_evm_nonce_already_used",
+        "{again}"
+    );
+}
+
+#[tokio::test]
+async fn a_facilitator_flood_with_caller_chosen_terms_cannot_block_a_purchase() {
+    // Without the token nothing is stored; with it, validBefore is capped by the facilitator's own limit.
+    let server = TestServer::start_with(|c| c.facilitator_token = Some("fac-token".into())).await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let mut accepted = required["accepts"][0].clone();
+    accepted["maxTimeoutSeconds"] = json!(u64::MAX / 2);
+    let payer = Payer::random();
+    let mut refused = 0;
+    for _ in 0..200 {
+        let payload = payer.sign(&accepted, "50000", 0, now() + 1_000_000_000, random_nonce());
+        let body = json!({"x402Version": 2, "paymentRequirements": accepted,
+            "paymentPayload": {"x402Version": 2, "accepted": accepted, "payload": payload}});
+        let resp = server
+            .client
+            .post(server.url("/facilitator/settle"))
+            .header("authorization", "Bearer fac-token")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let r = json_body(resp).await;
+        if r["errorReason"] == "invalid_exact_evm_payload_authorization_valid_before" {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 200);
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let header = Payer::new().pay_v2(&required);
+    assert_eq!(
+        server
+            .get_with(&url, "PAYMENT-SIGNATURE", &header)
+            .await
+            .status(),
+        200
+    );
+}
+
+/// A `reference-server` process on `db`, reachable at its own port, all with one public URL.
+struct Instance {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Instance {
+    fn start(db: &std::path::Path, media: &std::path::Path) -> Self {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
+            .args(["--listen", "127.0.0.1:0", "--seed-assets", "5"])
+            .args(["--public-url", "http://shop.test"])
+            .arg("--database")
+            .arg(db)
+            .arg("--media-dir")
+            .arg(media)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn binary");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let first = lines.next().expect("a banner line").expect("utf-8");
+        // Keep reading: a closed pipe would kill the server at its next line of output.
+        std::thread::spawn(move || lines.for_each(drop));
+        let base = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("listen URL in the banner")
+            .to_owned();
+        Instance { child, base }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_database_settle_one_payment_once() {
+    let dir = TempDir::new();
+    let db = dir.path().join("shared.sqlite3");
+    let media = dir.path().join("media");
+    let a = Instance::start(&db, &media);
+    let b = Instance::start(&db, &media);
+    let client = test_client();
+    let path = format!("/x402Article?articleId={ARTICLE}");
+    let offer = client
+        .get(format!("{}{path}", a.base))
+        .send()
+        .await
+        .unwrap();
+    let required = decode_header(&offer, "payment-required");
+    assert_eq!(
+        required["resource"]["url"],
+        format!("http://shop.test{path}")
+    );
+    let header = Payer::new().pay_v2(&required);
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let url = format!("{}{path}", if i % 2 == 0 { &a.base } else { &b.base });
+            let client = client.clone();
+            let header = header.clone();
+            tokio::spawn(async move {
+                let resp = client
+                    .get(url)
+                    .header("PAYMENT-SIGNATURE", header)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = resp.status().as_u16();
+                let receipt = (status == 200).then(|| json_body(resp));
+                (
+                    status,
+                    match receipt {
+                        Some(f) => Some(f.await),
+                        None => None,
+                    },
+                )
+            })
+        })
+        .collect();
+    let mut delivered = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            (200, Some(body)) => delivered.push(body["receipt"].clone()),
+            (402, _) => {}
+            (status, _) => panic!("unexpected {status}"),
+        }
+    }
+    assert!(!delivered.is_empty());
+    assert!(delivered.iter().all(|r| *r == delivered[0]), "one receipt");
+    // Exactly one settlement in the shared log, whichever instance is asked.
+    let rows: Value = client
+        .get(format!("{}/operator/settlements", b.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rows["totals"]["settled"], 1, "{rows}");
+    // A lost-answer resend to the other instance: the same receipt.
+    let resp = client
+        .get(format!("{}{path}", b.base))
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(json_body(resp).await["receipt"], delivered[0]);
+}
+
+async fn json_body(resp: reqwest::Response) -> Value {
+    resp.json().await.expect("JSON body")
+}

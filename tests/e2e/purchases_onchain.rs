@@ -273,6 +273,7 @@ async fn server_with_rpc_url_and_settler_key_settles_on_chain_itself() {
         c.asset_version = Some(TOKEN_VERSION.into());
         c.rpc_url = Some(rpc_url);
         c.settler_key = Some(workspace_tests::chain::DEV_KEYS[1].into());
+        c.facilitator_token = Some(FACILITATOR_TOKEN.into());
     })
     .await;
     let (key, from) = payer(2);
@@ -290,9 +291,16 @@ async fn server_with_rpc_url_and_settler_key_settles_on_chain_itself() {
         U256::from(1_000_000 - ARTICLE_PRICE)
     );
     assert_eq!(chain.balance(pay_to()).await, U256::from(ARTICLE_PRICE));
-    // The same server is a facilitator for others.
+    // The same server is a facilitator for others, behind its token (nobody else spends the relayer's gas).
+    let anonymous = http()
+        .get(format!("{}/facilitator/supported", server.url))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(anonymous.status(), 401);
     let supported: Value = http()
         .get(format!("{}/facilitator/supported", server.url))
+        .bearer_auth(FACILITATOR_TOKEN)
         .send()
         .await
         .expect("GET")
@@ -304,4 +312,86 @@ async fn server_with_rpc_url_and_settler_key_settles_on_chain_itself() {
         format!("eip155:{CHAIN_ID}"),
         "{supported}"
     );
+}
+
+#[tokio::test]
+async fn a_buyer_whose_connection_dropped_resends_and_gets_the_same_receipt_with_one_transfer() {
+    use tokio::io::AsyncWriteExt as _;
+    let chain = Chain::start().await;
+    let usdc = chain.usdc.to_checksum(None);
+    let rpc_url = chain.anvil.url.clone();
+    let server = RefServer::start(move |c| {
+        c.network = format!("eip155:{CHAIN_ID}");
+        c.asset = Some(usdc);
+        c.asset_name = Some(TOKEN_NAME.into());
+        c.asset_version = Some(TOKEN_VERSION.into());
+        c.rpc_url = Some(rpc_url);
+        c.settler_key = Some(workspace_tests::chain::DEV_KEYS[1].into());
+        c.api_token = Some("op".into());
+    })
+    .await;
+    let (key, from) = payer(5);
+    chain.mint(from, 1_000_000).await;
+    let required = offer(&server.article_url()).await;
+    let header = pay_v2(key, &required, &Knobs::default());
+
+    // Send the paid request on a raw connection and hang up before any answer.
+    let authority = server.url.trim_start_matches("http://").to_owned();
+    let path = server.article_url().replacen(&server.url, "", 1);
+    let mut tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect");
+    tcp.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nPAYMENT-SIGNATURE: {header}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .expect("send");
+    drop(tcp);
+
+    // The buyer resends the identical header (the official clients' retry): the settlement either finished
+    // meanwhile (the article, from the record) or is still running (settlement_pending: try again).
+    let mut delivered = None;
+    for _ in 0..100 {
+        let resp = http()
+            .get(server.article_url())
+            .header("PAYMENT-SIGNATURE", &header)
+            .send()
+            .await
+            .expect("GET");
+        if resp.status() == 200 {
+            delivered = Some(resp.json::<Value>().await.expect("article"));
+            break;
+        }
+        assert_eq!(resp.status(), 402);
+        let body: Value = resp.json().await.expect("402 body");
+        assert_eq!(body["error"], "settlement_pending", "{body}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let delivered = delivered.expect("the article after the dropped request");
+    let again: Value = http()
+        .get(server.article_url())
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("article");
+    assert_eq!(again["receipt"], delivered["receipt"]);
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE),
+        "exactly one transfer"
+    );
+    let rows: Value = http()
+        .get(format!("{}/operator/settlements", server.url))
+        .header("authorization", "token op")
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(rows["totals"]["settled"], 1, "{rows}");
 }

@@ -89,6 +89,9 @@
 //!
 //! # What happens to a request
 //!
+//! 0. **Method**: only the methods sold ([`X402Config::methods`], default `GET`) are charged; any other gets
+//!    `405` with `Allow` (never a 402, never a settlement); `HEAD` gets the 402 of `GET` and never spends a
+//!    payment.
 //! 1. **Price**: static offers, or the [`PriceSource`] decides `Charge(offers)`, `Free` or `Respond(response)`.
 //! 2. **No payment header**: 402. Both `X-Payment-Required` and `PAYMENT-REQUIRED` carry Base64 JSON of the v2
 //!    `PaymentRequired`; the body is a v1 `{x402Version:1, error, accepts}` (or an HTML page when `Accept`
@@ -100,23 +103,27 @@
 //!    now`, `validBefore >= now + 6`), then the signature as USDC checks it (65 bytes, `v` 27/28, low `s`,
 //!    recovered address == `from`, domain separator precomputed per offer). Any failure: 402 with the spec's
 //!    error string. See [`verify`].
-//! 4. **Replay guard**: `(chainId, asset, from, nonce)` is reserved atomically in the [`ReplayStore`] before
-//!    the inner service runs; a second use gets 402 `invalid_exact_evm_nonce_already_used`. The keep/release
-//!    rule is in [`replay`].
+//! 4. **Payment record**: `(chainId, asset, from, nonce)` is reserved atomically in the [`ReplayStore`] before
+//!    the inner service runs. The identical payment resent for the same resource is served again with the
+//!    stored settlement (a buyer who lost the answer), never settled twice; the same authorization for another
+//!    resource gets 402 `invalid_exact_evm_nonce_already_used`. The rules are in [`engine`] and [`replay`].
 //! 5. **Settler verify** (a facilitator checks balance, nonce state): invalid → 402 with its reason; no answer →
 //!    502.
 //! 6. **Settlement** ([`SettleTiming`]): after the inner service answered below 400 (the response is held,
 //!    its body untouched) or before it runs. Success: receipt header in the client's version and
 //!    `Cache-Control: private`. Failure: the held response is dropped, 402 with a `success:false` receipt.
-//!    Unknown outcome (timeout after broadcast): 502.
+//!    Unknown outcome (timeout after broadcast): 402 with a `settlement_pending` receipt; the payment is
+//!    reconciled on the client's resend or by [`PaymentEngine::reconcile_unresolved`].
 //!
-//! Nothing a client sends makes the layer return an error or panic: every bad input is a 402. Server-side
-//! trouble is a response too: 502 (settler), 503 (replay store), 500 (a price source returning no offer).
+//! Nothing a client sends makes the layer return an error or panic: every bad input is a 402 (a malformed
+//! payment identifier 400, a reused one 409). Server-side trouble is a response too: 502 (settler verify), 503
+//! (payment store), 500 (a price source returning no offer).
 //!
 //! # Settlers
 //!
-//! [`VerifyOnlySettler`] (the default) moves **no money**: it accepts every locally verified payment and its
-//! receipt says `transaction: "verify-only"`. For demos and tests. [`settle::FacilitatorSettler`] (feature
+//! [`VerifyOnlySettler`] moves **no money**: it accepts every locally verified payment and its receipt says
+//! `transaction: "verify-only"`. For demos and tests; it is what a layer built without `.settler(...)` uses, with
+//! a warning at build and on the first payment. [`settle::FacilitatorSettler`] (feature
 //! `facilitator`, on by default) calls a remote facilitator. An on-chain settler plugs in behind the feature
 //! `onchain`. Implement [`Settler`] for anything else.
 //!
@@ -136,8 +143,8 @@
 //!
 //! Logs and counters are not a record. A [`SettlementObserver`] ([`X402Config::settlement_observer`]) is
 //! told every settlement outcome — settled, failed, or **unknown** (timeout after broadcast: money may have
-//! moved although the client got 502) — with the verified payment and the resource, and is awaited before
-//! the client is answered. See [`settle::SettlementObserver`].
+//! moved although the client got `settlement_pending`), and every later reconciliation — with the verified
+//! payment and the resource, and is awaited before the client is answered. See [`settle::SettlementObserver`].
 #![warn(missing_docs)]
 
 pub mod engine;

@@ -206,15 +206,22 @@ fn benches(c: &mut Criterion) {
         b.iter(|| run(&verify_only, request(Some(&header))))
     });
 
-    // The header was used once on `paid` (in-memory store): every further request is a replay.
+    // The header was used once on `paid` (in-memory store): every further identical request is a resend,
+    // served again from the payment record (no settlement).
     assert_eq!(run(&paid, request(Some(&header))), StatusCode::OK);
-    assert_eq!(
-        run(&paid, request(Some(&header))),
-        StatusCode::PAYMENT_REQUIRED
-    );
-    g.bench_function("replayed_request", |b| {
+    assert_eq!(run(&paid, request(Some(&header))), StatusCode::OK);
+    g.bench_function("resent_request_redelivered", |b| {
         b.iter(|| run(&paid, request(Some(&header))))
     });
+    // The same payment for another resource: a replay, refused.
+    let other = || {
+        Request::get("/other")
+            .header("payment-signature", header.as_str())
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    assert_eq!(run(&paid, other()), StatusCode::PAYMENT_REQUIRED);
+    g.bench_function("replayed_request", |b| b.iter(|| run(&paid, other())));
 
     // For the breakdown: the EIP-712 digest + the checks + libsecp256k1 recovery alone (eip3009.md vector A).
     let auth = x402_tower::proto::Authorization {

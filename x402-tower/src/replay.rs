@@ -42,8 +42,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use alloy_primitives::{Address, B256};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::BoxFuture;
 use crate::proto::SettleResponse;
@@ -99,13 +97,14 @@ impl PaymentState {
     }
 }
 
-/// The payment as the client sent it: enough to settle or reconcile it again without the client.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The payment as the client sent it: enough to settle or reconcile it again without the client. Kept as
+/// JSON text (what a database stores), so that remembering a payment copies no JSON tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredPayment {
-    /// The decoded `PaymentPayload` JSON.
-    pub payload: Value,
-    /// The `PaymentRequirements` it matched, in the payload's version.
-    pub requirements: Value,
+    /// The decoded `PaymentPayload`, JSON text.
+    pub payload: String,
+    /// The `PaymentRequirements` it matched, in the payload's version, JSON text.
+    pub requirements: Arc<str>,
 }
 
 /// What a store remembers about one payment.
@@ -514,8 +513,8 @@ mod tests {
             fingerprint: B256::repeat_byte(7),
             settlement: None,
             payment: Arc::new(StoredPayment {
-                payload: Value::Null,
-                requirements: Value::Null,
+                payload: String::new(),
+                requirements: Arc::from(""),
             }),
             expires_at,
             updated_at: 10,

@@ -168,6 +168,15 @@ pub fn check_signature(
     signature: &[u8],
     domain_separator: &B256,
 ) -> Result<(), RejectReason> {
+    check_signature_digest(auth, signature, domain_separator).map(|_| ())
+}
+
+/// [`check_signature`], returning the authorization's EIP-712 digest (the payment's fingerprint).
+fn check_signature_digest(
+    auth: &Authorization,
+    signature: &[u8],
+    domain_separator: &B256,
+) -> Result<B256, RejectReason> {
     let sig: &[u8; 65] = signature.try_into().map_err(|_| RejectReason::Signature)?;
     let v = sig[64];
     if v != 27 && v != 28 {
@@ -183,7 +192,7 @@ pub fn check_signature(
         .recover_address_from_prehash(&digest)
         .map_err(|_| RejectReason::Signature)?;
     if recovered == auth.from {
-        Ok(())
+        Ok(digest)
     } else {
         Err(RejectReason::Signature)
     }
@@ -195,7 +204,8 @@ pub fn check_signature(
 pub(crate) struct CompiledOffer {
     pub(crate) offer: PaymentOffer,
     pub(crate) v2: PaymentRequirementsV2,
-    pub(crate) v2_json: String,
+    /// `v2` serialised once (the 402 header and the payment records use it).
+    pub(crate) v2_json: std::sync::Arc<str>,
     pub(crate) domain_separator: B256,
 }
 
@@ -212,7 +222,7 @@ impl CompiledOffer {
                 serde_json::json!({"name": offer.token.name, "version": offer.token.version}),
             ),
         };
-        let v2_json = serde_json::to_string(&v2).unwrap_or_default();
+        let v2_json = serde_json::to_string(&v2).unwrap_or_default().into();
         CompiledOffer {
             offer,
             v2,
@@ -249,6 +259,10 @@ pub(crate) struct LocallyVerified {
     pub(crate) payload_json: Value,
     pub(crate) offer_index: usize,
     pub(crate) signature: Bytes,
+    /// The authorization's EIP-712 digest: identical payments have the same one.
+    pub(crate) digest: B256,
+    /// The decoded header as the client sent it.
+    pub(crate) payload_text: String,
 }
 
 /// Base64 decoder: standard alphabet, padding optional.
@@ -272,12 +286,15 @@ fn reject(reason: RejectReason, detail: &'static str) -> Rejection {
 }
 
 /// Decodes a payment header (already length-capped) into its JSON and typed forms.
-pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value), Rejection> {
+pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value, String), Rejection> {
     let trimmed = header.trim_ascii();
     let bytes = B64
         .decode(trimmed)
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not Base64"))?;
-    let json: Value = serde_json::from_slice(&bytes)
+    // JSON is UTF-8: the text is kept as sent (a payment record stores it).
+    let text = String::from_utf8(bytes)
+        .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
+    let json: Value = serde_json::from_str(&text)
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
     if !json.is_object() {
         return Err(reject(
@@ -286,7 +303,7 @@ pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value), Rejection
         ));
     }
     let payload = payload_from_json(&json)?;
-    Ok((payload, json))
+    Ok((payload, json, text))
 }
 
 /// Reads a decoded `PaymentPayload` JSON object, dispatching on its `x402Version` (not on the header it came in).
@@ -345,6 +362,7 @@ pub fn parse_signature_hex(s: &str) -> Option<Vec<u8>> {
 pub(crate) fn verify(
     payload: PaymentPayload,
     payload_json: Value,
+    payload_text: String,
     offers: &[CompiledOffer],
     now: u64,
 ) -> Result<LocallyVerified, Rejection> {
@@ -380,13 +398,15 @@ pub(crate) fn verify(
         )
     })?;
     let compiled = &offers[offer_index];
-    let signature =
-        check_authorization(&payload, &compiled.offer, &compiled.domain_separator, now)?;
+    let (signature, digest) =
+        checked_authorization(&payload, &compiled.offer, &compiled.domain_separator, now)?;
     Ok(LocallyVerified {
         payload,
         payload_json,
         offer_index,
         signature: Bytes::from(signature),
+        digest,
+        payload_text,
     })
 }
 
@@ -402,6 +422,16 @@ pub fn check_authorization(
     domain_separator: &B256,
     now: u64,
 ) -> Result<Vec<u8>, Rejection> {
+    checked_authorization(payload, offer, domain_separator, now).map(|(signature, _)| signature)
+}
+
+/// [`check_authorization`], also returning the authorization's EIP-712 digest.
+pub(crate) fn checked_authorization(
+    payload: &PaymentPayload,
+    offer: &PaymentOffer,
+    domain_separator: &B256,
+    now: u64,
+) -> Result<(Vec<u8>, B256), Rejection> {
     let auth = &payload.exact().authorization;
     // 2. recipient.
     if auth.to != offer.pay_to {
@@ -451,13 +481,13 @@ pub fn check_authorization(
     // 5. signature.
     let signature = parse_signature_hex(&payload.exact().signature)
         .ok_or_else(|| reject(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
-    check_signature(auth, &signature, domain_separator).map_err(|r| {
+    let digest = check_signature_digest(auth, &signature, domain_separator).map_err(|r| {
         reject(
             r,
             "signature is not a canonical 65-byte signature by authorization.from",
         )
     })?;
-    Ok(signature)
+    Ok((signature, digest))
 }
 
 #[cfg(test)]

@@ -26,8 +26,8 @@ pub struct SqlitePaymentStore {
     db: Db,
 }
 
-const COLUMNS: &str =
-    "state, resource, fingerprint, settlement, payment, expires_at, updated_at, revision";
+const COLUMNS: &str = "state, resource, fingerprint, settlement, payload, requirements, expires_at, \
+     updated_at, revision";
 
 fn chain(key: &ReplayKey) -> Result<i64, StoreError> {
     i64::try_from(key.chain_id)
@@ -43,13 +43,18 @@ fn invalid(what: &str) -> rusqlite::Error {
 }
 
 fn record_from_row(r: &Row<'_>) -> rusqlite::Result<PaymentRecord> {
-    let state: String = r.get(0)?;
-    let fingerprint: String = r.get(2)?;
-    let settlement: Option<String> = r.get(3)?;
-    let payment: String = r.get(4)?;
+    record_at(r, 0)
+}
+
+/// The record whose columns ([`COLUMNS`]) start at index `at`.
+fn record_at(r: &Row<'_>, at: usize) -> rusqlite::Result<PaymentRecord> {
+    let state: String = r.get(at)?;
+    let fingerprint: String = r.get(at + 2)?;
+    let settlement: Option<String> = r.get(at + 3)?;
+    let requirements: String = r.get(at + 5)?;
     Ok(PaymentRecord {
         state: PaymentState::parse(&state).ok_or_else(|| invalid("unknown state"))?,
-        resource: r.get(1)?,
+        resource: r.get(at + 1)?,
         fingerprint: fingerprint
             .parse::<B256>()
             .map_err(|_| invalid("fingerprint"))?,
@@ -57,12 +62,13 @@ fn record_from_row(r: &Row<'_>) -> rusqlite::Result<PaymentRecord> {
             .map(|s| serde_json::from_str::<SettleResponse>(&s))
             .transpose()
             .map_err(|_| invalid("settlement"))?,
-        payment: Arc::new(
-            serde_json::from_str::<StoredPayment>(&payment).map_err(|_| invalid("payment"))?,
-        ),
-        expires_at: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
-        updated_at: u64::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
-        revision: u64::try_from(r.get::<_, i64>(7)?).unwrap_or(0),
+        payment: Arc::new(StoredPayment {
+            payload: r.get(at + 4)?,
+            requirements: requirements.into(),
+        }),
+        expires_at: u64::try_from(r.get::<_, i64>(at + 6)?).unwrap_or(0),
+        updated_at: u64::try_from(r.get::<_, i64>(at + 7)?).unwrap_or(0),
+        revision: u64::try_from(r.get::<_, i64>(at + 8)?).unwrap_or(0),
     })
 }
 
@@ -132,7 +138,6 @@ impl ReplayStore for SqlitePaymentStore {
                 .map(json)
                 .transpose()
                 .map_err(backend)?;
-            let payment = json(&*record.payment).map_err(backend)?;
             self.db
                 .write(move |c| {
                     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -153,8 +158,8 @@ impl ReplayStore for SqlitePaymentStore {
                     }
                     tx.prepare_cached(
                         "INSERT OR REPLACE INTO payment_states (chain_id, asset, payer, nonce, state, resource, \
-                         fingerprint, settlement, payment, expires_at, updated_at, revision) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1)",
+                         fingerprint, settlement, payload, requirements, expires_at, updated_at, revision) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 1)",
                     )?
                     .execute(params![
                         chain(&key)?,
@@ -165,7 +170,8 @@ impl ReplayStore for SqlitePaymentStore {
                         record.resource,
                         record.fingerprint.to_string(),
                         settlement,
-                        payment,
+                        record.payment.payload,
+                        &*record.payment.requirements,
                         secs(record.expires_at),
                         secs(record.updated_at),
                     ])?;
@@ -216,15 +222,13 @@ impl ReplayStore for SqlitePaymentStore {
                 .map(json)
                 .transpose()
                 .map_err(backend)?;
-            let payment = json(&*record.payment).map_err(backend)?;
             self.db
                 .write(move |c| {
                     let n = c
                         .prepare_cached(
                             "UPDATE payment_states SET state = ?5, resource = ?6, fingerprint = ?7, \
-                             settlement = ?8, payment = ?9, expires_at = ?10, updated_at = ?11, \
-                             revision = revision + 1 \
-                             WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4 AND revision = ?12",
+                             settlement = ?8, expires_at = ?9, updated_at = ?10, revision = revision + 1 \
+                             WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4 AND revision = ?11",
                         )?
                         .execute(params![
                             chain(&key)?,
@@ -235,7 +239,6 @@ impl ReplayStore for SqlitePaymentStore {
                             record.resource,
                             record.fingerprint.to_string(),
                             settlement,
-                            payment,
                             secs(record.expires_at),
                             secs(record.updated_at),
                             secs(expected),
@@ -302,27 +305,7 @@ impl ReplayStore for SqlitePaymentStore {
                                 nonce: nonce.parse::<B256>().map_err(|_| invalid("nonce"))?,
                             };
                             // The record's columns follow the key's four.
-                            let record = PaymentRecord {
-                                state: PaymentState::parse(&r.get::<_, String>(4)?)
-                                    .ok_or_else(|| invalid("unknown state"))?,
-                                resource: r.get(5)?,
-                                fingerprint: r
-                                    .get::<_, String>(6)?
-                                    .parse()
-                                    .map_err(|_| invalid("fingerprint"))?,
-                                settlement: r
-                                    .get::<_, Option<String>>(7)?
-                                    .map(|s| serde_json::from_str(&s))
-                                    .transpose()
-                                    .map_err(|_| invalid("settlement"))?,
-                                payment: Arc::new(
-                                    serde_json::from_str(&r.get::<_, String>(8)?)
-                                        .map_err(|_| invalid("payment"))?,
-                                ),
-                                expires_at: u64::try_from(r.get::<_, i64>(9)?).unwrap_or(0),
-                                updated_at: u64::try_from(r.get::<_, i64>(10)?).unwrap_or(0),
-                                revision: u64::try_from(r.get::<_, i64>(11)?).unwrap_or(0),
-                            };
+                            let record = record_at(r, 4)?;
                             Ok((key, record))
                         },
                     )?;
@@ -388,7 +371,6 @@ impl ReplayStore for SqlitePaymentStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
 
     fn key(n: u8) -> ReplayKey {
         ReplayKey {
@@ -406,8 +388,8 @@ mod tests {
             fingerprint: B256::repeat_byte(9),
             settlement: None,
             payment: Arc::new(StoredPayment {
-                payload: Value::Null,
-                requirements: Value::Null,
+                payload: "{}".into(),
+                requirements: Arc::from("{}"),
             }),
             expires_at: 100,
             updated_at,

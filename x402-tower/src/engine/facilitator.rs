@@ -27,6 +27,8 @@
 //! # }
 //! ```
 
+use std::sync::Arc;
+
 use alloy_primitives::{Address, B256, Bytes, U256};
 use serde_json::Value;
 
@@ -41,8 +43,7 @@ use crate::proto::{
 use crate::replay::{PaymentState, StoredPayment};
 use crate::settle::{SettleRequest, VerifyOutcome};
 use crate::verify::{
-    RejectReason, authorization_digest, check_authorization, domain_separator, parse_signature_hex,
-    payload_from_json,
+    RejectReason, checked_authorization, domain_separator, parse_signature_hex, payload_from_json,
 };
 
 /// Default of [`FacilitatorPolicy::max_timeout_seconds`].
@@ -218,12 +219,17 @@ pub fn settle_request(
 
 /// The settle request of a stored payment (for reconciliation).
 pub(crate) fn stored_request(stored: &StoredPayment) -> Result<SettleRequest, Invalid> {
-    settle_request(stored.payload.clone(), stored.requirements.clone())
+    let parse = |text: &str| {
+        serde_json::from_str::<Value>(text)
+            .map_err(|e| Invalid::new("invalid_payload", format!("stored payment: {e}"), None))
+    };
+    settle_request(parse(&stored.payload)?, parse(&stored.requirements)?)
 }
 
 /// A checked facilitator request.
 struct Checked {
     request: SettleRequest,
+    stored: Arc<StoredPayment>,
     fingerprint: B256,
     resource: String,
 }
@@ -244,6 +250,10 @@ impl PaymentEngine {
             .get("paymentRequirements")
             .cloned()
             .unwrap_or(Value::Null);
+        let stored = Arc::new(StoredPayment {
+            payload: payload.to_string(),
+            requirements: requirements.to_string().into(),
+        });
         Ok(
             settle_request(payload, requirements).and_then(|mut request| {
                 let payer = Some(request.payer());
@@ -260,10 +270,9 @@ impl PaymentEngine {
                 request.offer.max_timeout_seconds = policy.max_timeout_seconds;
                 let separator =
                     domain_separator(request.offer.network.chain_id(), &request.offer.token);
-                check_authorization(&request.payload, &request.offer, &separator, self.now())
-                    .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, payer))?;
-                let fingerprint =
-                    authorization_digest(&request.payload.exact().authorization, &separator);
+                let (_, fingerprint) =
+                    checked_authorization(&request.payload, &request.offer, &separator, self.now())
+                        .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, payer))?;
                 let url = match (&request.payload, &request.requirements) {
                     (PaymentPayload::V2(p), _) => p.resource.as_ref().map(|r| r.url.clone()),
                     (_, PaymentRequirements::V1(r)) => Some(r.resource.clone()),
@@ -271,6 +280,7 @@ impl PaymentEngine {
                 };
                 Ok(Checked {
                     request,
+                    stored,
                     fingerprint,
                     resource: format!("facilitator:{}", url.unwrap_or_default()),
                 })
@@ -346,6 +356,7 @@ impl PaymentEngine {
         let answer = match self
             .admit(
                 checked.request,
+                checked.stored,
                 checked.fingerprint,
                 &checked.resource,
                 None,
@@ -375,7 +386,7 @@ impl PaymentEngine {
                 receipt: Some(sr), ..
             } => Ok(sr),
             Answer::PaymentRequired { error, .. } => Ok(failure(
-                error,
+                error.into_owned(),
                 "the payment was refused".to_owned(),
                 network,
                 payer,

@@ -41,12 +41,12 @@
 pub mod facilitator;
 pub mod identifier;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{B256, keccak256};
-use serde_json::Value;
 use tracing::{Instrument, debug, error, info_span, warn};
 
 use crate::metrics::X402Metrics;
@@ -84,7 +84,7 @@ pub enum Answer {
     /// attempted (or is pending).
     PaymentRequired {
         /// The spec's error string (or the settler's own).
-        error: String,
+        error: Cow<'static, str>,
         /// The receipt to send in `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`.
         receipt: Option<SettleResponse>,
         /// The x402 version of the payment (decides the receipt header), 2 when unknown.
@@ -166,7 +166,7 @@ pub struct PaymentEngine {
     stale_after: u64,
     verify_only: bool,
     verify_only_warned: std::sync::atomic::AtomicBool,
-    metrics: Arc<X402Metrics>,
+    pub(crate) metrics: Arc<X402Metrics>,
     clock: Clock,
     domains: Mutex<HashMap<(u64, Token), B256>>,
 }
@@ -394,7 +394,7 @@ impl PaymentEngine {
     fn refuse(&self, reason: RejectReason, version: u8) -> Answer {
         self.metrics.rejected(reason);
         Answer::PaymentRequired {
-            error: reason.as_str().to_owned(),
+            error: Cow::Borrowed(reason.as_str()),
             receipt: None,
             version,
         }
@@ -430,7 +430,9 @@ impl PaymentEngine {
                     let _d = info_span!("x402.decode").entered();
                     verify::decode(header)
                 };
-                decoded.and_then(|(payload, json)| verify::verify(payload, json, offers, now))
+                decoded.and_then(|(payload, json, text)| {
+                    verify::verify(payload, json, text, offers, now)
+                })
             }
         };
         let local = match local {
@@ -445,17 +447,27 @@ impl PaymentEngine {
             }
         };
         let compiled = &offers[local.offer_index];
-        let requirements = match &local.payload {
+        let (requirements, requirements_json) = match &local.payload {
             PaymentPayload::V1(_) => match compiled.v1_requirements(resource_url) {
-                Some(r) => PaymentRequirements::V1(r),
-                None => PaymentRequirements::V2(compiled.v2.clone()),
+                Some(r) => {
+                    let json: Arc<str> = serde_json::to_string(&r).unwrap_or_default().into();
+                    (PaymentRequirements::V1(r), json)
+                }
+                None => (
+                    PaymentRequirements::V2(compiled.v2.clone()),
+                    compiled.v2_json.clone(),
+                ),
             },
-            PaymentPayload::V2(_) => PaymentRequirements::V2(compiled.v2.clone()),
+            PaymentPayload::V2(_) => (
+                PaymentRequirements::V2(compiled.v2.clone()),
+                compiled.v2_json.clone(),
+            ),
         };
-        let fingerprint = verify::authorization_digest(
-            &local.payload.exact().authorization,
-            &compiled.domain_separator,
-        );
+        let fingerprint = local.digest;
+        let stored = Arc::new(StoredPayment {
+            payload: local.payload_text,
+            requirements: requirements_json,
+        });
         let request = SettleRequest {
             payload: local.payload,
             payload_json: local.payload_json,
@@ -471,7 +483,13 @@ impl PaymentEngine {
             return Begin::Answer(answer);
         }
         let mut attempt = match self
-            .admit(request, fingerprint, resource_url, Some(route.timing))
+            .admit(
+                request,
+                stored,
+                fingerprint,
+                resource_url,
+                Some(route.timing),
+            )
             .await
         {
             Admitted::Answer(a) => return Begin::Answer(a),
@@ -577,6 +595,7 @@ impl PaymentEngine {
     async fn admit(
         &self,
         request: SettleRequest,
+        stored: Arc<StoredPayment>,
         fingerprint: B256,
         resource: &str,
         timing: Option<SettleTiming>,
@@ -589,10 +608,7 @@ impl PaymentEngine {
             resource: resource.to_owned(),
             fingerprint,
             settlement: None,
-            payment: Arc::new(StoredPayment {
-                payload: request.payload_json.clone(),
-                requirements: serde_json::to_value(&request.requirements).unwrap_or(Value::Null),
-            }),
+            payment: stored,
             expires_at: verified.valid_before,
             updated_at: now,
             revision: 0,
@@ -739,7 +755,7 @@ impl PaymentEngine {
                 }
                 self.metrics.rejected(RejectReason::SettlerRejected);
                 Err(Answer::PaymentRequired {
-                    error: reason,
+                    error: Cow::Owned(reason),
                     receipt: None,
                     version,
                 })
@@ -821,7 +837,7 @@ impl PaymentEngine {
                         .await;
                 }
                 Err(Answer::PaymentRequired {
-                    error: reason,
+                    error: Cow::Owned(reason),
                     receipt: Some(sr),
                     version,
                 })
@@ -856,7 +872,7 @@ impl PaymentEngine {
     /// 402 with a `settlement_pending` receipt: resend the identical payment later.
     fn pending_answer(&self, request: &SettleRequest, transaction: Option<String>) -> Answer {
         Answer::PaymentRequired {
-            error: SETTLEMENT_PENDING.to_owned(),
+            error: Cow::Borrowed(SETTLEMENT_PENDING),
             receipt: Some(SettleResponse {
                 success: false,
                 error_reason: Some(SETTLEMENT_PENDING.to_owned()),

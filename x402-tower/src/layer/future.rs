@@ -90,7 +90,7 @@ fn start_check<B, F>(
                 offers,
                 info,
                 crate::engine::Answer::PaymentRequired {
-                    error: super::NO_PAYMENT_ERROR.to_owned(),
+                    error: std::borrow::Cow::Borrowed(super::NO_PAYMENT_ERROR),
                     receipt: None,
                     version: 2,
                 },
@@ -136,29 +136,25 @@ where
             };
             return fut;
         }
-        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        let info = RequestInfo {
-            resource_url: format!("{}{}", fut.shared.base_url, path),
-            wants_html: prefers_html(req.headers()),
-        };
         match &fut.shared.pricing {
             Pricing::Static(offers) => {
                 let offers = offers.clone();
+                let info = request_info(&fut.shared, &req);
                 fut.state = start_check(&fut.shared, &offers, &info, &req);
                 fut.offers = Some(offers);
+                fut.info = Some(info);
             }
             Pricing::Dynamic(source) => {
+                // The request's description is built only if the price source charges.
                 let (parts, body) = req.into_parts();
                 fut.state = State::Pricing {
                     fut: source.price(&parts),
                 };
                 fut.req = Some(Request::from_parts(parts, body));
                 fut.inner = Some(inner);
-                fut.info = Some(info);
                 return fut;
             }
         }
-        fut.info = Some(info);
         if matches!(fut.state, State::Checking { .. }) {
             fut.req = Some(req);
             fut.inner = Some(inner);
@@ -185,8 +181,8 @@ where
                             .iter()
                             .find_map(offer_problem)
                             .or(offers.is_empty().then_some("no offers"));
-                        match (problem, this.req.as_ref(), this.info.as_ref()) {
-                            (Some(why), _, _) => {
+                        match (problem, this.req.as_ref()) {
+                            (Some(why), _) => {
                                 error!(why, "the price source returned an invalid offer");
                                 let r = plain_error(
                                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -194,13 +190,15 @@ where
                                 );
                                 Some(State::Early { response: Some(r) })
                             }
-                            (None, Some(req), Some(info)) => {
+                            (None, Some(req)) => {
                                 let offers = this.shared.engine.compile(offers);
-                                let state = start_check(this.shared, &offers, info, req);
+                                let info = request_info(this.shared, req);
+                                let state = start_check(this.shared, &offers, &info, req);
                                 *this.offers = Some(offers);
+                                *this.info = Some(info);
                                 Some(state)
                             }
-                            (None, _, _) => {
+                            (None, None) => {
                                 let r = plain_error(
                                     StatusCode::INTERNAL_SERVER_ERROR,
                                     "request taken before pricing finished",
@@ -284,6 +282,15 @@ where
             };
             this.state.set(next);
         }
+    }
+}
+
+/// What the layer's answers need to know of the request.
+fn request_info<B>(shared: &Shared, req: &Request<B>) -> RequestInfo {
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    RequestInfo {
+        resource_url: format!("{}{}", shared.base_url, path),
+        wants_html: prefers_html(req.headers()),
     }
 }
 

@@ -254,7 +254,7 @@ pub(crate) fn render(
             receipt: settle,
             version,
         } => {
-            shared.engine.metrics().payment_required();
+            shared.engine.metrics.payment_required();
             payment_required(
                 offers,
                 info,

@@ -250,8 +250,8 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
         fingerprint: alloy_primitives::B256::ZERO,
         settlement: None,
         payment: Arc::new(x402_tower::StoredPayment {
-            payload: payload.clone(),
-            requirements: payload["accepted"].clone(),
+            payload: payload.to_string(),
+            requirements: payload["accepted"].to_string().into(),
         }),
         expires_at: now() + 300,
         updated_at: now(),

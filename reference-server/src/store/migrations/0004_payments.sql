@@ -11,7 +11,8 @@ CREATE TABLE payment_states (
     resource     TEXT NOT NULL,              -- absolute resource URL, or facilitator:<url>
     fingerprint  TEXT NOT NULL,              -- EIP-712 digest of the authorization
     settlement   TEXT,                       -- JSON SettleResponse (settled, pending, spent)
-    payment      TEXT NOT NULL,              -- JSON {payload, requirements}, for reconciliation
+    payload      TEXT NOT NULL,              -- the PaymentPayload JSON as the client sent it (for reconciliation)
+    requirements TEXT NOT NULL,              -- the PaymentRequirements JSON it matched
     expires_at   INTEGER NOT NULL,           -- unix seconds: the authorization's validBefore
     updated_at   INTEGER NOT NULL,           -- unix seconds
     revision     INTEGER NOT NULL,           -- compare-and-set token

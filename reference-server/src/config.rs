@@ -122,6 +122,16 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_SETTLER_KEY", hide_env_values = true)]
     pub settler_key: Option<String>,
 
+    /// With `--rpc-url`: how long to wait for a settlement transaction's receipt, in seconds. Past it the
+    /// outcome is unknown: the buyer gets 402 `settlement_pending` with the transaction hash, and the payment
+    /// is reconciled from the chain later (never broadcast again).
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_RPC_RECEIPT_TIMEOUT_SECS",
+        default_value_t = 60
+    )]
+    pub rpc_receipt_timeout_secs: u64,
+
     /// Bearer token that callers of the facilitator API (`/facilitator/*`) must send
     /// (`Authorization: Bearer <t>`). Without it the facilitator API is off.
     #[arg(
@@ -178,6 +188,7 @@ impl Config {
             facilitator_settle_timeout_secs: 90,
             rpc_url: None,
             settler_key: None,
+            rpc_receipt_timeout_secs: 60,
             facilitator_token: None,
             facilitator_max_timeout_secs: 600,
             facilitator_pay_to: Vec::new(),
@@ -387,8 +398,16 @@ impl Config {
                     ));
                 }
                 let url = parse_http_url("rpc-url", url)?;
+                if self.rpc_receipt_timeout_secs == 0 || self.rpc_receipt_timeout_secs > 3600 {
+                    return Err(invalid(
+                        "rpc-receipt-timeout-secs",
+                        &self.rpc_receipt_timeout_secs.to_string(),
+                        "1 to 3600 seconds",
+                    ));
+                }
                 Some(
                     x402_tower::settle::onchain::OnchainSettler::builder(url.clone(), key.clone())
+                        .receipt_timeout(Duration::from_secs(self.rpc_receipt_timeout_secs))
                         .build()
                         .map_err(|e| invalid("settler-key", "<hidden>", e.to_string()))?,
                 )

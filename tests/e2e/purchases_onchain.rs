@@ -395,3 +395,88 @@ async fn a_buyer_whose_connection_dropped_resends_and_gets_the_same_receipt_with
         .expect("JSON");
     assert_eq!(rows["totals"]["settled"], 1, "{rows}");
 }
+
+#[tokio::test]
+async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with_one_transfer() {
+    let chain = Chain::start().await;
+    let usdc = chain.usdc.to_checksum(None);
+    let rpc_url = chain.anvil.url.clone();
+    let server = RefServer::start(move |c| {
+        c.network = format!("eip155:{CHAIN_ID}");
+        c.asset = Some(usdc);
+        c.asset_name = Some(TOKEN_NAME.into());
+        c.asset_version = Some(TOKEN_VERSION.into());
+        c.rpc_url = Some(rpc_url);
+        c.settler_key = Some(workspace_tests::chain::DEV_KEYS[1].into());
+        c.rpc_receipt_timeout_secs = 1;
+        c.api_token = Some("op".into());
+    })
+    .await;
+    let (key, from) = payer(6);
+    chain.mint(from, 1_000_000).await;
+    let required = offer(&server.article_url()).await;
+    let header = pay_v2(key, &required, &Knobs::default());
+
+    // Blocks stop: the settlement is broadcast, its receipt does not come in time.
+    chain
+        .rpc
+        .call("evm_setAutomine", serde_json::json!([false]))
+        .await;
+    let resp = http()
+        .get(server.article_url())
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status(), 402);
+    let pending = decode_b64_json(resp.headers()["payment-response"].to_str().expect("ascii"));
+    assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
+    let tx = pending["transaction"]
+        .as_str()
+        .expect("the hash")
+        .to_owned();
+    assert_eq!(tx.len(), 66, "{pending}");
+    let body: Value = resp.json().await.expect("402 body");
+    assert!(body.get("article").is_none(), "no content before the money");
+
+    // The resend while it is still in the mempool: pending again, nothing broadcast a second time.
+    let resp = http()
+        .get(server.article_url())
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status(), 402);
+
+    // Mined: the resend gets the article with the same transaction; exactly one transfer.
+    chain.rpc.call("evm_mine", serde_json::json!([])).await;
+    chain
+        .rpc
+        .call("evm_setAutomine", serde_json::json!([true]))
+        .await;
+    let resp = http()
+        .get(server.article_url())
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status(), 200);
+    let receipt = decode_b64_json(resp.headers()["payment-response"].to_str().expect("ascii"));
+    assert_eq!(receipt["transaction"], tx);
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+    let rows: Value = http()
+        .get(format!("{}/operator/settlements", server.url))
+        .header("authorization", "token op")
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(rows["totals"]["settled"], 1, "{rows}");
+    assert_eq!(rows["totals"]["unknown"], 0, "{rows}");
+    assert_eq!(rows["settlements"][0]["resolved_from"], "unknown", "{rows}");
+}

@@ -39,6 +39,8 @@ struct Node {
     authorization_used: bool,
     /// Accept the second send, then never answer it.
     hang_second_send: bool,
+    /// `eth_getTransactionByHash` finds sent transactions (they are in the mempool).
+    in_mempool: bool,
 }
 
 fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
@@ -101,6 +103,13 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
                 "data": B256::from(U256::from(10_000u64)),
             });
             ok(json!({"status": n.receipt_status, "logs": [log]}))
+        }
+        "eth_getTransactionByHash" => {
+            if n.in_mempool {
+                ok(json!({"hash": params[0]}))
+            } else {
+                ok(Value::Null)
+            }
         }
         m => Some(rpc_error(id, -32601, &format!("no method {m}"))),
     }
@@ -333,4 +342,81 @@ async fn no_receipt_in_time_is_unknown_and_a_revert_asks_the_authorization_state
             other => panic!("{other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn reconciliation_reads_the_chain_and_never_broadcasts() {
+    let (url, node, _) = node(Node {
+        in_mempool: true,
+        ..Node::default()
+    })
+    .await;
+    let s = settler(&url);
+    let req = request(9);
+    // Broadcast, no receipt in time: unknown, with the hash.
+    let SettleOutcome::Unknown {
+        transaction: Some(tx),
+        ..
+    } = s.settle(&req).await
+    else {
+        panic!("expected an unknown outcome with the transaction")
+    };
+    // Still in the mempool: still unknown.
+    assert!(matches!(
+        s.reconcile(&req, Some(&tx)).await,
+        SettleOutcome::Unknown { transaction: Some(ref t), .. } if *t == tx
+    ));
+    // Mined with the Transfer log: settled with that transaction.
+    node.lock().unwrap().receipts = true;
+    assert_eq!(
+        s.reconcile(&req, Some(&tx)).await,
+        SettleOutcome::Settled {
+            transaction: tx.clone(),
+            payer: FROM,
+            network: "eip155:31337".into()
+        }
+    );
+    // Reverted, nonce unused: failed and still usable (the engine settles anew).
+    node.lock().unwrap().receipt_status = "0x0";
+    assert!(matches!(
+        s.reconcile(&req, Some(&tx)).await,
+        SettleOutcome::Failed {
+            authorization_still_usable: true,
+            ..
+        }
+    ));
+    // Dropped from the mempool (or never sent), nonce unused: usable; nonce used by someone else: spent.
+    {
+        let mut n = node.lock().unwrap();
+        n.receipts = false;
+        n.in_mempool = false;
+    }
+    assert!(matches!(
+        s.reconcile(&req, Some(&tx)).await,
+        SettleOutcome::Failed {
+            authorization_still_usable: true,
+            ..
+        }
+    ));
+    assert!(matches!(
+        s.reconcile(&req, None).await,
+        SettleOutcome::Failed {
+            authorization_still_usable: true,
+            ..
+        }
+    ));
+    node.lock().unwrap().authorization_used = true;
+    match s.reconcile(&req, None).await {
+        SettleOutcome::Failed {
+            reason,
+            authorization_still_usable: false,
+            ..
+        } => assert_eq!(reason, "invalid_exact_evm_nonce_already_used"),
+        other => panic!("expected spent: {other:?}"),
+    }
+    assert_eq!(
+        node.lock().unwrap().sent_nonces.len(),
+        1,
+        "reconciling never sends a transaction"
+    );
 }

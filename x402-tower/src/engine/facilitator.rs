@@ -250,10 +250,6 @@ impl PaymentEngine {
             .get("paymentRequirements")
             .cloned()
             .unwrap_or(Value::Null);
-        let stored = Arc::new(StoredPayment {
-            payload: payload.to_string(),
-            requirements: requirements.to_string().into(),
-        });
         Ok(
             settle_request(payload, requirements).and_then(|mut request| {
                 let payer = Some(request.payer());
@@ -278,6 +274,13 @@ impl PaymentEngine {
                     (_, PaymentRequirements::V1(r)) => Some(r.resource.clone()),
                     _ => None,
                 };
+                // Only a payment that passed every check is remembered.
+                let stored = Arc::new(StoredPayment {
+                    payload: request.payload_json.to_string(),
+                    requirements: serde_json::to_string(&request.requirements)
+                        .unwrap_or_default()
+                        .into(),
+                });
                 Ok(Checked {
                     request,
                     stored,

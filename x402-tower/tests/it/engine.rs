@@ -310,3 +310,33 @@ async fn the_facilitator_caps_valid_before_with_its_own_limit_and_checks_pay_to(
     );
     assert_eq!(s.settles(), 0);
 }
+
+#[tokio::test]
+async fn a_flood_of_caller_chosen_terms_stores_nothing_and_a_real_payment_still_settles() {
+    // Facilitator requests whose caller sets maxTimeoutSeconds and validBefore as far out as it likes (the
+    // attack that once filled the replay store with 250,000 entries): all refused by the facilitator's own
+    // horizon before any record is written. The store holds only 100 entries, so 10,000 requests (100x its
+    // capacity; the count that matters) would have filled it a hundred times over if any of them stored
+    // anything; a real payment then still settles.
+    let s = Scripted::new(settled_outcome());
+    let store = Arc::new(InMemoryReplayStore::with_capacity(100));
+    let e = engine(s.clone(), store.clone());
+    let p = FacilitatorPolicy::default();
+    let template = body(11);
+    for i in 0..10_000u32 {
+        let mut b = template.clone();
+        b["paymentRequirements"]["maxTimeoutSeconds"] = json!(u64::MAX / 2);
+        b["paymentPayload"]["accepted"]["maxTimeoutSeconds"] = json!(u64::MAX / 2);
+        let auth = &mut b["paymentPayload"]["payload"]["authorization"];
+        auth["validBefore"] = json!((1u64 << 63).to_string());
+        auth["nonce"] = json!(format!("0x{:064x}", i));
+        let r = e.facilitator_settle(&p, &b).await.unwrap();
+        assert_eq!(
+            r.error_reason.as_deref(),
+            Some("invalid_exact_evm_payload_authorization_valid_before")
+        );
+    }
+    assert!(store.is_empty());
+    assert!(e.facilitator_settle(&p, &body(12)).await.unwrap().success);
+    assert_eq!(s.settles(), 1);
+}

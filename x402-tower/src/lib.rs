@@ -168,6 +168,7 @@ pub use offer::PaymentOffer;
 pub use payment::{SettleTiming, VerifiedPayment};
 pub use price::Price;
 pub use pricing::{BoxFuture, PriceDecision, PriceSource, StaticPrice};
+pub use proto::{SettleResponse, SupportedResponse};
 pub use replay::{
     IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore,
     Reservation, StoreError, StoredPayment,

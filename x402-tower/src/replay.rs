@@ -7,22 +7,28 @@
 //!
 //! # States and the keep/release rule
 //!
-//! The engine reserves the key ([`PaymentState::InFlight`]) before anything can move money. Afterwards it
-//! moves the record with compare-and-set updates ([`ReplayStore::update`], [`ReplayStore::release`] on the
-//! record's `revision`), so two requests or two instances can never both act on one record:
+//! The engine reserves the key ([`PaymentState::InFlight`]) before anything can move money. What becomes of
+//! the record afterwards is decided by one function, [`disposition`], from what happened:
 //!
-//! | what happened | record | why |
+//! | what happened ([`Event`]) | record ([`Disposition`]) | why |
 //! |---|---|---|
 //! | settled (including verify-only "settlement") | `Settled`, with the settlement, until `expires_at` | the nonce is spent; a resend of the identical payment for the same resource gets the same answer |
 //! | settle-after, inner service answered >= 400 or failed | released (deleted) | nothing was settled: the payer was not charged |
 //! | the settler's verify said invalid, or could not be reached | released | nothing was broadcast |
+//! | the settler's verify said the nonce is already used on chain | `Spent` | no door may try it again |
 //! | settlement failed and the settler says `authorization_still_usable` | released | e.g. insufficient funds: it may succeed later |
 //! | settlement failed otherwise | `Spent` | it is (or may become) spent on chain |
 //! | outcome unknown (timeout after broadcast, no answer from a facilitator) | `Pending`, with the transaction when known | reconciled before anything else is done with it (a resend, or the background reconciler) |
-//! | the request's future was dropped mid-flight, or the process died | stays `InFlight` | after [`stale_after`](crate::engine::PaymentEngineBuilder::stale_after) it is reconciled like `Pending` |
 //!
-//! Every [`PaymentEngine`](crate::engine::PaymentEngine) decision on these states is in one function,
-//! `engine::PaymentEngine::on_taken` (reading a record) and `engine::PaymentEngine::apply` (writing one).
+//! A request whose future was dropped mid-flight, or whose process died, leaves its record `InFlight`; after
+//! [`stale_after`](crate::engine::PaymentEngineBuilder::stale_after) it is reconciled like `Pending`. A
+//! reconciliation that finds the payment unsettled and still usable releases it — except on a resend, where
+//! the resending request keeps the claim and settles it anew at once (release and reserve in one step).
+//!
+//! The engine moves records only with compare-and-set updates ([`ReplayStore::update`],
+//! [`ReplayStore::release`] on the record's `revision`), so two requests or two instances can never both act
+//! on one record. What it answers for a record another request left is decided in
+//! `engine::PaymentEngine::on_taken`.
 //!
 //! # Payment identifiers
 //!
@@ -139,6 +145,61 @@ pub enum Reservation {
     },
     /// Another request holds (or held) the key: its record.
     Taken(Box<PaymentRecord>),
+}
+
+/// What happened to a reserved payment: the input of [`disposition`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The settler's verify refused the payment (`nonce_used`: because the nonce is spent on chain).
+    SettlerRefused {
+        /// The settler said the nonce is already used.
+        nonce_used: bool,
+    },
+    /// The settler's verify did not answer.
+    SettlerUnreachable,
+    /// Settle-after: the protected service failed or answered >= 400; nothing was settled.
+    NotServed,
+    /// The payment settled.
+    Settled,
+    /// The settlement failed.
+    SettlementFailed {
+        /// The settler says nothing moved and the authorization can still be used.
+        still_usable: bool,
+    },
+    /// Nobody knows yet whether money moved.
+    OutcomeUnknown,
+}
+
+/// What to do with a reserved payment's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Delete it: nothing was charged, the authorization may be presented again.
+    Release,
+    /// Keep it in this state until it expires.
+    Keep(PaymentState),
+}
+
+/// The keep/release rule (the table in the [module docs](self)): the one place it is decided.
+///
+/// ```
+/// use x402_tower::replay::{Disposition, Event, PaymentState, disposition};
+///
+/// assert_eq!(disposition(Event::OutcomeUnknown), Disposition::Keep(PaymentState::Pending));
+/// assert_eq!(disposition(Event::NotServed), Disposition::Release);
+/// ```
+pub const fn disposition(event: Event) -> Disposition {
+    match event {
+        Event::Settled => Disposition::Keep(PaymentState::Settled),
+        Event::OutcomeUnknown => Disposition::Keep(PaymentState::Pending),
+        Event::SettlerRefused { nonce_used: true }
+        | Event::SettlementFailed {
+            still_usable: false,
+        } => Disposition::Keep(PaymentState::Spent),
+        Event::SettlerRefused { nonce_used: false }
+        | Event::SettlerUnreachable
+        | Event::NotServed
+        | Event::SettlementFailed { still_usable: true } => Disposition::Release,
+    }
 }
 
 /// A payment identifier's binding ([`ReplayStore::bind_id`]).
@@ -591,6 +652,32 @@ mod tests {
         };
         assert_eq!(list(5), vec![2], "in-flight since 10 is not stale before 5");
         assert_eq!(list(11), vec![1, 2]);
+    }
+
+    #[test]
+    fn one_rule_for_every_row_of_the_table() {
+        use Disposition::{Keep, Release};
+        let rows = [
+            (Event::Settled, Keep(PaymentState::Settled)),
+            (Event::NotServed, Release),
+            (Event::SettlerRefused { nonce_used: false }, Release),
+            (Event::SettlerUnreachable, Release),
+            (
+                Event::SettlerRefused { nonce_used: true },
+                Keep(PaymentState::Spent),
+            ),
+            (Event::SettlementFailed { still_usable: true }, Release),
+            (
+                Event::SettlementFailed {
+                    still_usable: false,
+                },
+                Keep(PaymentState::Spent),
+            ),
+            (Event::OutcomeUnknown, Keep(PaymentState::Pending)),
+        ];
+        for (event, expected) in rows {
+            assert_eq!(disposition(event), expected, "{event:?}");
+        }
     }
 
     #[test]

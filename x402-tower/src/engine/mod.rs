@@ -31,8 +31,8 @@
 //!      failed → refused; unknown → `settlement_pending` again;
 //!    - `Spent`: refused.
 //! 4. The settler verifies (the chain's view); invalid → released and refused; no answer → released, 502.
-//! 5. Settlement; its outcome is written by `apply`, the one function that writes the keep/release rule of
-//!    [`crate::replay`]: settled → `Settled`; failed and still usable → released; failed → `Spent`; unknown →
+//! 5. Settlement; what is kept or released is decided by [`disposition`](crate::replay::disposition), the
+//!    one function of the keep/release rule, in [`crate::replay`] beside its table: settled → `Settled`; failed and still usable → released; failed → `Spent`; unknown →
 //!    `Pending`, answered 402 with a `settlement_pending` receipt carrying the transaction when there is one.
 //!
 //! Every settlement attempt (and every reconciliation) is reported to the observer before anybody is
@@ -55,8 +55,8 @@ use crate::offer::PaymentOffer;
 use crate::payment::{SettleTiming, VerifiedPayment};
 use crate::proto::{PaymentPayload, PaymentRequirements, SettleResponse};
 use crate::replay::{
-    IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore,
-    Reservation, StoreError, StoredPayment,
+    Disposition, Event, IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, PaymentState,
+    ReplayKey, ReplayStore, Reservation, StoreError, StoredPayment, disposition,
 };
 use crate::settle::{
     ObservedOutcome, SETTLEMENT_PENDING, SettleOutcome, SettleRequest, SettlementEvent,
@@ -537,7 +537,7 @@ impl PaymentEngine {
         }
         if !served {
             // Nothing was charged: the authorization may be presented again.
-            self.release(&attempt).await;
+            self.dispose(&mut attempt, Event::NotServed, None).await;
             return Finish::Pass(None, version);
         }
         match self.settle(&mut attempt, Some(route.timing)).await {
@@ -746,13 +746,10 @@ impl PaymentEngine {
             Ok(VerifyOutcome::Valid) => Ok(()),
             Ok(VerifyOutcome::Invalid { reason, message }) => {
                 debug!(%reason, ?message, "settler rejected the payment");
-                if reason == RejectReason::NonceAlreadyUsed.as_str() {
-                    // Spent on chain: remember it, so no door tries it again.
-                    let failure = self.failure(attempt, &reason, message);
-                    self.save(attempt, PaymentState::Spent, Some(failure)).await;
-                } else {
-                    self.release(attempt).await;
-                }
+                let nonce_used = reason == RejectReason::NonceAlreadyUsed.as_str();
+                let failure = self.failure(attempt, &reason, message);
+                self.dispose(attempt, Event::SettlerRefused { nonce_used }, Some(failure))
+                    .await;
                 self.metrics.rejected(RejectReason::SettlerRejected);
                 Err(Answer::PaymentRequired {
                     error: Cow::Owned(reason),
@@ -762,7 +759,7 @@ impl PaymentEngine {
             }
             Err(e) => {
                 warn!(error = %e, "settler verify failed");
-                self.release(attempt).await;
+                self.dispose(attempt, Event::SettlerUnreachable, None).await;
                 self.metrics.upstream_error();
                 Err(Answer::Unavailable {
                     status: 502,
@@ -797,7 +794,7 @@ impl PaymentEngine {
         self.apply(attempt, outcome).await
     }
 
-    /// The one function that writes the keep/release rule (see [`crate::replay`]) and builds the answer.
+    /// Applies a settlement outcome (the keep/release rule through [`disposition`]) and builds the answer.
     async fn apply(
         &self,
         attempt: &mut Attempt,
@@ -818,7 +815,7 @@ impl PaymentEngine {
                     network,
                     payer: Some(payer.to_checksum(None)),
                 };
-                self.save(attempt, PaymentState::Settled, Some(sr.clone()))
+                self.dispose(attempt, Event::Settled, Some(sr.clone()))
                     .await;
                 Ok(sr)
             }
@@ -830,12 +827,10 @@ impl PaymentEngine {
                 warn!(%reason, ?message, "settlement failed");
                 self.metrics.settlement_failed();
                 let sr = self.failure(attempt, &reason, message);
-                if authorization_still_usable {
-                    self.release(attempt).await;
-                } else {
-                    self.save(attempt, PaymentState::Spent, Some(sr.clone()))
-                        .await;
-                }
+                let event = Event::SettlementFailed {
+                    still_usable: authorization_still_usable,
+                };
+                self.dispose(attempt, event, Some(sr.clone())).await;
                 Err(Answer::PaymentRequired {
                     error: Cow::Owned(reason),
                     receipt: Some(sr),
@@ -850,7 +845,7 @@ impl PaymentEngine {
                 self.metrics.settlement_unknown();
                 let answer = self.pending_answer(&attempt.request, transaction);
                 if let Answer::PaymentRequired { receipt, .. } = &answer {
-                    self.save(attempt, PaymentState::Pending, receipt.clone())
+                    self.dispose(attempt, Event::OutcomeUnknown, receipt.clone())
                         .await;
                 }
                 Err(answer)
@@ -886,6 +881,19 @@ impl PaymentEngine {
                 payer: Some(request.payer().to_checksum(None)),
             }),
             version: request.payload.x402_version(),
+        }
+    }
+
+    /// Applies the keep/release rule ([`disposition`]) to the attempt's record after `event`.
+    async fn dispose(
+        &self,
+        attempt: &mut Attempt,
+        event: Event,
+        settlement: Option<SettleResponse>,
+    ) {
+        match disposition(event) {
+            Disposition::Release => self.release(attempt).await,
+            Disposition::Keep(state) => self.save(attempt, state, settlement).await,
         }
     }
 
@@ -1042,7 +1050,8 @@ impl PaymentEngine {
                     authorization_still_usable: true,
                     ..
                 } => {
-                    self.release(&attempt).await;
+                    let event = Event::SettlementFailed { still_usable: true };
+                    self.dispose(&mut attempt, event, None).await;
                     report.released += 1;
                 }
                 SettleOutcome::Settled { .. } => {

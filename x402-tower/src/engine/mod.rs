@@ -32,8 +32,9 @@
 //!    - `Spent`: refused.
 //! 4. The settler verifies (the chain's view); invalid → released and refused; no answer → released, 502.
 //! 5. Settlement; what is kept or released is decided by [`disposition`](crate::replay::disposition), the
-//!    one function of the keep/release rule, in [`crate::replay`] beside its table: settled → `Settled`; failed and still usable → released; failed → `Spent`; unknown →
-//!    `Pending`, answered 402 with a `settlement_pending` receipt carrying the transaction when there is one.
+//!    one function of the keep/release rule, in [`crate::replay`] beside its table: settled → `Settled`;
+//!    failed and still usable → released; failed → `Spent`; unknown → `Pending`, answered 402 with a
+//!    `settlement_pending` receipt carrying the transaction when there is one.
 //!
 //! Every settlement attempt (and every reconciliation) is reported to the observer before anybody is
 //! answered.

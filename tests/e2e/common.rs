@@ -44,6 +44,23 @@ impl RefServer {
         RefServer { url, _stop: stop }
     }
 
+    /// Configured for the anvil token, settling on chain itself (`--rpc-url`, `--settler-key`: the relayer is
+    /// dev account #1), then adjusted.
+    pub(crate) async fn settling_on(chain: &Chain, adjust: impl FnOnce(&mut Config)) -> RefServer {
+        let usdc = chain.usdc.to_checksum(None);
+        let rpc_url = chain.anvil.url.clone();
+        RefServer::start(move |c| {
+            c.network = format!("eip155:{CHAIN_ID}");
+            c.asset = Some(usdc);
+            c.asset_name = Some(TOKEN_NAME.into());
+            c.asset_version = Some(TOKEN_VERSION.into());
+            c.rpc_url = Some(rpc_url);
+            c.settler_key = Some(DEV_KEYS[1].into());
+            adjust(c);
+        })
+        .await
+    }
+
     /// Configured for the anvil token, settling through `facilitator` (base URL ending in `/facilitator`).
     pub(crate) async fn on_chain(chain: &Chain, facilitator: &str) -> RefServer {
         RefServer::on_network(chain, facilitator, &format!("eip155:{CHAIN_ID}")).await

@@ -264,15 +264,7 @@ async fn legacy_v1_client_purchase_settles_on_chain() {
 #[tokio::test]
 async fn server_with_rpc_url_and_settler_key_settles_on_chain_itself() {
     let chain = Chain::start().await;
-    let usdc = chain.usdc.to_checksum(None);
-    let rpc_url = chain.anvil.url.clone();
-    let server = RefServer::start(move |c| {
-        c.network = format!("eip155:{CHAIN_ID}");
-        c.asset = Some(usdc);
-        c.asset_name = Some(TOKEN_NAME.into());
-        c.asset_version = Some(TOKEN_VERSION.into());
-        c.rpc_url = Some(rpc_url);
-        c.settler_key = Some(workspace_tests::chain::DEV_KEYS[1].into());
+    let server = RefServer::settling_on(&chain, |c| {
         c.facilitator_token = Some(FACILITATOR_TOKEN.into());
     })
     .await;
@@ -318,15 +310,7 @@ async fn server_with_rpc_url_and_settler_key_settles_on_chain_itself() {
 async fn a_buyer_whose_connection_dropped_resends_and_gets_the_same_receipt_with_one_transfer() {
     use tokio::io::AsyncWriteExt as _;
     let chain = Chain::start().await;
-    let usdc = chain.usdc.to_checksum(None);
-    let rpc_url = chain.anvil.url.clone();
-    let server = RefServer::start(move |c| {
-        c.network = format!("eip155:{CHAIN_ID}");
-        c.asset = Some(usdc);
-        c.asset_name = Some(TOKEN_NAME.into());
-        c.asset_version = Some(TOKEN_VERSION.into());
-        c.rpc_url = Some(rpc_url);
-        c.settler_key = Some(workspace_tests::chain::DEV_KEYS[1].into());
+    let server = RefServer::settling_on(&chain, |c| {
         c.api_token = Some("op".into());
     })
     .await;
@@ -399,15 +383,7 @@ async fn a_buyer_whose_connection_dropped_resends_and_gets_the_same_receipt_with
 #[tokio::test]
 async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with_one_transfer() {
     let chain = Chain::start().await;
-    let usdc = chain.usdc.to_checksum(None);
-    let rpc_url = chain.anvil.url.clone();
-    let server = RefServer::start(move |c| {
-        c.network = format!("eip155:{CHAIN_ID}");
-        c.asset = Some(usdc);
-        c.asset_name = Some(TOKEN_NAME.into());
-        c.asset_version = Some(TOKEN_VERSION.into());
-        c.rpc_url = Some(rpc_url);
-        c.settler_key = Some(workspace_tests::chain::DEV_KEYS[1].into());
+    let server = RefServer::settling_on(&chain, |c| {
         c.rpc_receipt_timeout_secs = 1;
         c.api_token = Some("op".into());
     })

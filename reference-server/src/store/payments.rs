@@ -80,6 +80,10 @@ fn json(v: &impl serde::Serialize) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
+fn settlement_json(record: &PaymentRecord) -> Result<Option<String>, StoreError> {
+    record.settlement.as_ref().map(json).transpose()
+}
+
 fn backend(e: StoreError) -> ReplayError {
     ReplayError::Backend(Box::new(e))
 }
@@ -132,12 +136,7 @@ impl ReplayStore for SqlitePaymentStore {
         let key = *key;
         let record = record.clone();
         Box::pin(async move {
-            let settlement = record
-                .settlement
-                .as_ref()
-                .map(json)
-                .transpose()
-                .map_err(backend)?;
+            let settlement = settlement_json(&record).map_err(backend)?;
             self.db
                 .write(move |c| {
                     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -216,12 +215,7 @@ impl ReplayStore for SqlitePaymentStore {
         let key = *key;
         let record = record.clone();
         Box::pin(async move {
-            let settlement = record
-                .settlement
-                .as_ref()
-                .map(json)
-                .transpose()
-                .map_err(backend)?;
+            let settlement = settlement_json(&record).map_err(backend)?;
             self.db
                 .write(move |c| {
                     let n = c

@@ -82,11 +82,8 @@ async fn flaky_facilitator(hang: usize) -> (String, Arc<AtomicUsize>) {
     (format!("http://{addr}"), calls)
 }
 
-const TX: &str = "0x3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b";
-
-#[tokio::test]
-async fn an_unknown_outcome_is_pending_then_the_resend_reconciles_and_delivers() {
-    let (facilitator, calls) = flaky_facilitator(1).await;
+/// A server settling through `facilitator` (settle timeout 1 s), a signed payment for [`ARTICLE`] and its URL.
+async fn pending_purchase_setup(facilitator: String) -> (TestServer, String, String) {
     let server = TestServer::start_with(|c| {
         c.facilitator_url = Some(facilitator);
         c.facilitator_settle_timeout_secs = 1;
@@ -95,6 +92,15 @@ async fn an_unknown_outcome_is_pending_then_the_resend_reconciles_and_delivers()
     let (required, _) = offer(&server, ARTICLE).await;
     let header = Payer::new().pay_v2(&required);
     let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    (server, header, url)
+}
+
+const TX: &str = "0x3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b3b";
+
+#[tokio::test]
+async fn an_unknown_outcome_is_pending_then_the_resend_reconciles_and_delivers() {
+    let (facilitator, calls) = flaky_facilitator(1).await;
+    let (server, header, url) = pending_purchase_setup(facilitator).await;
     let pending = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
     assert_eq!(pending.status(), 402);
     assert_eq!(
@@ -122,14 +128,7 @@ async fn an_unknown_outcome_is_pending_then_the_resend_reconciles_and_delivers()
 #[tokio::test]
 async fn the_background_reconciler_resolves_an_unknown_outcome_without_a_resend() {
     let (facilitator, _) = flaky_facilitator(1).await;
-    let server = TestServer::start_with(|c| {
-        c.facilitator_url = Some(facilitator);
-        c.facilitator_settle_timeout_secs = 1;
-    })
-    .await;
-    let (required, _) = offer(&server, ARTICLE).await;
-    let header = Payer::new().pay_v2(&required);
-    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let (server, header, url) = pending_purchase_setup(facilitator).await;
     assert_eq!(
         server
             .get_with(&url, "PAYMENT-SIGNATURE", &header)

@@ -308,9 +308,17 @@ pub(crate) fn add_receipt<B>(
 }
 
 fn json_error(status: StatusCode, error: &str, message: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::to_vec(&serde_json::json!({ "error": error, "message": message }))
-        .unwrap_or_default();
-    let mut res = Response::new(Full::new(Bytes::from(body)));
+    json_response(
+        status,
+        &serde_json::json!({ "error": error, "message": message }),
+    )
+}
+
+/// An uncacheable JSON answer.
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(Bytes::from(
+        serde_json::to_vec(body).unwrap_or_default(),
+    )));
     *res.status_mut() = status;
     res.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -361,14 +369,7 @@ pub(crate) fn make_private(h: &mut HeaderMap) {
 
 /// A plain JSON error (502 when the settler failed, 503 when the replay store failed, 500 for a pricing bug).
 pub(crate) fn plain_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::to_vec(&serde_json::json!({ "error": message })).unwrap_or_default();
-    let mut res = Response::new(Full::new(Bytes::from(body)));
-    *res.status_mut() = status;
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    res.headers_mut()
-        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    res
+    json_response(status, &serde_json::json!({ "error": message }))
 }
 
 #[cfg(test)]

@@ -192,7 +192,8 @@ impl LicensingStore {
     pub async fn insert_articles(&self, articles: Vec<Article>) -> Result<usize, StoreError> {
         self.db
             .write(move |c| {
-                let tx = c.transaction()?;
+                // The write runs in its own savepoint of the group commit: atomic without a transaction.
+                let tx = c;
                 let mut n = 0;
                 {
                     let mut stmt = tx.prepare(&format!(
@@ -213,7 +214,6 @@ impl LicensingStore {
                         ])?;
                     }
                 }
-                tx.commit()?;
                 Ok(n)
             })
             .await

@@ -137,10 +137,10 @@ impl AssetStore {
     pub async fn insert(&self, asset: NewAsset) -> Result<u64, StoreError> {
         self.db
             .write(move |c| {
-                let tx = c.transaction()?;
-                insert(&tx, &asset)?;
+                // The write runs in its own savepoint of the group commit: atomic without a transaction.
+                let tx = c;
+                insert(tx, &asset)?;
                 let id = tx.last_insert_rowid() as u64;
-                tx.commit()?;
                 Ok(id)
             })
             .await

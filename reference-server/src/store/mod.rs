@@ -9,8 +9,13 @@
 //!
 //! - One SQLite file in WAL mode: one **writer** connection (SQLite serialises writers anyway) and a small
 //!   pool of **reader** connections that read concurrently with the writer.
-//! - Every call runs on Tokio's blocking pool ([`tokio::task::spawn_blocking`]), so a slow query never
-//!   stalls the async workers.
+//! - **Group commit**: every [`Db::write`] is queued to one writer thread, which takes everything that has
+//!   arrived (up to [`MAX_BATCH`] writes), runs each in its own savepoint inside one `BEGIN IMMEDIATE … COMMIT`,
+//!   and answers each caller only after the commit returned: concurrent writes (the purchases of many
+//!   clients) share one fsync, nobody is answered before their write is durable, and a write that fails rolls
+//!   back alone. A write is one channel send and one wake-up, no blocking-pool hand-off.
+//! - Reads run on Tokio's blocking pool ([`tokio::task::spawn_blocking`]), so a slow query never stalls the
+//!   async workers.
 //! - `synchronous = FULL`: a committed write (a license receipt) survives a power cut, not only a crash.
 //! - Migrations from [`MIGRATIONS`] run once at open, recorded in `schema_migrations`.
 //!
@@ -33,8 +38,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Write closures get a `&mut Connection`, so they can open a transaction
-//! (`conn.transaction()?` ... `tx.commit()?`) for multi-statement atomic work.
+//! A write closure gets a `&Connection` inside its own savepoint: everything it does is atomic (it commits
+//! with the batch, or rolls back alone if it returns an error), so it needs no transaction of its own.
 
 pub mod articles;
 pub mod assets;
@@ -42,7 +47,7 @@ pub mod payments;
 pub mod settlements;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -74,6 +79,14 @@ const READERS: usize = 4;
 /// How long a connection waits on a lock held by another connection before failing with `SQLITE_BUSY`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Most writes committed together by the group-commit writer.
+pub const MAX_BATCH: usize = 256;
+
+/// A queued write: runs in the writer's transaction and returns what to do once the commit is known.
+type Job = Box<dyn FnOnce(&Connection) -> Completion + Send>;
+/// Answers the caller with the commit's outcome (`None`: committed).
+type Completion = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
+
 /// What can go wrong in storage.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -100,6 +113,9 @@ pub enum StoreError {
     /// The blocking task running the query panicked or was cancelled.
     #[error("storage task failed: {0}")]
     Task(String),
+    /// The batch this write belonged to could not be committed: nothing of it was written.
+    #[error("commit failed: {0}")]
+    Commit(String),
 }
 
 impl StoreError {
@@ -121,7 +137,11 @@ pub struct Db {
 }
 
 struct Inner {
-    writer: Mutex<Connection>,
+    writer: Arc<Mutex<Connection>>,
+    /// The group-commit writer thread's queue.
+    jobs: std::sync::mpsc::Sender<Job>,
+    /// Group commits done (each carries one or more writes).
+    commits: Arc<AtomicU64>,
     /// Empty for an in-memory database: reads then use the writer connection.
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
@@ -175,14 +195,33 @@ impl Db {
         readers: Vec<Mutex<Connection>>,
         path: Option<PathBuf>,
     ) -> Self {
+        let writer = Arc::new(Mutex::new(writer));
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let conn = writer.clone();
+        let commits = Arc::new(AtomicU64::new(0));
+        let counter = commits.clone();
+        // Ends when the last `Db` handle is dropped (the queue's sender with it).
+        let spawned = std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || group_commit(&conn, &queue, &counter));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the SQLite writer thread; writes will fail");
+        }
         Self {
             inner: Arc::new(Inner {
-                writer: Mutex::new(writer),
+                writer,
+                jobs,
+                commits,
                 readers,
                 next_reader: AtomicUsize::new(0),
                 path,
             }),
         }
+    }
+
+    /// Group commits done since the database was opened (each durable commit may carry many writes).
+    pub fn commits(&self) -> u64 {
+        self.inner.commits.load(Ordering::Relaxed)
     }
 
     /// The database file, or `None` for an in-memory database.
@@ -200,14 +239,31 @@ impl Db {
         run_blocking(move || db.read_blocking(f)).await
     }
 
-    /// Run a closure on the single writer connection, on the blocking pool.
+    /// Run a closure on the writer connection, in its own savepoint of the next group commit; the answer
+    /// comes once that commit is durable (or failed: then nothing the closure did is kept).
     pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
-        let db = self.clone();
-        run_blocking(move || db.write_blocking(f)).await
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |conn: &Connection| {
+            let result = in_savepoint(conn, f);
+            Box::new(move |commit: Option<&rusqlite::Error>| {
+                let result = match (result, commit) {
+                    (Ok(_), Some(e)) => Err(StoreError::Commit(e.to_string())),
+                    (result, _) => result,
+                };
+                let _ = answer.send(result);
+            })
+        });
+        self.inner
+            .jobs
+            .send(job)
+            .map_err(|_| StoreError::Task("the SQLite writer thread is gone".into()))?;
+        answered
+            .await
+            .map_err(|_| StoreError::Task("the SQLite writer dropped a write".into()))?
     }
 
     /// Synchronous form of [`Db::read`], for code already off the async workers (seeding, benches).
@@ -229,12 +285,72 @@ impl Db {
         f(&lock(&readers[start % readers.len()]))
     }
 
-    /// Synchronous form of [`Db::write`].
+    /// Runs `f` on the writer connection now, outside the group commit (seeding, benches): `f` manages its
+    /// own transaction.
     pub fn write_blocking<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         f(&mut lock(&self.inner.writer))
+    }
+}
+
+/// The writer thread: takes every queued write (up to [`MAX_BATCH`]), runs them in one transaction, commits,
+/// then answers each.
+fn group_commit(
+    conn: &Mutex<Connection>,
+    queue: &std::sync::mpsc::Receiver<Job>,
+    commits: &AtomicU64,
+) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let conn = lock(conn);
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            tracing::error!(error = %e, writes = batch.len(), "cannot begin a write transaction");
+            for job in batch {
+                // Run nothing: answer with the error.
+                drop(job);
+            }
+            continue;
+        }
+        let completions: Vec<Completion> = batch.into_iter().map(|job| job(&conn)).collect();
+        let committed = conn.execute_batch("COMMIT");
+        if committed.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        drop(conn);
+        commits.fetch_add(1, Ordering::Relaxed);
+        let error = committed.err();
+        if let Some(e) = &error {
+            tracing::error!(error = %e, writes = completions.len(), "group commit failed: nothing of it was written");
+        }
+        for complete in completions {
+            complete(error.as_ref());
+        }
+    }
+}
+
+/// Runs `f` in a savepoint: released on success, rolled back (alone) on error.
+fn in_savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.execute_batch("SAVEPOINT write")?;
+    let result = f(conn);
+    let end = match &result {
+        Ok(_) => conn.execute_batch("RELEASE write"),
+        Err(_) => conn.execute_batch("ROLLBACK TO write; RELEASE write"),
+    };
+    match (result, end) {
+        (Ok(v), Ok(())) => Ok(v),
+        (Ok(_), Err(e)) => Err(e.into()),
+        (Err(e), _) => Err(e),
     }
 }
 
@@ -328,6 +444,57 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(mode, "wal");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_share_commits_and_a_failing_write_rolls_back_alone() {
+        let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::open(dir.join("t.sqlite")).unwrap();
+        db.write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
+            .await
+            .unwrap();
+        let before = db.commits();
+        let writes: Vec<_> = (0..200)
+            .map(|i| {
+                let db = db.clone();
+                tokio::spawn(async move {
+                    db.write(move |c| {
+                        c.execute("INSERT INTO t (x) VALUES (?1)", [i])?;
+                        if i == 13 {
+                            return Err(StoreError::Conflict("thirteen".into()));
+                        }
+                        Ok(())
+                    })
+                    .await
+                })
+            })
+            .collect();
+        let mut failed = 0;
+        for w in writes {
+            if w.await.unwrap().is_err() {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, 1);
+        let (n, has_13): (i64, bool) = db
+            .read(|c| {
+                Ok(c.query_row(
+                    "SELECT COUNT(*), EXISTS(SELECT 1 FROM t WHERE x = 13) FROM t",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            (n, has_13),
+            (199, false),
+            "the failing write alone rolled back"
+        );
+        let commits = db.commits() - before;
+        assert!(commits < 200, "{commits} commits for 200 concurrent writes");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use alloy_primitives::{Address, B256};
-use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, Row, params};
 use x402_tower::BoxFuture;
 use x402_tower::proto::SettleResponse;
 use x402_tower::replay::{
@@ -139,7 +139,8 @@ impl ReplayStore for SqlitePaymentStore {
             let settlement = settlement_json(&record).map_err(backend)?;
             self.db
                 .write(move |c| {
-                    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    // Atomic: its own savepoint in the writer's `BEGIN IMMEDIATE` (across processes too).
+                    let tx = c;
                     let existing = tx
                         .prepare_cached(&format!(
                             "SELECT {COLUMNS} FROM payment_states \
@@ -174,7 +175,6 @@ impl ReplayStore for SqlitePaymentStore {
                         secs(record.expires_at),
                         secs(record.updated_at),
                     ])?;
-                    tx.commit()?;
                     Ok(Reservation::Reserved { revision: 1 })
                 })
                 .await
@@ -321,7 +321,8 @@ impl ReplayStore for SqlitePaymentStore {
         Box::pin(async move {
             self.db
                 .write(move |c| {
-                    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    // Atomic: its own savepoint in the writer's `BEGIN IMMEDIATE` (across processes too).
+                    let tx = c;
                     let existing: Option<(String, i64, String, String, String, i64)> = tx
                         .prepare_cached(
                             "SELECT fingerprint, chain_id, asset, payer, nonce, expires_at FROM payment_ids WHERE id = ?1",
@@ -353,7 +354,6 @@ impl ReplayStore for SqlitePaymentStore {
                         b.key.nonce.to_string(),
                         secs(b.expires_at)
                     ])?;
-                    tx.commit()?;
                     Ok(IdClaim::New)
                 })
                 .await

@@ -170,7 +170,8 @@ impl SettlementStore {
     pub async fn resolve(&self, record: SettlementRecord) -> Result<Option<i64>, StoreError> {
         self.db
             .write(move |c| {
-                let tx = c.transaction()?;
+                // The write runs in its own savepoint of the group commit: atomic without a transaction.
+                let tx = c;
                 let unknown: Option<i64> = tx
                     .prepare_cached(
                         "SELECT id FROM settlements WHERE network = ?1 AND asset = ?2 AND payer = ?3 \
@@ -202,10 +203,9 @@ impl SettlementStore {
                         let mut r = record;
                         r.resolved_from = Some("in_flight".to_owned());
                         r.resolved_at = Some(r.at.clone());
-                        Some(insert(&tx, &r)?)
+                        Some(insert(tx, &r)?)
                     }
                 };
-                tx.commit()?;
                 Ok(id)
             })
             .await

@@ -16,6 +16,7 @@ use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::config::Settings;
+use crate::licensing::articles::ArticleCatalog;
 use crate::licensing::settlements::SettlementLog;
 use crate::licensing::{self, handlers};
 use crate::metrics::Metrics;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub db: Db,
     /// Interface A query layer.
     pub licensing: LicensingStore,
+    /// The published articles, in memory (reloaded every [`licensing::articles::REFRESH`]).
+    pub articles: ArticleCatalog,
     /// Server counters.
     pub metrics: Metrics,
     /// The OpenAPI document, serialised once.
@@ -63,11 +66,15 @@ impl AppState {
             settlements.clone(),
             Arc::new(payment_store.clone()),
         )?;
+        let licensing = LicensingStore::new(db.clone());
+        let articles = ArticleCatalog::load_blocking(&licensing)
+            .map_err(|e| BuildError::Registry(format!("article catalog: {e}")))?;
         Ok(Self {
+            articles,
             payments,
             payment_store,
             settlements,
-            licensing: LicensingStore::new(db.clone()),
+            licensing,
             openapi: Bytes::from(openapi.to_string()),
             metrics: Metrics::default(),
             settings,
@@ -174,10 +181,20 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         ))
 }
 
-/// Run the paid route on its own task: hyper drops a request's future when the client disconnects, and a
+/// Run a paid request on its own task: hyper drops a request's future when the client disconnects, and a
 /// payment settled before the handler must still get its receipt written (and a settlement in flight must
-/// finish rather than be abandoned half-way).
+/// finish rather than be abandoned half-way). A request without a payment header (a 402, a 400, a 404) has
+/// nothing to finish and runs inline: no task spawn on the most common request.
 async fn run_to_completion(request: Request, next: Next) -> Response {
+    let paying = [
+        x402_tower::layer::response::PAYMENT_SIGNATURE,
+        x402_tower::layer::response::X_PAYMENT,
+    ]
+    .iter()
+    .any(|h| request.headers().contains_key(h));
+    if !paying {
+        return next.run(request).await;
+    }
     match tokio::spawn(next.run(request)).await {
         Ok(response) => response,
         Err(e) => {

@@ -288,6 +288,7 @@ impl Server {
     ) -> std::io::Result<()> {
         use axum::serve::ListenerExt as _;
         let reconciler = spawn_reconciler(self.state.clone(), RECONCILE_INTERVAL);
+        let catalog = spawn_catalog_refresh(self.state.clone(), licensing::articles::REFRESH);
         // Without TCP_NODELAY a 1.3 MB registry page waits on the client's delayed ACK (p99 ~45 ms).
         let listener = self.listener.tap_io(|tcp| {
             if let Err(err) = tcp.set_nodelay(true) {
@@ -302,8 +303,28 @@ impl Server {
         .with_graceful_shutdown(shutdown)
         .await;
         reconciler.abort();
+        catalog.abort();
         served
     }
+}
+
+/// Reloads the in-memory article catalog every `interval`, so that articles changed in the database (by
+/// another instance or an operator) are served within that time.
+pub fn spawn_catalog_refresh(
+    state: Arc<AppState>,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // loaded at start already
+        loop {
+            tick.tick().await;
+            if let Err(e) = state.articles.reload(&state.licensing).await {
+                tracing::warn!(error = %e, "reloading the article catalog failed; serving the previous one");
+            }
+        }
+    })
 }
 
 /// How often the background reconciler looks for payments whose settlement outcome is unknown.

@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 300;
 /// .mime_type("application/json");
 /// assert_eq!(offer.token.name, "USDC");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PaymentOffer {
     /// The network the payment is made on.
     pub network: Network,

@@ -82,16 +82,17 @@ pub struct CatalogEntry {
 pub async fn list_articles(
     State(state): State<Arc<AppState>>,
 ) -> Result<Json<Vec<CatalogEntry>>, ApiError> {
-    let articles = state.licensing.list_published().await?;
     Ok(Json(
-        articles
-            .into_iter()
+        state
+            .articles
+            .list()
+            .iter()
             .map(|a| CatalogEntry {
                 price_amount: super::usdc_amount(a.price_atomic),
-                id: a.id,
-                title: a.title,
-                excerpt: a.excerpt,
-                published_date: a.published_date,
+                id: a.id.clone(),
+                title: a.title.clone(),
+                excerpt: a.excerpt.clone(),
+                published_date: a.published_date.clone(),
             })
             .collect(),
     ))
@@ -138,15 +139,13 @@ pub async fn require_article(
         )
         .into_response();
     }
-    match state.licensing.published_article(&id).await {
-        Ok(Some(article)) => {
+    // From the in-memory catalog: no database read for a 402 (or before a purchase).
+    match state.articles.published(&id) {
+        Some(article) => {
             request.extensions_mut().insert(article);
             next.run(request).await
         }
-        Ok(None) => {
-            ApiError::not_found(format!("no published article has id {id:?}")).into_response()
-        }
-        Err(e) => ApiError::from(e).into_response(),
+        None => ApiError::not_found(format!("no published article has id {id:?}")).into_response(),
     }
 }
 
@@ -156,7 +155,7 @@ pub async fn get_article(
     request: Request,
 ) -> Result<Response, ApiError> {
     let (article, payment) = match (
-        request.extensions().get::<Article>(),
+        request.extensions().get::<Arc<Article>>(),
         PaidBy::from_extensions(request.extensions()),
     ) {
         (Some(a), Some(p)) => (a.clone(), p),
@@ -270,7 +269,7 @@ pub async fn serve_llms_txt(
     };
     state.licensing.record_llms_txt_hit(hit).await?;
     state.metrics.record_llms_txt_hit();
-    let articles = state.licensing.list_published().await?;
+    let articles = state.articles.list();
     let text = super::llms_txt::render(
         &state.public_url,
         &state.settings.payment,

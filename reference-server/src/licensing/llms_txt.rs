@@ -10,7 +10,7 @@ pub fn render(
     public_url: &str,
     payment: &PaymentNetwork,
     pay_to: &str,
-    articles: &[Article],
+    articles: &[std::sync::Arc<Article>],
 ) -> String {
     let mut t = String::with_capacity(4096);
     let network = match payment.v1_name() {

@@ -66,6 +66,7 @@
 //! The receipts table's `UNIQUE (network, asset, payer, nonce)` stays as the last line of defence behind the
 //! payment records.
 
+pub mod articles;
 pub mod catalog;
 pub mod handlers;
 pub mod llms_txt;

@@ -155,7 +155,7 @@ pub(crate) fn x402_layer(
     let payment = settings.payment.clone();
     let pay_to = settings.pay_to;
     let price = move |parts: &http::request::Parts| {
-        let decision = match parts.extensions.get::<Article>() {
+        let decision = match parts.extensions.get::<Arc<Article>>() {
             Some(a) => PriceDecision::Charge(vec![article_offer(&payment, pay_to, a)]),
             None => {
                 tracing::error!("x402 price source reached without an article");

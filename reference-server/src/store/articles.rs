@@ -130,6 +130,14 @@ fn receipt_from_row(r: &Row<'_>) -> rusqlite::Result<Receipt> {
     })
 }
 
+fn select_published(c: &rusqlite::Connection) -> Result<Vec<Article>, StoreError> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {ARTICLE_COLUMNS} FROM articles WHERE published = 1 ORDER BY published_date DESC, id"
+    ))?;
+    let rows = stmt.query_map([], article_from_row)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
 impl LicensingStore {
     /// The query layer over `db`.
     pub fn new(db: Db) -> Self {
@@ -138,16 +146,12 @@ impl LicensingStore {
 
     /// Published articles, newest first (ties by id).
     pub async fn list_published(&self) -> Result<Vec<Article>, StoreError> {
-        self.db
-            .read(|c| {
-                let mut stmt = c.prepare_cached(&format!(
-                    "SELECT {ARTICLE_COLUMNS} FROM articles WHERE published = 1 \
-                     ORDER BY published_date DESC, id"
-                ))?;
-                let rows = stmt.query_map([], article_from_row)?;
-                Ok(rows.collect::<Result<Vec<_>, _>>()?)
-            })
-            .await
+        self.db.read(select_published).await
+    }
+
+    /// [`LicensingStore::list_published`], blocking the calling thread (start-up).
+    pub fn list_published_blocking(&self) -> Result<Vec<Article>, StoreError> {
+        self.db.read_blocking(select_published)
     }
 
     /// One published article by id; `None` when unknown or unpublished.

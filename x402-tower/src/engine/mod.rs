@@ -170,6 +170,8 @@ pub struct PaymentEngine {
     pub(crate) metrics: Arc<X402Metrics>,
     clock: Clock,
     domains: Mutex<HashMap<(u64, Token), B256>>,
+    /// Offers compiled once per distinct list (a price source returns the same few lists again and again).
+    compiled: Mutex<HashMap<Vec<PaymentOffer>, Arc<[CompiledOffer]>>>,
 }
 
 impl std::fmt::Debug for PaymentEngine {
@@ -307,11 +309,14 @@ impl PaymentEngineBuilder {
             metrics: Arc::new(X402Metrics::default()),
             clock: self.clock.unwrap_or_else(|| Arc::new(system_now)),
             domains: Mutex::new(HashMap::new()),
+            compiled: Mutex::new(HashMap::new()),
         })
     }
 }
 
 const DOMAIN_CACHE: usize = 256;
+/// Distinct offer lists kept compiled; past it the cache starts over (a bounded memory, whatever prices do).
+const COMPILED_CACHE: usize = 4096;
 
 /// What a background reconciliation pass did ([`PaymentEngine::reconcile_unresolved`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -369,8 +374,23 @@ impl PaymentEngine {
         (self.clock)()
     }
 
-    /// Compiles offers, reusing cached domain separators.
+    /// The compiled form of `offers`: the same `Arc` for the same list while it is cached.
     pub(crate) fn compile(&self, offers: Vec<PaymentOffer>) -> Arc<[CompiledOffer]> {
+        let lock = || self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = lock().get(&offers) {
+            return c.clone();
+        }
+        let compiled = self.compile_uncached(offers.clone());
+        let mut cache = lock();
+        if cache.len() >= COMPILED_CACHE {
+            cache.clear();
+        }
+        cache.insert(offers, compiled.clone());
+        compiled
+    }
+
+    /// Compiles offers, reusing cached domain separators.
+    fn compile_uncached(&self, offers: Vec<PaymentOffer>) -> Arc<[CompiledOffer]> {
         offers
             .into_iter()
             .map(|o| {

@@ -83,6 +83,8 @@ pub(crate) struct Shared {
     pub(crate) allow: HeaderValue,
     /// The 402's v2 `extensions`, serialised once.
     pub(crate) extensions: Option<String>,
+    /// No-payment 402s, ready.
+    pub(crate) prebuilt: super::response::Prebuilt402s,
 }
 
 impl Shared {
@@ -362,6 +364,7 @@ impl X402Config {
                 methods: self.methods,
                 allow,
                 extensions,
+                prebuilt: Default::default(),
             }),
         })
     }

@@ -85,16 +85,7 @@ fn start_check<B, F>(
     };
     match header {
         None => State::Early {
-            response: Some(render(
-                shared,
-                offers,
-                info,
-                crate::engine::Answer::PaymentRequired {
-                    error: std::borrow::Cow::Borrowed(super::NO_PAYMENT_ERROR),
-                    receipt: None,
-                    version: 2,
-                },
-            )),
+            response: Some(shared.prebuilt.answer(shared, offers, info)),
         },
         Some(h) => {
             let shared = shared.clone();

@@ -177,15 +177,35 @@ pub(crate) fn payment_required(
     expose_headers: bool,
     extensions: Option<&str>,
 ) -> Response<Full<Bytes>> {
+    let (headers, body) =
+        payment_required_parts(offers, info, error, receipt, expose_headers, extensions);
+    response_402(&headers, &body)
+}
+
+/// A 402 from its parts (cheap: the header values and the body are reference-counted).
+fn response_402(headers: &HeaderMap, body: &Bytes) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(body.clone()));
+    *res.status_mut() = StatusCode::PAYMENT_REQUIRED;
+    *res.headers_mut() = headers.clone();
+    res
+}
+
+/// The headers and body of [`payment_required`].
+fn payment_required_parts(
+    offers: &[CompiledOffer],
+    info: &RequestInfo,
+    error: &str,
+    receipt: Option<(HeaderName, HeaderValue)>,
+    expose_headers: bool,
+    extensions: Option<&str>,
+) -> (HeaderMap, Bytes) {
     let header = payment_required_header(offers, info, error, extensions);
     let (body, content_type) = if info.wants_html {
         (html_body(offers, info, error), "text/html; charset=utf-8")
     } else {
         (v1_body(offers, info, error), "application/json")
     };
-    let mut res = Response::new(Full::new(Bytes::from(body)));
-    *res.status_mut() = StatusCode::PAYMENT_REQUIRED;
-    let h = res.headers_mut();
+    let mut h = HeaderMap::with_capacity(6);
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(PAYMENT_REQUIRED, header.clone());
@@ -194,9 +214,69 @@ pub(crate) fn payment_required(
         h.insert(name, value);
     }
     if expose_headers {
-        add_expose_headers(h);
+        add_expose_headers(&mut h);
     }
-    res
+    (h, Bytes::from(body))
+}
+
+/// Distinct resources whose no-payment 402 is kept ready; past it the cache starts over.
+const PREBUILT_402S: usize = 4096;
+
+/// The no-payment 402s of one resource URL, one per offer list and page kind.
+#[derive(Default)]
+pub(crate) struct Prebuilt402s {
+    by_resource: std::sync::Mutex<std::collections::HashMap<String, Vec<Prebuilt>>>,
+}
+
+struct Prebuilt {
+    /// Held, so the offers' address cannot be reused by other offers while the entry lives.
+    offers: std::sync::Arc<[CompiledOffer]>,
+    wants_html: bool,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Prebuilt402s {
+    /// The 402 for a request without payment: built once per (offers, resource, HTML or not), then copied.
+    pub(crate) fn answer(
+        &self,
+        shared: &Shared,
+        offers: &std::sync::Arc<[CompiledOffer]>,
+        info: &RequestInfo,
+    ) -> Response<Full<Bytes>> {
+        shared.engine.metrics.payment_required();
+        let lock = || self.by_resource.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = lock().get(info.resource_url.as_str())
+            && let Some(p) = list.iter().find(|p| {
+                std::sync::Arc::ptr_eq(&p.offers, offers) && p.wants_html == info.wants_html
+            })
+        {
+            return response_402(&p.headers, &p.body);
+        }
+        let (headers, body) = payment_required_parts(
+            offers,
+            info,
+            super::NO_PAYMENT_ERROR,
+            None,
+            shared.expose_headers,
+            shared.extensions.as_deref(),
+        );
+        let res = response_402(&headers, &body);
+        let mut map = lock();
+        if map.len() >= PREBUILT_402S {
+            map.clear();
+        }
+        let list = map.entry(info.resource_url.clone()).or_default();
+        if list.len() < 8 {
+            list.push(Prebuilt {
+                offers: offers.clone(),
+                wants_html: info.wants_html,
+                headers,
+                body,
+            });
+        }
+        res
+    }
 }
 
 /// The 402 the layer answers for `offers` at `resource_url` (the full URL of the request), with `error` as

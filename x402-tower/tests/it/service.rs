@@ -234,3 +234,39 @@ async fn axum_route_layer_and_extension() {
     );
     let _ = Arc::new(());
 }
+
+#[tokio::test]
+async fn a_ready_402_never_outlives_its_price() {
+    // The no-payment 402 is kept ready per (offers, resource, page kind): when the price source changes the
+    // price of a URL, the next 402 says the new price; HTML and JSON answers are kept apart.
+    let price = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(10_000));
+    let p = price.clone();
+    let layer = x402_tower::X402Layer::builder(BASE_URL)
+        .price_source(move |_: &http::request::Parts| {
+            let mut o = offer();
+            o.amount = x402_tower::Price::from(p.load(std::sync::atomic::Ordering::SeqCst));
+            std::future::ready(x402_tower::PriceDecision::Charge(vec![o]))
+        })
+        .build()
+        .unwrap();
+    let svc = layer.layer(Inner::new().service(StatusCode::OK));
+    for expected in ["10000", "10000", "25000", "25000", "10000"] {
+        if expected == "25000" {
+            price.store(25_000, std::sync::atomic::Ordering::SeqCst);
+        } else if price.load(std::sync::atomic::Ordering::SeqCst) == 25_000 {
+            price.store(10_000, std::sync::atomic::Ordering::SeqCst);
+        }
+        let a = send(svc.clone(), req("/r", &[])).await;
+        assert_eq!(a.payment_required()["accepts"][0]["amount"], expected);
+        assert_eq!(a.json()["accepts"][0]["maxAmountRequired"], expected);
+    }
+    let html = send(svc.clone(), req("/r", &[("accept", "text/html")])).await;
+    assert!(
+        html.header("content-type")
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let json = send(svc, req("/r", &[])).await;
+    assert_eq!(json.header("content-type"), Some("application/json"));
+    assert_eq!(layer.metrics().snapshot().payment_required_sent, 7);
+}

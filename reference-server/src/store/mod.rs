@@ -371,6 +371,9 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // The savepoint of every write in a group commit keeps its undo pages in a statement journal: in memory,
+    // not in a temporary file written on every write.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(())
 }
 

@@ -142,6 +142,8 @@ struct Inner {
     jobs: std::sync::mpsc::Sender<Job>,
     /// Group commits done (each carries one or more writes).
     commits: Arc<AtomicU64>,
+    /// Writes committed (or failed) by the group commits.
+    writes: Arc<AtomicU64>,
     /// Empty for an in-memory database: reads then use the writer connection.
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
@@ -199,11 +201,12 @@ impl Db {
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
         let conn = writer.clone();
         let commits = Arc::new(AtomicU64::new(0));
-        let counter = commits.clone();
+        let writes = Arc::new(AtomicU64::new(0));
+        let counters = (commits.clone(), writes.clone());
         // Ends when the last `Db` handle is dropped (the queue's sender with it).
         let spawned = std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || group_commit(&conn, &queue, &counter));
+            .spawn(move || group_commit(&conn, &queue, &counters.0, &counters.1));
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the SQLite writer thread; writes will fail");
         }
@@ -212,6 +215,7 @@ impl Db {
                 writer,
                 jobs,
                 commits,
+                writes,
                 readers,
                 next_reader: AtomicUsize::new(0),
                 path,
@@ -222,6 +226,11 @@ impl Db {
     /// Group commits done since the database was opened (each durable commit may carry many writes).
     pub fn commits(&self) -> u64 {
         self.inner.commits.load(Ordering::Relaxed)
+    }
+
+    /// Writes carried by those group commits.
+    pub fn committed_writes(&self) -> u64 {
+        self.inner.writes.load(Ordering::Relaxed)
     }
 
     /// The database file, or `None` for an in-memory database.
@@ -301,6 +310,7 @@ fn group_commit(
     conn: &Mutex<Connection>,
     queue: &std::sync::mpsc::Receiver<Job>,
     commits: &AtomicU64,
+    writes: &AtomicU64,
 ) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
@@ -326,6 +336,7 @@ fn group_commit(
         }
         drop(conn);
         commits.fetch_add(1, Ordering::Relaxed);
+        writes.fetch_add(completions.len() as u64, Ordering::Relaxed);
         let error = committed.err();
         if let Some(e) = &error {
             tracing::error!(error = %e, writes = completions.len(), "group commit failed: nothing of it was written");

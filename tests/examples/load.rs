@@ -1,0 +1,340 @@
+//! The money path measured the way a user meets it: starts a release `reference-server` binary (and what the
+//! mode needs: a facilitator instance, anvil with Circle's USDC), pre-signs distinct payments with the
+//! workspace's signer, drives the server over keep-alive connections on 127.0.0.1, and reports requests/s,
+//! p50/p99 latency and the server's CPU per request (user + system time from `/proc/<pid>/stat`, the
+//! facilitator's added in facilitator mode), with the load average beside it.
+//!
+//! ```text
+//! cargo build --release -p reference-server
+//! source scripts/test-deps.sh    # only for the onchain mode (anvil, USDC artifacts)
+//! cargo run --release -p workspace-tests --example load -- [MODE ...] [--seconds 8] [--connections 32]
+//! ```
+//!
+//! Modes: `402` (unpaid requests), `verify-only` (durable SQLite file), `memory` (`--database :memory:`),
+//! `facilitator` (settled through a second instance's `/facilitator`, verify-only), `onchain` (anvil +
+//! FiatTokenV2_2, the server settles with `--rpc-url`); no mode: all but `onchain`. Every run is bounded:
+//! `--seconds` of load and at most the pre-signed payments (each used once), loopback only.
+
+use std::io::BufRead as _;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, address_of};
+use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
+
+const ARTICLE: &str = "/x402Article?articleId=c2pa-explained";
+const TOKEN: &str = "load-facilitator-token";
+
+struct Options {
+    modes: Vec<String>,
+    seconds: u64,
+    connections: usize,
+}
+
+fn options() -> Options {
+    let mut modes = Vec::new();
+    let mut seconds = 8;
+    let mut connections = 32;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--seconds" => seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or(seconds),
+            "--connections" => {
+                connections = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(connections)
+            }
+            m => modes.push(m.to_owned()),
+        }
+    }
+    if modes.is_empty() {
+        modes = ["402", "verify-only", "memory", "facilitator"]
+            .map(String::from)
+            .to_vec();
+    }
+    Options {
+        modes,
+        seconds: seconds.clamp(1, 120),
+        connections: connections.clamp(1, 512),
+    }
+}
+
+/// A server process, killed on drop; its stdout is drained so it never blocks on a full pipe.
+struct Process {
+    child: Child,
+    url: String,
+}
+
+impl Process {
+    fn start(args: &[String], dir: &std::path::Path) -> Process {
+        let bin = std::env::var("LOAD_SERVER_BIN").unwrap_or_else(|_| {
+            format!(
+                "{}/../target/release/reference-server",
+                env!("CARGO_MANIFEST_DIR")
+            )
+        });
+        let mut child = Command::new(&bin)
+            .args(["--listen", "127.0.0.1:0", "--seed-assets", "10"])
+            .arg("--media-dir")
+            .arg(dir.join("media"))
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start {bin} (cargo build --release -p reference-server): {e}")
+            });
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let first = lines.next().expect("banner").expect("utf-8");
+        std::thread::spawn(move || lines.for_each(drop));
+        let url = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("listen URL in the banner")
+            .to_owned();
+        Process { child, url }
+    }
+
+    /// User + system CPU time so far.
+    fn cpu(&self) -> Duration {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which may contain spaces): utime and stime are the 12th and 13th.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<u64> = after
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+        // /proc reports in USER_HZ, 100 on Linux.
+        Duration::from_millis(ticks * 10)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .build()
+        .expect("client")
+}
+
+/// The article's PaymentRequired (v2), from an unpaid request.
+async fn payment_required(client: &reqwest::Client, url: &str) -> Value {
+    let resp = client.get(url).send().await.expect("GET");
+    assert_eq!(resp.status(), 402, "expected a 402 from {url}");
+    decode_b64_json(resp.headers()["payment-required"].to_str().expect("ascii"))
+}
+
+struct Outcome {
+    ok: usize,
+    other: usize,
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+/// Sends one request per payment (or unpaid requests when `payments` is empty) from `connections` tasks for
+/// at most `seconds`.
+async fn drive(url: &str, payments: Arc<Vec<String>>, connections: usize, seconds: u64) -> Outcome {
+    let client = client();
+    let next = Arc::new(AtomicUsize::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let (client, url, next, payments) = (
+            client.clone(),
+            url.to_owned(),
+            next.clone(),
+            payments.clone(),
+        );
+        tasks.spawn(async move {
+            let (mut ok, mut other, mut latencies) = (0, 0, Vec::new());
+            while Instant::now() < deadline {
+                let mut req = client.get(&url);
+                if !payments.is_empty() {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(p) = payments.get(i) else { break };
+                    req = req.header("PAYMENT-SIGNATURE", p);
+                }
+                let t = Instant::now();
+                let status = match req.send().await {
+                    Ok(r) => {
+                        let s = r.status().as_u16();
+                        let _ = r.bytes().await;
+                        s
+                    }
+                    Err(_) => 0,
+                };
+                latencies.push(t.elapsed());
+                let expected = if payments.is_empty() { 402 } else { 200 };
+                if status == expected {
+                    ok += 1;
+                } else {
+                    other += 1;
+                }
+            }
+            (ok, other, latencies)
+        });
+    }
+    let mut outcome = Outcome {
+        ok: 0,
+        other: 0,
+        latencies: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    while let Some(r) = tasks.join_next().await {
+        let (ok, other, latencies) = r.expect("load task");
+        outcome.ok += ok;
+        outcome.other += other;
+        outcome.latencies.extend(latencies);
+    }
+    outcome.elapsed = start.elapsed();
+    outcome.latencies.sort();
+    outcome
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn report(mode: &str, o: &Outcome, cpu: Duration) {
+    let n = o.ok + o.other;
+    println!(
+        "{mode:>12}: {:>8.0} ok/s  ({} ok, {} other)  p50 {:>7.2} ms  p99 {:>7.2} ms  server CPU {:>6.1} µs/request  load {}",
+        o.ok as f64 / o.elapsed.as_secs_f64(),
+        o.ok,
+        o.other,
+        percentile(&o.latencies, 0.50).as_secs_f64() * 1e3,
+        percentile(&o.latencies, 0.99).as_secs_f64() * 1e3,
+        cpu.as_secs_f64() * 1e6 / n.max(1) as f64,
+        load_average(),
+    );
+}
+
+/// Pre-signs `n` distinct payments for the server's article offer, cycling through `keys`.
+fn presign(required: &Value, keys: &[&str], n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| pay_v2(keys[i % keys.len()], required, &Knobs::default()))
+        .collect()
+}
+
+async fn run(mode: &str, o: &Options) {
+    let dir = std::env::temp_dir().join(format!("load-{mode}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let db = dir.join("db.sqlite3").display().to_string();
+    let mut chain = None;
+    let mut facilitator = None;
+    let args: Vec<String> = match mode {
+        "402" | "verify-only" => vec!["--database".into(), db],
+        "memory" => vec!["--database".into(), ":memory:".into()],
+        "facilitator" => {
+            let f = Process::start(
+                &[
+                    "--database".into(),
+                    dir.join("facilitator.sqlite3").display().to_string(),
+                    "--facilitator-token".into(),
+                    TOKEN.into(),
+                ],
+                &dir.join("f"),
+            );
+            let args = vec![
+                "--database".into(),
+                db,
+                "--facilitator-url".into(),
+                format!("{}/facilitator", f.url),
+                "--facilitator-url-token".into(),
+                TOKEN.into(),
+            ];
+            facilitator = Some(f);
+            args
+        }
+        "onchain" => {
+            let c = Chain::start().await;
+            for key in &DEV_KEYS[2..] {
+                c.mint(address_of(key), 1_000_000_000_000).await;
+            }
+            let args = vec![
+                "--database".into(),
+                db,
+                "--network".into(),
+                format!("eip155:{CHAIN_ID}"),
+                "--asset".into(),
+                c.usdc.to_checksum(None),
+                "--asset-name".into(),
+                TOKEN_NAME.into(),
+                "--asset-version".into(),
+                TOKEN_VERSION.into(),
+                "--rpc-url".into(),
+                c.anvil.url.clone(),
+                "--settler-key".into(),
+                DEV_KEYS[1].into(),
+            ];
+            chain = Some(c);
+            args
+        }
+        other => {
+            eprintln!("unknown mode {other:?} (402, verify-only, memory, facilitator, onchain)");
+            return;
+        }
+    };
+    let server = Process::start(&args, &dir);
+    let url = format!("{}{ARTICLE}", server.url);
+    let payments = if mode == "402" {
+        Vec::new()
+    } else {
+        let required = payment_required(&client(), &url).await;
+        // Enough for the whole run at a generous rate, bounded.
+        let n = if mode == "onchain" { 3_000 } else { 40_000 };
+        let keys: Vec<&str> = if mode == "onchain" {
+            DEV_KEYS[2..].to_vec()
+        } else {
+            vec![DEV_KEYS[2]]
+        };
+        presign(&required, &keys, n)
+    };
+    let cpu = || server.cpu() + facilitator.as_ref().map_or(Duration::ZERO, Process::cpu);
+    let before = cpu();
+    let outcome = drive(&url, Arc::new(payments), o.connections, o.seconds).await;
+    report(mode, &outcome, cpu() - before);
+    drop(server);
+    drop(facilitator);
+    drop(chain);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::main]
+async fn main() {
+    let o = options();
+    println!(
+        "reference-server load on 127.0.0.1: {} connections, {} s per mode",
+        o.connections, o.seconds
+    );
+    for mode in o.modes.clone() {
+        run(&mode, &o).await;
+    }
+}

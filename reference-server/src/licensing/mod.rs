@@ -18,7 +18,10 @@
 //! 2. The x402 layer prices the request from that article (its own price), answers 402 without a valid
 //!    payment, and otherwise hands the payment to x402-tower's payment engine, which records it in the
 //!    database (`payment_states`, through [`store::payments`](crate::store::payments)) **before** any
-//!    settlement and **settles before the handler runs**.
+//!    settlement and **settles before the handler runs**. It does not ask the settler's verify first
+//!    (`settle_without_verify`): the settlement checks the same (a facilitator's `/settle` verifies again,
+//!    the on-chain settler's gas estimate simulates the transfer), and a refused one is released just the
+//!    same; measured, it saves 20–25% of the CPU of a purchase through a facilitator.
 //! 3. [`handlers::get_article`] writes the receipt (with the settlement transaction, or `verify-only`)
 //!    and only then answers 200.
 //!

@@ -117,6 +117,8 @@ pub enum Answer {
 pub(crate) struct Route {
     pub(crate) timing: SettleTiming,
     pub(crate) identifier: Option<PaymentIdentifier>,
+    /// Skip the settler's verify when settling before the handler (the settlement checks the same).
+    pub(crate) settle_without_verify: bool,
 }
 
 /// A payment admitted for the protected service.
@@ -520,10 +522,13 @@ impl PaymentEngine {
             }
             Admitted::Fresh(a) => a,
         };
-        if let Err(a) = self.settler_verify(&mut attempt).await {
+        let settling_now = route.timing == SettleTiming::BeforeHandler;
+        if !(settling_now && route.settle_without_verify)
+            && let Err(a) = self.settler_verify(&mut attempt).await
+        {
             return Begin::Answer(a);
         }
-        if route.timing == SettleTiming::BeforeHandler {
+        if settling_now {
             match self.settle(&mut attempt, Some(route.timing)).await {
                 Ok(sr) => attempt.verified.settlement = Some(sr),
                 Err(a) => return Begin::Answer(a),

@@ -126,6 +126,7 @@ impl X402Layer {
             expose_headers: false,
             methods: vec![Method::GET],
             identifier: None,
+            settle_without_verify: false,
         }
     }
 
@@ -180,6 +181,7 @@ pub struct X402Config {
     expose_headers: bool,
     methods: Vec<Method>,
     identifier: Option<PaymentIdentifier>,
+    settle_without_verify: bool,
 }
 
 impl std::fmt::Debug for X402Config {
@@ -281,6 +283,19 @@ impl X402Config {
         self
     }
 
+    /// With [`SettleTiming::BeforeHandler`], settle without asking the settler's verify first (default: ask).
+    ///
+    /// Settling checks everything the verify step does — a facilitator's `/settle` verifies again, the
+    /// on-chain settler's gas estimate simulates the transfer — and a payment it refuses is released exactly
+    /// as a refused verify would be (nothing was charged; the client gets 402 with the reason, here with a
+    /// `success:false` receipt, and the settlement observer sees a failed attempt). Skipping it saves a round
+    /// trip to the facilitator (or an `eth_call`) per purchase. With [`SettleTiming::AfterResponse`] the
+    /// verify step always runs: it keeps the protected service from working for a payment that cannot settle.
+    pub fn settle_without_verify(mut self, skip: bool) -> Self {
+        self.settle_without_verify = skip;
+        self
+    }
+
     /// Adds `Access-Control-Expose-Headers: PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE,
     /// X-Payment-Required` to the responses the layer writes or receipts (default off). A CORS layer must
     /// still sit *outside* this one, so preflights and CORS headers reach 402 answers too.
@@ -359,6 +374,7 @@ impl X402Config {
                 route: Route {
                     timing: self.timing,
                     identifier: self.identifier,
+                    settle_without_verify: self.settle_without_verify,
                 },
                 expose_headers: self.expose_headers,
                 methods: self.methods,

@@ -174,3 +174,23 @@ async fn settle_before_failure_never_runs_the_handler() {
     assert!(!a.receipt("payment-response").success);
     assert_eq!(inner.calls(), 0);
 }
+
+#[tokio::test]
+async fn settle_without_verify_skips_the_settlers_verify_only_when_settling_first() {
+    for (timing, verifies) in [
+        (SettleTiming::BeforeHandler, 0),
+        (SettleTiming::AfterResponse, 1),
+    ] {
+        let s = Scripted::new(settled());
+        let svc = config()
+            .settler(s.clone())
+            .settle_timing(timing)
+            .settle_without_verify(true)
+            .build()
+            .unwrap()
+            .layer(Inner::new().service(StatusCode::OK));
+        let a = send(svc, req("/r", &[("payment-signature", &v2_header(0x21))])).await;
+        assert_eq!(a.status, StatusCode::OK, "{timing:?}");
+        assert_eq!((s.verifies(), s.settles()), (verifies, 1), "{timing:?}");
+    }
+}

@@ -296,6 +296,7 @@ pub fn network(s: &str) -> Network {
 pub struct Scripted {
     outcome: SettleOutcome,
     settles: AtomicUsize,
+    verifies: AtomicUsize,
     reconciles: AtomicUsize,
     reconciled: std::sync::Mutex<Option<SettleOutcome>>,
 }
@@ -305,12 +306,16 @@ impl Scripted {
         Arc::new(Scripted {
             outcome,
             settles: AtomicUsize::new(0),
+            verifies: AtomicUsize::new(0),
             reconciles: AtomicUsize::new(0),
             reconciled: std::sync::Mutex::new(None),
         })
     }
     pub fn settles(&self) -> usize {
         self.settles.load(Ordering::SeqCst)
+    }
+    pub fn verifies(&self) -> usize {
+        self.verifies.load(Ordering::SeqCst)
     }
     pub fn reconciles(&self) -> usize {
         self.reconciles.load(Ordering::SeqCst)
@@ -326,6 +331,7 @@ impl Settler for Scripted {
         &'a self,
         _: &'a SettleRequest,
     ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+        self.verifies.fetch_add(1, Ordering::SeqCst);
         Box::pin(async { Ok(VerifyOutcome::Valid) })
     }
     fn settle<'a>(&'a self, _: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {

@@ -388,3 +388,88 @@ async fn two_processes_on_one_database_settle_one_payment_once() {
 async fn json_body(resp: reqwest::Response) -> Value {
     resp.json().await.expect("JSON body")
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_record() {
+    // Purchases run concurrently (group commits in flight) while the process is killed with SIGKILL. Every
+    // purchase that was answered 200 must find its receipt and its settled record after a restart: nobody
+    // is answered before their write is durable. Unanswered ones are either complete or absent.
+    let dir = TempDir::new();
+    let db = dir.path().join("crash.sqlite3");
+    let media = dir.path().join("media");
+    let mut server = Instance::start(&db, &media);
+    let client = test_client();
+    let path = format!("/x402Article?articleId={ARTICLE}");
+    let offer = client
+        .get(format!("{}{path}", server.base))
+        .send()
+        .await
+        .unwrap();
+    let required = decode_header(&offer, "payment-required");
+    let payer = Payer::new();
+    let headers: Vec<String> = (0..400).map(|_| payer.pay_v2(&required)).collect();
+    let answered = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, url) = (client.clone(), format!("{}{path}", server.base));
+            let (headers, next, answered) = (headers.clone(), next.clone(), answered.clone());
+            tokio::spawn(async move {
+                while let Some(h) = headers.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    let Ok(resp) = client.get(&url).header("PAYMENT-SIGNATURE", h).send().await
+                    else {
+                        return; // the server is gone
+                    };
+                    if resp.status() != 200 {
+                        continue;
+                    }
+                    let Ok(body) = resp.json::<Value>().await else {
+                        return;
+                    };
+                    let token = body["receipt"]["nft"]["tokenId"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned();
+                    answered.lock().unwrap().push(token);
+                }
+            })
+        })
+        .collect();
+    // Let some purchases complete, then kill -9 in the middle of the rest.
+    while answered.lock().unwrap().len() < 40 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert!(answered.len() >= 40);
+    drop(server);
+
+    let server = Instance::start(&db, &media);
+    for token in &answered {
+        let resp = client
+            .get(format!("{}/receipts/{token}", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "receipt {token} answered but lost");
+    }
+    // Every answered purchase also has its settled payment record and settlement row.
+    let rows: Value = client
+        .get(format!("{}/operator/settlements?limit=1000", server.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let settled = rows["totals"]["settled"].as_u64().unwrap() as usize;
+    assert!(
+        settled >= answered.len(),
+        "{settled} settled rows < {} answered",
+        answered.len()
+    );
+}

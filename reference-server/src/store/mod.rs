@@ -353,7 +353,9 @@ fn in_savepoint<T>(
     f: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     conn.execute_batch("SAVEPOINT write")?;
-    let result = f(conn);
+    // A panicking write must not take the writer thread (and every later write) with it.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
+        .unwrap_or_else(|_| Err(StoreError::Task("the write panicked".into())));
     let end = match &result {
         Ok(_) => conn.execute_batch("RELEASE write"),
         Err(_) => conn.execute_batch("ROLLBACK TO write; RELEASE write"),
@@ -510,6 +512,33 @@ mod tests {
         let commits = db.commits() - before;
         assert!(commits < 200, "{commits} commits for 200 concurrent writes");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_panicking_write_fails_alone_and_the_writer_goes_on() {
+        let db = Db::open_in_memory().unwrap();
+        db.write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
+            .await
+            .unwrap();
+        let failed = db
+            .write(|c| -> Result<(), StoreError> {
+                c.execute("INSERT INTO t (x) VALUES (1)", [])?;
+                panic!("a bug in a write closure")
+            })
+            .await;
+        assert!(matches!(failed, Err(StoreError::Task(_))), "{failed:?}");
+        db.write(|c| Ok(c.execute("INSERT INTO t (x) VALUES (2)", []).map(|_| ())?))
+            .await
+            .unwrap();
+        let xs: Vec<i64> = db
+            .read(|c| {
+                let mut s = c.prepare("SELECT x FROM t")?;
+                let rows = s.query_map([], |r| r.get(0))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(xs, vec![2], "the panicking write was rolled back");
     }
 
     #[tokio::test]

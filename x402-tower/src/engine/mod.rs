@@ -31,7 +31,7 @@
 //!      failed → refused; unknown → `settlement_pending` again;
 //!    - `Spent`: refused.
 //! 4. The settler verifies (the chain's view); invalid → released and refused; no answer → released, 502.
-//! 5. Settlement; what is kept or released is decided by [`disposition`](crate::replay::disposition), the
+//! 5. Settlement; what is kept or released is decided by [`disposition`], the
 //!    one function of the keep/release rule, in [`crate::replay`] beside its table: settled → `Settled`;
 //!    failed and still usable → released; failed → `Spent`; unknown → `Pending`, answered 402 with a
 //!    `settlement_pending` receipt carrying the transaction when there is one.
@@ -741,7 +741,14 @@ impl PaymentEngine {
             .reconcile(&attempt.request, transaction.as_deref())
             .instrument(info_span!("x402.reconcile"))
             .await;
-        self.observe(&attempt, &outcome, timing, true).await;
+        self.observe(
+            &attempt.verified,
+            &attempt.record.resource,
+            &outcome,
+            timing,
+            true,
+        )
+        .await;
         if let SettleOutcome::Failed {
             authorization_still_usable: true,
             ..
@@ -816,8 +823,15 @@ impl PaymentEngine {
             .settle(&attempt.request)
             .instrument(info_span!("x402.settle"))
             .await;
-        self.observe(attempt, &outcome, timing, false).await;
-        self.apply(attempt, outcome).await
+        if self.observer.is_none() {
+            return self.apply(attempt, outcome).await;
+        }
+        // The observer's record and the payment record are both durable writes: issued together, a
+        // group-committing store puts them in one commit (the client is still answered after both).
+        let (payment, resource) = (attempt.verified.clone(), attempt.record.resource.clone());
+        let observed = self.observe(&payment, &resource, &outcome, timing, false);
+        let (_, result) = tokio::join!(observed, self.apply(attempt, outcome.clone()));
+        result
     }
 
     /// Applies a settlement outcome (the keep/release rule through [`disposition`]) and builds the answer.
@@ -970,7 +984,8 @@ impl PaymentEngine {
     /// Tells the observer; a failure is logged and counted, never propagated.
     async fn observe(
         &self,
-        attempt: &Attempt,
+        payment: &VerifiedPayment,
+        resource: &str,
         outcome: &SettleOutcome,
         timing: Option<SettleTiming>,
         reconciled: bool,
@@ -996,11 +1011,11 @@ impl PaymentEngine {
                 transaction: transaction.clone(),
             },
         };
-        let mut payment = attempt.verified.clone();
+        let mut payment = payment.clone();
         payment.settlement = None;
         let event = SettlementEvent {
             payment: &payment,
-            resource: &attempt.record.resource,
+            resource,
             outcome: &observed,
             timing,
             reconciled,
@@ -1019,7 +1034,7 @@ impl PaymentEngine {
                 nonce = %payment.nonce,
                 amount = %payment.amount,
                 network = payment.network.caip2(),
-                resource = %attempt.record.resource,
+                resource = %resource,
                 "SETTLEMENT NOT RECORDED: the settlement observer failed"
             );
         }
@@ -1070,7 +1085,14 @@ impl PaymentEngine {
                 .reconcile(&attempt.request, transaction.as_deref())
                 .instrument(info_span!("x402.reconcile", background = true))
                 .await;
-            self.observe(&attempt, &outcome, None, true).await;
+            self.observe(
+                &attempt.verified,
+                &attempt.record.resource,
+                &outcome,
+                None,
+                true,
+            )
+            .await;
             match outcome {
                 SettleOutcome::Failed {
                     authorization_still_usable: true,

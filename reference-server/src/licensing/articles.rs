@@ -74,19 +74,7 @@ impl ArticleCatalog {
 mod tests {
     use super::*;
     use crate::store::Db;
-
-    fn article(id: &str, published: bool) -> Article {
-        Article {
-            id: id.into(),
-            title: format!("Title {id}"),
-            excerpt: "e".into(),
-            content: "c".into(),
-            author_name: "a".into(),
-            published_date: "2025-01-01".into(),
-            price_atomic: 10_000,
-            published,
-        }
-    }
+    use crate::store::articles::test_article as article;
 
     #[tokio::test]
     async fn serves_published_articles_and_sees_database_changes_after_a_reload() {

@@ -345,22 +345,26 @@ impl LicensingStore {
     }
 }
 
+/// An article for tests: `Title <id>`, 0.01 USDC.
+#[cfg(test)]
+pub(crate) fn test_article(id: &str, published: bool) -> Article {
+    Article {
+        id: id.into(),
+        title: format!("Title {id}"),
+        excerpt: "e".into(),
+        content: "c".into(),
+        author_name: "a".into(),
+        published_date: "2025-01-02".into(),
+        price_atomic: 10_000,
+        published,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn article(id: &str, published: bool) -> Article {
-        Article {
-            id: id.into(),
-            title: format!("Title {id}"),
-            excerpt: "e".into(),
-            content: "c".into(),
-            author_name: "a".into(),
-            published_date: "2025-01-02".into(),
-            price_atomic: 10_000,
-            published,
-        }
-    }
+    use super::test_article as article;
 
     fn receipt(token: &str, nonce: &str) -> Receipt {
         Receipt {

@@ -319,6 +319,15 @@ impl X402Config {
         self
     }
 
+    /// After how long a payment left `InFlight` counts as abandoned (its request died) and is reconciled
+    /// (default 180 s). Keep it above your settler's longest settlement. See
+    /// [`PaymentEngineBuilder::stale_after`].
+    pub fn stale_after(mut self, after: Duration) -> Self {
+        self.engine = self.engine.stale_after(after);
+        self.engine_parts = true;
+        self
+    }
+
     /// Replaces the clock (unix seconds). For tests with fixed signatures.
     pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
         self.engine = self.engine.clock(clock);

@@ -234,7 +234,12 @@ impl OnchainSettler {
         }
     }
 
-    /// The relayer's address (it pays the gas).
+    /// How long a settlement waits for its transaction's receipt before its outcome is unknown.
+    pub fn receipt_timeout(&self) -> Duration {
+        self.inner.receipt_timeout
+    }
+
+    /// The relayer's address (it sends the transactions and pays the gas).
     pub fn relayer(&self) -> Address {
         self.inner.relayer
     }

@@ -135,6 +135,15 @@ pub struct PaymentRecord {
     pub revision: u64,
 }
 
+impl PaymentRecord {
+    /// Whether this record is of the identical payment (same authorization digest) for the same resource:
+    /// the only case in which a second presentation is answered from the record rather than refused as a
+    /// replay.
+    pub fn is_same_payment(&self, fingerprint: &B256, resource: &str) -> bool {
+        self.fingerprint == *fingerprint && self.resource == resource
+    }
+}
+
 /// Result of [`ReplayStore::reserve`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reservation {

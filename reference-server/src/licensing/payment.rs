@@ -176,20 +176,8 @@ pub(crate) fn x402_layer(
         .settle_timing(SettleTiming::BeforeHandler)
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
-        // A settlement may take as long as the settler waits: only past that is an in-flight payment abandoned.
-        .stale_after(stale_after(settings))
         .build()
         .map_err(|e| BuildError::Payment(e.to_string()))
-}
-
-/// How long before an in-flight payment counts as abandoned: a minute more than the longest the configured
-/// settler waits (the on-chain receipt timeout, or the facilitator's settle timeout), and at least 180 s.
-pub(crate) fn stale_after(settings: &Settings) -> std::time::Duration {
-    let longest = match &settings.onchain {
-        Some(onchain) => onchain.receipt_timeout(),
-        None => settings.facilitator_settle_timeout,
-    };
-    (longest + std::time::Duration::from_secs(60)).max(std::time::Duration::from_secs(180))
 }
 
 /// The settler of the configuration: on chain (`--rpc-url` + `--settler-key`), a remote facilitator, or
@@ -251,18 +239,29 @@ pub(crate) fn render_payment_metrics(layer: &X402Layer, out: &mut String) {
 mod stale_tests {
     use super::*;
 
+    /// What the engine over the configured settler takes as the abandonment threshold of an in-flight payment.
+    fn stale_after(config: &crate::Config) -> u64 {
+        x402_tower::PaymentEngine::builder()
+            .settler(settler(&config.validate().unwrap()).unwrap())
+            .build()
+            .unwrap()
+            .stale_after()
+            .as_secs()
+    }
+
     #[test]
     fn an_in_flight_payment_is_abandoned_only_after_the_settlers_longest_wait() {
         let mut config = crate::Config::for_tests();
-        assert_eq!(stale_after(&config.validate().unwrap()).as_secs(), 180);
+        assert_eq!(stale_after(&config), 180);
         config.facilitator_url = Some("http://127.0.0.1:1".into());
         config.facilitator_settle_timeout_secs = 300;
-        assert_eq!(stale_after(&config.validate().unwrap()).as_secs(), 360);
+        assert_eq!(stale_after(&config), 360);
         config.facilitator_url = None;
         config.rpc_url = Some("http://127.0.0.1:1".into());
         config.settler_key =
             Some("0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d".into());
         config.rpc_receipt_timeout_secs = 900;
-        assert_eq!(stale_after(&config.validate().unwrap()).as_secs(), 960);
+        // The receipt wait, the send phase (five JSON-RPC calls of at most 10 s) and a minute.
+        assert_eq!(stale_after(&config), 900 + 50 + 60);
     }
 }

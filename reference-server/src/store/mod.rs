@@ -82,8 +82,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most writes committed together by the group-commit writer.
 pub const MAX_BATCH: usize = 256;
 
-/// A queued write: runs in the writer's transaction and returns what to do once the commit is known.
-type Job = Box<dyn FnOnce(&Connection) -> Completion + Send>;
+/// A queued write: runs in the writer's transaction (or is told why there is none) and returns what to do
+/// once the commit is known.
+type Job = Box<dyn FnOnce(Result<&Connection, &rusqlite::Error>) -> Completion + Send>;
 /// Answers the caller with the commit's outcome (`None`: committed).
 type Completion = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
 
@@ -256,8 +257,13 @@ impl Db {
         T: Send + 'static,
     {
         let (answer, answered) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |conn: &Connection| {
-            let result = in_savepoint(conn, f);
+        let job: Job = Box::new(move |conn: Result<&Connection, &rusqlite::Error>| {
+            let result = match conn {
+                Ok(conn) => in_savepoint(conn, f),
+                Err(e) => Err(StoreError::Commit(format!(
+                    "cannot begin a transaction: {e}"
+                ))),
+            };
             Box::new(move |commit: Option<&rusqlite::Error>| {
                 let result = match (result, commit) {
                     (Ok(_), Some(e)) => Err(StoreError::Commit(e.to_string())),
@@ -324,12 +330,11 @@ fn group_commit(
         if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
             tracing::error!(error = %e, writes = batch.len(), "cannot begin a write transaction");
             for job in batch {
-                // Run nothing: answer with the error.
-                drop(job);
+                job(Err(&e))(None);
             }
             continue;
         }
-        let completions: Vec<Completion> = batch.into_iter().map(|job| job(&conn)).collect();
+        let completions: Vec<Completion> = batch.into_iter().map(|job| job(Ok(&conn))).collect();
         let committed = conn.execute_batch("COMMIT");
         if committed.is_err() {
             let _ = conn.execute_batch("ROLLBACK");

@@ -312,8 +312,7 @@ impl PaymentEngine {
                 return Err(FacilitatorError::Unavailable);
             }
             Ok(Some(record)) => {
-                let ours = record.fingerprint == checked.fingerprint
-                    && record.resource == checked.resource
+                let ours = record.is_same_payment(&checked.fingerprint, &checked.resource)
                     && record.state != PaymentState::Spent;
                 let invalid = (!ours).then(|| {
                     Invalid::new(

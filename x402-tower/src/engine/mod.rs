@@ -73,6 +73,9 @@ pub const DEFAULT_MAX_HEADER_LEN: usize = 16 * 1024;
 pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(5);
 /// Default of [`PaymentEngineBuilder::stale_after`].
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(180);
+/// How much longer than a settler's [`settle_deadline`](Settler::settle_deadline) an in-flight payment must
+/// be left untouched before it counts as abandoned.
+pub const STALE_MARGIN: Duration = Duration::from_secs(60);
 
 /// Unix seconds, replaceable for tests.
 pub(crate) type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
@@ -279,7 +282,9 @@ impl PaymentEngineBuilder {
     }
 
     /// After how long an `InFlight` record is taken for the leftover of a request that died (a crash, a
-    /// dropped future) and reconciled (default 180 s). Set it above your settler's longest settlement.
+    /// dropped future) and reconciled (default 180 s). The engine raises it to the settler's
+    /// [`settle_deadline`](Settler::settle_deadline) plus a minute when that is longer, so a slow settlement
+    /// still under way is never reconciled underneath itself.
     pub fn stale_after(mut self, after: Duration) -> Self {
         self.stale_after = after;
         self
@@ -297,6 +302,10 @@ impl PaymentEngineBuilder {
             return Err(EngineConfigError::HeaderLimitTooSmall(self.max_header_len));
         }
         let settler = self.settler.ok_or(EngineConfigError::NoSettler)?;
+        let stale_after = match settler.settle_deadline() {
+            Some(deadline) => self.stale_after.max(deadline + STALE_MARGIN),
+            None => self.stale_after,
+        };
         Ok(PaymentEngine {
             settler,
             observer: self.observer,
@@ -305,7 +314,7 @@ impl PaymentEngineBuilder {
                 .unwrap_or_else(|| Arc::new(InMemoryReplayStore::default())),
             max_header_len: self.max_header_len,
             in_flight_wait: self.in_flight_wait,
-            stale_after: self.stale_after.as_secs().max(1),
+            stale_after: stale_after.as_secs().max(1),
             verify_only: self.verify_only,
             verify_only_warned: std::sync::atomic::AtomicBool::new(false),
             metrics: Arc::new(X402Metrics::default()),
@@ -360,6 +369,12 @@ impl PaymentEngine {
     /// The store.
     pub fn store(&self) -> &Arc<dyn ReplayStore> {
         &self.store
+    }
+
+    /// After how long a payment left in flight counts as abandoned (see
+    /// [`PaymentEngineBuilder::stale_after`]).
+    pub fn stale_after(&self) -> Duration {
+        Duration::from_secs(self.stale_after)
     }
 
     /// The settler.
@@ -604,7 +619,8 @@ impl PaymentEngine {
         let binding = IdBinding {
             fingerprint: keccak256(&bound),
             key,
-            expires_at: VerifiedPayment::from_request(request).valid_before,
+            expires_at: u64::try_from(request.payload.exact().authorization.valid_before)
+                .unwrap_or(u64::MAX),
         };
         match self.store.bind_id(id, &binding, now).await {
             Ok(IdClaim::New | IdClaim::Same) => Ok(()),
@@ -698,7 +714,7 @@ impl PaymentEngine {
         existing: PaymentRecord,
         now: u64,
     ) -> Taken {
-        if existing.fingerprint != mine.fingerprint || existing.resource != mine.resource {
+        if !existing.is_same_payment(&mine.fingerprint, &mine.resource) {
             // Another authorization with this nonce, or this one spent on another resource.
             return Taken::Refuse(RejectReason::NonceAlreadyUsed);
         }
@@ -714,27 +730,44 @@ impl PaymentEngine {
                 Taken::Busy
             }
             PaymentState::InFlight | PaymentState::Pending => {
-                let mut claimed = existing.clone();
-                claimed.state = PaymentState::InFlight;
-                claimed.updated_at = now;
-                match self.store.update(key, existing.revision, &claimed).await {
-                    Ok(true) => {
-                        claimed.revision = existing.revision + 1;
-                        Taken::Claimed(claimed)
-                    }
-                    Ok(false) => Taken::Changed,
+                match self.claim(key, &existing, now).await {
+                    Ok(Some(claimed)) => Taken::Claimed(claimed),
+                    Ok(None) => Taken::Changed,
                     Err(e) => Taken::Answer(self.store_failed(&e)),
                 }
             }
         }
     }
 
-    /// Reconciles a claimed `Pending` (or stale) payment on a resend.
-    async fn reconcile_claimed(
+    /// Takes a `Pending` (or abandoned `InFlight`) record for reconciliation: `InFlight` again, by this
+    /// caller, with compare-and-set. `None` when another request or instance changed it first.
+    async fn claim(
         &self,
-        mut attempt: Box<Attempt>,
+        key: &ReplayKey,
+        record: &PaymentRecord,
+        now: u64,
+    ) -> Result<Option<PaymentRecord>, StoreError> {
+        let mut claimed = record.clone();
+        claimed.state = PaymentState::InFlight;
+        claimed.updated_at = now;
+        Ok(self
+            .store
+            .update(key, record.revision, &claimed)
+            .await?
+            .then(|| PaymentRecord {
+                revision: record.revision + 1,
+                ..claimed
+            }))
+    }
+
+    /// Asks the settler what became of a claimed payment (never moving money again), reports it, and writes
+    /// it as a settlement outcome ([`PaymentEngine::apply`]). `None`: not settled and still usable, which the
+    /// caller decides (settle anew, or release).
+    async fn reconcile(
+        &self,
+        attempt: &mut Attempt,
         timing: Option<SettleTiming>,
-    ) -> Admitted {
+    ) -> Option<Result<SettleResponse, Answer>> {
         let transaction = pending_transaction(&attempt.record);
         let outcome = self
             .settler
@@ -749,21 +782,30 @@ impl PaymentEngine {
             true,
         )
         .await;
-        if let SettleOutcome::Failed {
-            authorization_still_usable: true,
-            ..
-        } = outcome
-        {
-            // Nothing moved and nothing can move under the earlier attempt: settle anew under this claim.
-            return Admitted::Fresh(attempt);
+        match outcome {
+            SettleOutcome::Failed {
+                authorization_still_usable: true,
+                ..
+            } => None,
+            outcome => Some(self.apply(attempt, outcome).await),
         }
-        match self.apply(&mut attempt, outcome).await {
-            Ok(settlement) => {
+    }
+
+    /// Reconciles a claimed `Pending` (or abandoned) payment on a resend: delivered when settled, settled
+    /// anew under this claim when nothing moved, refused otherwise.
+    async fn reconcile_claimed(
+        &self,
+        mut attempt: Box<Attempt>,
+        timing: Option<SettleTiming>,
+    ) -> Admitted {
+        match self.reconcile(&mut attempt, timing).await {
+            None => Admitted::Fresh(attempt),
+            Some(Ok(settlement)) => {
                 attempt.verified.settlement = Some(settlement);
                 attempt.verified.redelivered = true;
                 Admitted::Redeliver(attempt)
             }
-            Err(a) => Admitted::Answer(a),
+            Some(Err(answer)) => Admitted::Answer(answer),
         }
     }
 
@@ -1061,17 +1103,10 @@ impl PaymentEngine {
                     continue;
                 }
             };
-            let mut claimed = record.clone();
-            claimed.state = PaymentState::InFlight;
-            claimed.updated_at = now;
-            match self.store.update(&key, record.revision, &claimed).await {
-                Ok(true) => claimed.revision = record.revision + 1,
-                Ok(false) => {
-                    report.skipped += 1;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
+            let Some(claimed) = self.claim(&key, &record, now).await? else {
+                report.skipped += 1;
+                continue;
+            };
             let verified = VerifiedPayment::from_request(&request);
             let mut attempt = Attempt {
                 request,
@@ -1079,41 +1114,18 @@ impl PaymentEngine {
                 record: claimed,
                 verified,
             };
-            let transaction = pending_transaction(&record);
-            let outcome = self
-                .settler
-                .reconcile(&attempt.request, transaction.as_deref())
-                .instrument(info_span!("x402.reconcile", background = true))
-                .await;
-            self.observe(
-                &attempt.verified,
-                &attempt.record.resource,
-                &outcome,
-                None,
-                true,
-            )
-            .await;
-            match outcome {
-                SettleOutcome::Failed {
-                    authorization_still_usable: true,
-                    ..
-                } => {
+            match self.reconcile(&mut attempt, None).await {
+                None => {
+                    // Nothing was charged: the payer may present the authorization again.
                     let event = Event::SettlementFailed { still_usable: true };
                     self.dispose(&mut attempt, event, None).await;
                     report.released += 1;
                 }
-                SettleOutcome::Settled { .. } => {
-                    let _ = self.apply(&mut attempt, outcome).await;
-                    report.settled += 1;
+                Some(Ok(_)) => report.settled += 1,
+                Some(Err(Answer::PaymentRequired { error, .. })) if error == SETTLEMENT_PENDING => {
+                    report.pending += 1
                 }
-                SettleOutcome::Failed { .. } => {
-                    let _ = self.apply(&mut attempt, outcome).await;
-                    report.failed += 1;
-                }
-                SettleOutcome::Unknown { .. } => {
-                    let _ = self.apply(&mut attempt, outcome).await;
-                    report.pending += 1;
-                }
+                Some(Err(_)) => report.failed += 1,
             }
         }
         Ok(report)

@@ -54,14 +54,16 @@ pub enum ConfigError {
     /// No method is sold.
     #[error("no paid methods")]
     NoMethods,
+    /// The payment engine refused its settings.
+    #[error(transparent)]
+    Engine(EngineConfigError),
 }
 
 impl From<EngineConfigError> for ConfigError {
     fn from(e: EngineConfigError) -> Self {
         match e {
             EngineConfigError::HeaderLimitTooSmall(n) => ConfigError::HeaderLimitTooSmall(n),
-            // The layer defaults to verify-only (with a warning), so a missing settler cannot reach here.
-            EngineConfigError::NoSettler => ConfigError::NoPricing,
+            other => ConfigError::Engine(other),
         }
     }
 }
@@ -320,7 +322,7 @@ impl X402Config {
     }
 
     /// After how long a payment left `InFlight` counts as abandoned (its request died) and is reconciled
-    /// (default 180 s). Keep it above your settler's longest settlement. See
+    /// (default 180 s, raised to the settler's own deadline plus a minute). See
     /// [`PaymentEngineBuilder::stale_after`].
     pub fn stale_after(mut self, after: Duration) -> Self {
         self.engine = self.engine.stale_after(after);

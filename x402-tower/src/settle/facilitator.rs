@@ -327,6 +327,10 @@ impl Settler for FacilitatorSettler {
         Box::pin(self.call(FacilitatorEndpoint::Supported, None, self.verify_timeout))
     }
 
+    fn settle_deadline(&self) -> Option<Duration> {
+        Some(self.settle_timeout)
+    }
+
     /// Asks `/settle` again with the identical payment (the facilitator settles it if nothing moved, or
     /// answers it idempotently). "Nonce already used" proves nothing here (the first attempt may have spent
     /// it), so it stays unknown: the reconciler asks again until the authorization expires.

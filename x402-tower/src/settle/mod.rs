@@ -141,6 +141,14 @@ pub trait Settler: Send + Sync + 'static {
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome>;
     /// The kinds this settler supports.
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>>;
+    /// The longest one `settle` call can take (its timeouts), if bounded. The engine never takes a payment
+    /// still being settled for abandoned before that (see
+    /// [`PaymentEngineBuilder::stale_after`](crate::engine::PaymentEngineBuilder::stale_after)). Default:
+    /// `None` (unknown; the engine's threshold alone applies).
+    fn settle_deadline(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Finds out what became of a settlement whose outcome was [`SettleOutcome::Unknown`] (with the
     /// transaction it reported, if any), **without moving money a second time**:
     ///

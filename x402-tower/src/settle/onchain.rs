@@ -167,6 +167,7 @@ impl OnchainSettlerBuilder {
                 chain_id: OnceCell::new(),
                 nonces: NonceManager::default(),
                 receipt_timeout: self.receipt_timeout,
+                rpc_timeout: self.rpc_timeout,
                 poll_interval: self.poll_interval,
                 gas_margin_percent: self.gas_margin_percent,
             }),
@@ -188,6 +189,7 @@ struct Inner {
     chain_id: OnceCell<u64>,
     nonces: NonceManager,
     receipt_timeout: Duration,
+    rpc_timeout: Duration,
     poll_interval: Duration,
     gas_margin_percent: u64,
 }
@@ -232,11 +234,6 @@ impl OnchainSettler {
             poll_interval: Duration::from_millis(20),
             gas_margin_percent: 20,
         }
-    }
-
-    /// How long a settlement waits for its transaction's receipt before its outcome is unknown.
-    pub fn receipt_timeout(&self) -> Duration {
-        self.inner.receipt_timeout
     }
 
     /// The relayer's address (it sends the transactions and pays the gas).
@@ -692,6 +689,12 @@ impl Settler for OnchainSettler {
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
         let span = info_span!("x402.onchain.settle", payer = %request.payer());
         Box::pin(self.inner.settle(request).instrument(span))
+    }
+
+    /// The send phase (chain id, gas estimate and fees, relayer nonce, two send attempts: at most five
+    /// JSON-RPC calls one after the other) and the wait for the receipt.
+    fn settle_deadline(&self) -> Option<Duration> {
+        Some(self.inner.receipt_timeout + self.inner.rpc_timeout * 5)
     }
 
     fn reconcile<'a>(

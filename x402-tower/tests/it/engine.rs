@@ -340,3 +340,47 @@ async fn a_flood_of_caller_chosen_terms_stores_nothing_and_a_real_payment_still_
     assert!(e.facilitator_settle(&p, &body(12)).await.unwrap().success);
     assert_eq!(s.settles(), 1);
 }
+
+#[tokio::test]
+async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_settlers_deadline() {
+    // A settler whose settlements may take 10 minutes: an in-flight payment 5 minutes old is a slow
+    // settlement, not a dead request, whatever `stale_after` says; past the deadline and a minute it is.
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
+    let c = clock.clone();
+    let s = Scripted::new(settled_outcome());
+    s.settles_within(std::time::Duration::from_secs(600));
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = PaymentEngine::builder()
+        .settler(s.clone())
+        .replay_store(store.clone())
+        .stale_after(std::time::Duration::from_secs(60))
+        .clock(move || c.load(Ordering::SeqCst))
+        .build()
+        .unwrap();
+    assert_eq!(e.stale_after(), std::time::Duration::from_secs(660));
+    let payload = unb64(&v2_header(13));
+    let record = x402_tower::PaymentRecord {
+        state: PaymentState::InFlight,
+        resource: "https://shop.example/r".into(),
+        fingerprint: alloy_primitives::B256::ZERO,
+        settlement: None,
+        payment: Arc::new(x402_tower::StoredPayment {
+            payload: payload.to_string(),
+            requirements: payload["accepted"].to_string().into(),
+        }),
+        expires_at: now() + 3600,
+        updated_at: now(),
+        revision: 0,
+    };
+    let key = x402_tower::ReplayKey {
+        chain_id: 84532,
+        asset: USDC_BASE_SEPOLIA,
+        from: ACCOUNT0,
+        nonce: alloy_primitives::B256::repeat_byte(13),
+    };
+    store.reserve(&key, &record, now()).await.unwrap();
+    clock.store(now() + 300, Ordering::SeqCst);
+    assert_eq!(e.reconcile_unresolved(10).await.unwrap().examined, 0);
+    clock.store(now() + 661, Ordering::SeqCst);
+    assert_eq!(e.reconcile_unresolved(10).await.unwrap().examined, 1);
+}

@@ -299,6 +299,7 @@ pub struct Scripted {
     verifies: AtomicUsize,
     reconciles: AtomicUsize,
     reconciled: std::sync::Mutex<Option<SettleOutcome>>,
+    deadline: std::sync::Mutex<Option<std::time::Duration>>,
 }
 
 impl Scripted {
@@ -309,6 +310,7 @@ impl Scripted {
             verifies: AtomicUsize::new(0),
             reconciles: AtomicUsize::new(0),
             reconciled: std::sync::Mutex::new(None),
+            deadline: std::sync::Mutex::new(None),
         })
     }
     pub fn settles(&self) -> usize {
@@ -319,6 +321,10 @@ impl Scripted {
     }
     pub fn reconciles(&self) -> usize {
         self.reconciles.load(Ordering::SeqCst)
+    }
+    /// How long its settlements may take (default: unbounded).
+    pub fn settles_within(&self, deadline: std::time::Duration) {
+        *self.deadline.lock().unwrap() = Some(deadline);
     }
     /// What reconciliation finds from now on (default: settle's outcome).
     pub fn reconcile_to(&self, outcome: SettleOutcome) {
@@ -341,6 +347,9 @@ impl Settler for Scripted {
     }
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
         Box::pin(async { Ok(SupportedResponse::default()) })
+    }
+    fn settle_deadline(&self) -> Option<std::time::Duration> {
+        *self.deadline.lock().unwrap()
     }
     fn reconcile<'a>(
         &'a self,

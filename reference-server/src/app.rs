@@ -286,18 +286,18 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut text = state.metrics.render(recorded);
     licensing::payment::render_payment_metrics(&state.payments, &mut text);
     state.settlements.render_metrics(&mut text);
-    {
-        use std::fmt::Write as _;
-        let _ = write!(
-            text,
-            "# HELP sqlite_group_commits_total Durable commits of the SQLite writer (each carries one or more writes).\n\
-             # TYPE sqlite_group_commits_total counter\nsqlite_group_commits_total {}\n\
-             # HELP sqlite_group_commit_writes_total Writes carried by those commits.\n\
-             # TYPE sqlite_group_commit_writes_total counter\nsqlite_group_commit_writes_total {}\n",
-            state.db.commits(),
-            state.db.committed_writes()
-        );
-    }
+    crate::metrics::counter(
+        &mut text,
+        "sqlite_group_commits_total",
+        "Durable commits of the SQLite writer (each carries one or more writes).",
+        state.db.commits(),
+    );
+    crate::metrics::counter(
+        &mut text,
+        "sqlite_group_commit_writes_total",
+        "Writes carried by those commits.",
+        state.db.committed_writes(),
+    );
     (
         [(
             header::CONTENT_TYPE,

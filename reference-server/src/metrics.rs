@@ -149,7 +149,7 @@ impl Metrics {
     }
 }
 
-fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+pub(crate) fn counter(out: &mut String, name: &str, help: &str, value: u64) {
     let _ = write!(
         out,
         "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"

@@ -137,10 +137,8 @@ impl AssetStore {
     pub async fn insert(&self, asset: NewAsset) -> Result<u64, StoreError> {
         self.db
             .write(move |c| {
-                // The write runs in its own savepoint of the group commit: atomic without a transaction.
-                let tx = c;
-                insert(tx, &asset)?;
-                let id = tx.last_insert_rowid() as u64;
+                insert(c, &asset)?;
+                let id = c.last_insert_rowid() as u64;
                 Ok(id)
             })
             .await

@@ -3,9 +3,10 @@
 //!
 //! Every instance that opens the same database file shares it, so one authorization is settled at most once
 //! whichever instance or door (a paid route, `/facilitator/settle`) it comes through, and survives a restart:
-//! the record is written (and fsync'd) **before** any settlement is attempted. Reservations run in an
-//! `IMMEDIATE` transaction (the select and the insert are one atomic step, across processes too); every later
-//! change is a compare-and-set on the row's `revision`.
+//! the record is written (and fsync'd) **before** any settlement is attempted. A reservation is one write of
+//! the group commit ([`Db::write`]: its own savepoint inside the writer's `BEGIN IMMEDIATE`), so its select and
+//! insert are one atomic step, across processes too; every later change is a compare-and-set on the row's
+//! `revision`.
 
 use std::sync::Arc;
 
@@ -32,6 +33,16 @@ const COLUMNS: &str = "state, resource, fingerprint, settlement, payload, requir
 fn chain(key: &ReplayKey) -> Result<i64, StoreError> {
     i64::try_from(key.chain_id)
         .map_err(|_| StoreError::Invalid(format!("chain id {} too large", key.chain_id)))
+}
+
+/// `key` as the four stored columns (chain_id, asset, payer, nonce), in that order.
+fn key_columns(key: &ReplayKey) -> Result<(i64, String, String, String), StoreError> {
+    Ok((
+        chain(key)?,
+        key.asset.to_string(),
+        key.from.to_string(),
+        key.nonce.to_string(),
+    ))
 }
 
 fn invalid(what: &str) -> rusqlite::Error {
@@ -110,20 +121,6 @@ impl SqlitePaymentStore {
             })
             .await
     }
-
-    /// Number of records held, by state (for operators and tests).
-    pub async fn count(&self, state: PaymentState) -> Result<u64, StoreError> {
-        self.db
-            .read(move |c| {
-                let n: i64 = c.query_row(
-                    "SELECT COUNT(*) FROM payment_states WHERE state = ?1",
-                    [state.as_str()],
-                    |r| r.get(0),
-                )?;
-                Ok(u64::try_from(n).unwrap_or(0))
-            })
-            .await
-    }
 }
 
 impl ReplayStore for SqlitePaymentStore {
@@ -139,33 +136,29 @@ impl ReplayStore for SqlitePaymentStore {
             let settlement = settlement_json(&record).map_err(backend)?;
             self.db
                 .write(move |c| {
-                    // Atomic: its own savepoint in the writer's `BEGIN IMMEDIATE` (across processes too).
-                    let tx = c;
-                    let existing = tx
+                    let (chain_id, asset, payer, nonce) = key_columns(&key)?;
+                    let existing = c
                         .prepare_cached(&format!(
                             "SELECT {COLUMNS} FROM payment_states \
                              WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4"
                         ))?
-                        .query_row(
-                            params![chain(&key)?, key.asset.to_string(), key.from.to_string(), key.nonce.to_string()],
-                            record_from_row,
-                        )
+                        .query_row(params![chain_id, asset, payer, nonce], record_from_row)
                         .optional()?;
                     if let Some(e) = existing
                         && e.expires_at >= now
                     {
                         return Ok(Reservation::Taken(Box::new(e)));
                     }
-                    tx.prepare_cached(
+                    c.prepare_cached(
                         "INSERT OR REPLACE INTO payment_states (chain_id, asset, payer, nonce, state, resource, \
                          fingerprint, settlement, payload, requirements, expires_at, updated_at, revision) \
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 1)",
                     )?
                     .execute(params![
-                        chain(&key)?,
-                        key.asset.to_string(),
-                        key.from.to_string(),
-                        key.nonce.to_string(),
+                        chain_id,
+                        asset,
+                        payer,
+                        nonce,
                         record.state.as_str(),
                         record.resource,
                         record.fingerprint.to_string(),
@@ -191,12 +184,13 @@ impl ReplayStore for SqlitePaymentStore {
         Box::pin(async move {
             self.db
                 .read(move |c| {
+                    let (chain_id, asset, payer, nonce) = key_columns(&key)?;
                     Ok(c.prepare_cached(&format!(
                         "SELECT {COLUMNS} FROM payment_states \
                          WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4 AND expires_at >= ?5"
                     ))?
                     .query_row(
-                        params![chain(&key)?, key.asset.to_string(), key.from.to_string(), key.nonce.to_string(), secs(now)],
+                        params![chain_id, asset, payer, nonce, secs(now)],
                         record_from_row,
                     )
                     .optional()?)
@@ -218,6 +212,7 @@ impl ReplayStore for SqlitePaymentStore {
             let settlement = settlement_json(&record).map_err(backend)?;
             self.db
                 .write(move |c| {
+                    let (chain_id, asset, payer, nonce) = key_columns(&key)?;
                     let n = c
                         .prepare_cached(
                             "UPDATE payment_states SET state = ?5, resource = ?6, fingerprint = ?7, \
@@ -225,10 +220,10 @@ impl ReplayStore for SqlitePaymentStore {
                              WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4 AND revision = ?11",
                         )?
                         .execute(params![
-                            chain(&key)?,
-                            key.asset.to_string(),
-                            key.from.to_string(),
-                            key.nonce.to_string(),
+                            chain_id,
+                            asset,
+                            payer,
+                            nonce,
                             record.state.as_str(),
                             record.resource,
                             record.fingerprint.to_string(),
@@ -253,18 +248,13 @@ impl ReplayStore for SqlitePaymentStore {
         Box::pin(async move {
             self.db
                 .write(move |c| {
+                    let (chain_id, asset, payer, nonce) = key_columns(&key)?;
                     let n = c
                         .prepare_cached(
                             "DELETE FROM payment_states \
                              WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4 AND revision = ?5",
                         )?
-                        .execute(params![
-                            chain(&key)?,
-                            key.asset.to_string(),
-                            key.from.to_string(),
-                            key.nonce.to_string(),
-                            secs(expected)
-                        ])?;
+                        .execute(params![chain_id, asset, payer, nonce, secs(expected)])?;
                     Ok(n == 1)
                 })
                 .await
@@ -321,9 +311,8 @@ impl ReplayStore for SqlitePaymentStore {
         Box::pin(async move {
             self.db
                 .write(move |c| {
-                    // Atomic: its own savepoint in the writer's `BEGIN IMMEDIATE` (across processes too).
-                    let tx = c;
-                    let existing: Option<(String, i64, String, String, String, i64)> = tx
+                    let key = key_columns(&b.key)?;
+                    let existing: Option<(String, i64, String, String, String, i64)> = c
                         .prepare_cached(
                             "SELECT fingerprint, chain_id, asset, payer, nonce, expires_at FROM payment_ids WHERE id = ?1",
                         )?
@@ -334,24 +323,21 @@ impl ReplayStore for SqlitePaymentStore {
                     if let Some((fp, chain_id, asset, payer, nonce, expires)) = existing
                         && expires >= secs(now)
                     {
-                        let same = fp == b.fingerprint.to_string()
-                            && chain_id == chain(&b.key)?
-                            && asset == b.key.asset.to_string()
-                            && payer == b.key.from.to_string()
-                            && nonce == b.key.nonce.to_string();
+                        let same =
+                            fp == b.fingerprint.to_string() && (chain_id, asset, payer, nonce) == key;
                         return Ok(if same { IdClaim::Same } else { IdClaim::Conflict });
                     }
-                    tx.prepare_cached(
+                    c.prepare_cached(
                         "INSERT OR REPLACE INTO payment_ids (id, fingerprint, chain_id, asset, payer, nonce, expires_at) \
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                     )?
                     .execute(params![
                         id,
                         b.fingerprint.to_string(),
-                        chain(&b.key)?,
-                        b.key.asset.to_string(),
-                        b.key.from.to_string(),
-                        b.key.nonce.to_string(),
+                        key.0,
+                        key.1,
+                        key.2,
+                        key.3,
                         secs(b.expires_at)
                     ])?;
                     Ok(IdClaim::New)

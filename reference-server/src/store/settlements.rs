@@ -170,9 +170,7 @@ impl SettlementStore {
     pub async fn resolve(&self, record: SettlementRecord) -> Result<Option<i64>, StoreError> {
         self.db
             .write(move |c| {
-                // The write runs in its own savepoint of the group commit: atomic without a transaction.
-                let tx = c;
-                let unknown: Option<i64> = tx
+                let unknown: Option<i64> = c
                     .prepare_cached(
                         "SELECT id FROM settlements WHERE network = ?1 AND asset = ?2 AND payer = ?3 \
                          AND nonce = ?4 AND outcome = 'unknown' ORDER BY id DESC LIMIT 1",
@@ -185,7 +183,7 @@ impl SettlementStore {
                 let id = match (unknown, record.outcome) {
                     (Some(_), SettlementOutcome::Unknown) => None,
                     (Some(id), _) => {
-                        tx.prepare_cached(
+                        c.prepare_cached(
                             "UPDATE settlements SET outcome = ?2, tx_hash = COALESCE(?3, tx_hash), reason = ?4, \
                              message = ?5, resolved_from = 'unknown', resolved_at = ?6 WHERE id = ?1",
                         )?
@@ -203,7 +201,7 @@ impl SettlementStore {
                         let mut r = record;
                         r.resolved_from = Some("in_flight".to_owned());
                         r.resolved_at = Some(r.at.clone());
-                        Some(insert(tx, &r)?)
+                        Some(insert(c, &r)?)
                     }
                 };
                 Ok(id)

@@ -82,6 +82,34 @@ impl RefServer {
         .await
     }
 
+    /// GET the article (or `url` of this server when given) with `header` as `PAYMENT-SIGNATURE`.
+    pub(crate) async fn pay(&self, header: &str) -> reqwest::Response {
+        self.pay_at(&self.article_url(), header).await
+    }
+
+    /// GET `url` with `header` as `PAYMENT-SIGNATURE`.
+    pub(crate) async fn pay_at(&self, url: &str, header: &str) -> reqwest::Response {
+        http()
+            .get(url)
+            .header("PAYMENT-SIGNATURE", header)
+            .send()
+            .await
+            .expect("GET")
+    }
+
+    /// The settlement log (`/operator/settlements`), read with the operator token `token`.
+    pub(crate) async fn settlements(&self, token: &str) -> Value {
+        http()
+            .get(format!("{}/operator/settlements", self.url))
+            .header("authorization", format!("token {token}"))
+            .send()
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("JSON")
+    }
+
     pub(crate) fn article_url(&self) -> String {
         format!("{}/x402Article?articleId={ARTICLE}", self.url)
     }
@@ -122,6 +150,15 @@ pub(crate) async fn facilitator_for(chain: &Chain) -> String {
         facilitator::FacilitatorConfig::with_token(FACILITATOR_TOKEN),
     );
     format!("{}/facilitator", serve(router).await)
+}
+
+/// The decoded `PAYMENT-RESPONSE` of an answer.
+pub(crate) fn receipt_of(resp: &reqwest::Response) -> Value {
+    decode_b64_json(
+        resp.headers()["payment-response"]
+            .to_str()
+            .expect("receipt header"),
+    )
 }
 
 pub(crate) fn pay_to() -> Address {

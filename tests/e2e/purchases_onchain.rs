@@ -6,11 +6,11 @@ use alloy_primitives::{B256, U256};
 use serde_json::Value;
 use workspace_tests::chain::{CHAIN_ID, Chain, TOKEN_NAME, TOKEN_VERSION};
 use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
-use workspace_tests::pay::{Knobs, decode_b64_json, now, pay_v2};
+use workspace_tests::pay::{Knobs, now, pay_v2};
 
 use crate::common::{
     ARTICLE_PRICE, FACILITATOR_TOKEN, PAY_TO, RefServer, check_purchase, facilitator_for, http,
-    offer, pay_to, payer,
+    offer, pay_to, payer, receipt_of,
 };
 
 #[tokio::test]
@@ -36,18 +36,9 @@ async fn v2_client_purchase_moves_exactly_the_price_on_chain_and_a_replay_is_ref
     // The same payment header again (a buyer who lost the answer): the same article and receipt, no second
     // transfer. For another article: refused before the handler.
     let header = purchase.payment_header.as_str().expect("payment header");
-    let resp = http()
-        .get(server.article_url())
-        .header("PAYMENT-SIGNATURE", header)
-        .send()
-        .await
-        .expect("GET");
+    let resp = server.pay(header).await;
     assert_eq!(resp.status(), 200);
-    let again_receipt = decode_b64_json(
-        resp.headers()["payment-response"]
-            .to_str()
-            .expect("receipt header"),
-    );
+    let again_receipt = receipt_of(&resp);
     assert_eq!(again_receipt["transaction"], tx);
     let body: Value = resp.json().await.expect("article");
     let first: Value = serde_json::from_str(&purchase.body).expect("article JSON");
@@ -55,13 +46,10 @@ async fn v2_client_purchase_moves_exactly_the_price_on_chain_and_a_replay_is_ref
     assert_eq!(chain.balance(from).await, before.0 - price);
 
     let accepted = accepted_payments(&server).await;
-    let resp = http()
-        // Another resource URL (an extra query parameter) at the same price.
-        .get(format!("{}&copy=2", server.article_url()))
-        .header("PAYMENT-SIGNATURE", header)
-        .send()
-        .await
-        .expect("GET");
+    let resp = // Another resource URL (an extra query parameter) at the same price.
+        server
+        .pay_at(&format!("{}&copy=2", server.article_url()), header)
+        .await;
     assert_eq!(resp.status(), 402);
     let body: Value = resp.json().await.expect("402 body");
     assert_eq!(
@@ -132,12 +120,7 @@ async fn official_express_server_settles_through_the_reference_facilitator() {
 async fn refused(server: &RefServer, key: &str, knobs: &Knobs, reason: &str) {
     let required = offer(&server.article_url()).await;
     let header = pay_v2(key, &required, knobs);
-    let resp = http()
-        .get(server.article_url())
-        .header("PAYMENT-SIGNATURE", header)
-        .send()
-        .await
-        .expect("GET");
+    let resp = server.pay(&header).await;
     assert_eq!(resp.status(), 402);
     let body: Value = resp.json().await.expect("402 body");
     assert_eq!(body["error"], reason, "{body}");
@@ -337,12 +320,7 @@ async fn a_buyer_whose_connection_dropped_resends_and_gets_the_same_receipt_with
     // meanwhile (the article, from the record) or is still running (settlement_pending: try again).
     let mut delivered = None;
     for _ in 0..100 {
-        let resp = http()
-            .get(server.article_url())
-            .header("PAYMENT-SIGNATURE", &header)
-            .send()
-            .await
-            .expect("GET");
+        let resp = server.pay(&header).await;
         if resp.status() == 200 {
             delivered = Some(resp.json::<Value>().await.expect("article"));
             break;
@@ -353,30 +331,14 @@ async fn a_buyer_whose_connection_dropped_resends_and_gets_the_same_receipt_with
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let delivered = delivered.expect("the article after the dropped request");
-    let again: Value = http()
-        .get(server.article_url())
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("article");
+    let again: Value = server.pay(&header).await.json().await.expect("article");
     assert_eq!(again["receipt"], delivered["receipt"]);
     assert_eq!(
         chain.balance(from).await,
         U256::from(1_000_000 - ARTICLE_PRICE),
         "exactly one transfer"
     );
-    let rows: Value = http()
-        .get(format!("{}/operator/settlements", server.url))
-        .header("authorization", "token op")
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("JSON");
+    let rows = server.settlements("op").await;
     assert_eq!(rows["totals"]["settled"], 1, "{rows}");
 }
 
@@ -398,14 +360,9 @@ async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with
         .rpc
         .call("evm_setAutomine", serde_json::json!([false]))
         .await;
-    let resp = http()
-        .get(server.article_url())
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .expect("GET");
+    let resp = server.pay(&header).await;
     assert_eq!(resp.status(), 402);
-    let pending = decode_b64_json(resp.headers()["payment-response"].to_str().expect("ascii"));
+    let pending = receipt_of(&resp);
     assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
     let tx = pending["transaction"]
         .as_str()
@@ -416,12 +373,7 @@ async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with
     assert!(body.get("article").is_none(), "no content before the money");
 
     // The resend while it is still in the mempool: pending again, nothing broadcast a second time.
-    let resp = http()
-        .get(server.article_url())
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .expect("GET");
+    let resp = server.pay(&header).await;
     assert_eq!(resp.status(), 402);
 
     // Mined: the resend gets the article with the same transaction; exactly one transfer.
@@ -430,28 +382,15 @@ async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with
         .rpc
         .call("evm_setAutomine", serde_json::json!([true]))
         .await;
-    let resp = http()
-        .get(server.article_url())
-        .header("PAYMENT-SIGNATURE", &header)
-        .send()
-        .await
-        .expect("GET");
+    let resp = server.pay(&header).await;
     assert_eq!(resp.status(), 200);
-    let receipt = decode_b64_json(resp.headers()["payment-response"].to_str().expect("ascii"));
+    let receipt = receipt_of(&resp);
     assert_eq!(receipt["transaction"], tx);
     assert_eq!(
         chain.balance(from).await,
         U256::from(1_000_000 - ARTICLE_PRICE)
     );
-    let rows: Value = http()
-        .get(format!("{}/operator/settlements", server.url))
-        .header("authorization", "token op")
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("JSON");
+    let rows = server.settlements("op").await;
     assert_eq!(rows["totals"]["settled"], 1, "{rows}");
     assert_eq!(rows["totals"]["unknown"], 0, "{rows}");
     assert_eq!(rows["settlements"][0]["resolved_from"], "unknown", "{rows}");

@@ -9,7 +9,7 @@ use crate::common::{Payer, TempDir, TestServer, decode_header};
 const ARTICLE: &str = "provenance-newsroom-2025"; // 0.05 USDC in the demo catalog
 const ARTICLE_PRICE: &str = "50000";
 
-async fn json(resp: reqwest::Response) -> Value {
+pub(crate) async fn json(resp: reqwest::Response) -> Value {
     resp.json().await.expect("JSON body")
 }
 
@@ -628,6 +628,14 @@ async fn binary_prints_banner_serves_and_stops_cleanly_on_sigterm() {
 async fn stub_facilitator(
     settle: Value,
 ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    stub_facilitator_hanging(settle, 0).await
+}
+
+/// [`stub_facilitator`] whose `/settle` never answers its first `hang` calls (an outcome nobody knows).
+pub(crate) async fn stub_facilitator_hanging(
+    settle: Value,
+    hang: usize,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use axum::routing::{get, post};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let calls = std::sync::Arc::new(AtomicUsize::new(0));
@@ -643,9 +651,14 @@ async fn stub_facilitator(
         .route(
             "/settle",
             post(move || {
-                counter.fetch_add(1, Ordering::SeqCst);
+                let n = counter.fetch_add(1, Ordering::SeqCst);
                 let answer = settle.clone();
-                async move { axum::Json(answer) }
+                async move {
+                    if n < hang {
+                        std::future::pending::<()>().await;
+                    }
+                    axum::Json(answer)
+                }
             }),
         )
         .route(

@@ -8,7 +8,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::common::*;
-use crate::licensing::{offer, settlement_rows};
+use crate::licensing::{json as json_body, offer, settlement_rows, stub_facilitator_hanging};
 
 const ARTICLE: &str = "provenance-newsroom-2025";
 
@@ -47,39 +47,11 @@ async fn no_method_but_get_is_charged_and_head_never_spends_a_payment() {
 
 /// A facilitator whose `/settle` never answers the first `hang` calls, then settles with `TX`.
 async fn flaky_facilitator(hang: usize) -> (String, Arc<AtomicUsize>) {
-    use axum::routing::{get, post};
-    let calls = Arc::new(AtomicUsize::new(0));
-    let counter = calls.clone();
-    let app = axum::Router::new()
-        .route(
-            "/verify",
-            post(|axum::Json(body): axum::Json<Value>| async move {
-                let payer = body["paymentPayload"]["payload"]["authorization"]["from"].clone();
-                axum::Json(json!({"isValid": true, "payer": payer}))
-            }),
-        )
-        .route(
-            "/settle",
-            post(move || {
-                let n = counter.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    if n < hang {
-                        std::future::pending::<()>().await;
-                    }
-                    axum::Json(
-                        json!({"success": true, "transaction": TX, "network": "eip155:84532"}),
-                    )
-                }
-            }),
-        )
-        .route(
-            "/supported",
-            get(|| async { axum::Json(json!({"kinds": [], "extensions": [], "signers": {}})) }),
-        );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), calls)
+    stub_facilitator_hanging(
+        json!({"success": true, "transaction": TX, "network": "eip155:84532"}),
+        hang,
+    )
+    .await
 }
 
 /// A server settling through `facilitator` (settle timeout 1 s), a signed payment for [`ARTICLE`] and its URL.
@@ -276,6 +248,16 @@ struct Instance {
 }
 
 impl Instance {
+    /// The article's PaymentRequired (v2), from an unpaid request.
+    async fn offer(&self, client: &reqwest::Client) -> Value {
+        let resp = client
+            .get(format!("{}/x402Article?articleId={ARTICLE}", self.base))
+            .send()
+            .await
+            .unwrap();
+        decode_header(&resp, "payment-required")
+    }
+
     fn start(db: &std::path::Path, media: &std::path::Path) -> Self {
         use std::io::BufRead as _;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
@@ -319,12 +301,7 @@ async fn two_processes_on_one_database_settle_one_payment_once() {
     let b = Instance::start(&db, &media);
     let client = test_client();
     let path = format!("/x402Article?articleId={ARTICLE}");
-    let offer = client
-        .get(format!("{}{path}", a.base))
-        .send()
-        .await
-        .unwrap();
-    let required = decode_header(&offer, "payment-required");
+    let required = a.offer(&client).await;
     assert_eq!(
         required["resource"]["url"],
         format!("http://shop.test{path}")
@@ -385,10 +362,6 @@ async fn two_processes_on_one_database_settle_one_payment_once() {
     assert_eq!(json_body(resp).await["receipt"], delivered[0]);
 }
 
-async fn json_body(resp: reqwest::Response) -> Value {
-    resp.json().await.expect("JSON body")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_record() {
     // Purchases run concurrently (group commits in flight) while the process is killed with SIGKILL. Every
@@ -400,12 +373,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
     let mut server = Instance::start(&db, &media);
     let client = test_client();
     let path = format!("/x402Article?articleId={ARTICLE}");
-    let offer = client
-        .get(format!("{}{path}", server.base))
-        .send()
-        .await
-        .unwrap();
-    let required = decode_header(&offer, "payment-required");
+    let required = server.offer(&client).await;
     let payer = Payer::new();
     let headers: Vec<String> = (0..400).map(|_| payer.pay_v2(&required)).collect();
     let answered = Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -259,9 +259,15 @@ impl Instance {
     }
 
     fn start(db: &std::path::Path, media: &std::path::Path) -> Self {
+        Self::start_with(db, media, &[])
+    }
+
+    /// [`Instance::start`] with more flags.
+    fn start_with(db: &std::path::Path, media: &std::path::Path, flags: &[&str]) -> Self {
         use std::io::BufRead as _;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
             .args(["--listen", "127.0.0.1:0", "--seed-assets", "5"])
+            .args(flags)
             .args(["--public-url", "http://shop.test"])
             .arg("--database")
             .arg(db)
@@ -398,7 +404,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
                         .as_str()
                         .unwrap()
                         .to_owned();
-                    answered.lock().unwrap().push(token);
+                    answered.lock().unwrap().push((h.clone(), token));
                 }
             })
         })
@@ -417,7 +423,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
     drop(server);
 
     let server = Instance::start(&db, &media);
-    for token in &answered {
+    for (_, token) in &answered {
         let resp = client
             .get(format!("{}/receipts/{token}", server.base))
             .send()
@@ -440,4 +446,68 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
         "{settled} settled rows < {} answered",
         answered.len()
     );
+    // The buyers resend after the restart: the same receipts, no settlement anew.
+    for (header, token) in answered.iter().take(20) {
+        let resp = client
+            .get(format!("{}/x402Article?articleId={ARTICLE}", server.base))
+            .header("PAYMENT-SIGNATURE", header)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            json_body(resp).await["receipt"]["nft"]["tokenId"],
+            token.as_str()
+        );
+    }
+    let after: Value = client
+        .get(format!("{}/operator/settlements?limit=1000", server.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(after["totals"]["settled"], rows["totals"]["settled"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_settled_through_one_instances_facilitator_is_settled_for_every_instance_even_after_a_kill_9()
+ {
+    let dir = TempDir::new();
+    let db = dir.path().join("shared.sqlite3");
+    let media = dir.path().join("media");
+    let flags = ["--facilitator-token", "fac-token"];
+    let mut a = Instance::start_with(&db, &media, &flags);
+    let b = Instance::start_with(&db, &media, &flags);
+    let client = test_client();
+    let required = a.offer(&client).await;
+    let header = Payer::new().pay_v2(&required);
+    let body = facilitator_body(&header);
+    let settle = |base: &str| {
+        client
+            .post(format!("{base}/facilitator/settle"))
+            .header("authorization", "Bearer fac-token")
+            .json(&body)
+            .send()
+    };
+    let settled = json_body(settle(&a.base).await.unwrap()).await;
+    assert_eq!(settled["success"], true, "{settled}");
+    // Instance A dies hard right after answering.
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    // On the other instance: the paid route refuses it, the identical facilitator request gets the same
+    // settlement (not a second one).
+    let resp = client
+        .get(format!("{}/x402Article?articleId={ARTICLE}", b.base))
+        .header("PAYMENT-SIGNATURE", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 402);
+    assert_eq!(
+        json_body(resp).await["error"],
+        "invalid_exact_evm_nonce_already_used"
+    );
+    assert_eq!(json_body(settle(&b.base).await.unwrap()).await, settled);
 }

@@ -384,3 +384,103 @@ async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_set
     clock.store(now() + 661, Ordering::SeqCst);
     assert_eq!(e.reconcile_unresolved(10).await.unwrap().examined, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_copies_through_the_facilitator_door_settle_once() {
+    let s = Scripted::new(settled_outcome());
+    let e = Arc::new(engine(s.clone(), Arc::new(InMemoryReplayStore::default())));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let e = e.clone();
+            tokio::spawn(async move {
+                e.facilitator_settle(&FacilitatorPolicy::default(), &body(20))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    assert_eq!(s.settles(), 1, "one settlement for 16 copies");
+    let settled: Vec<_> = answers.iter().filter(|a| a.success).collect();
+    assert!(!settled.is_empty());
+    assert!(settled.iter().all(|a| **a == *settled[0]), "one receipt");
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.success || a.error_reason.as_deref() == Some("settlement_pending")),
+        "the rest are told to retry: {answers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_engines_on_one_store_settle_an_authorization_once_whichever_door() {
+    // Two instances (two engines, each with its own settler) sharing one store: the same payment presented
+    // to both at once settles once; afterwards each instance answers the identical request from the record.
+    let store = Arc::new(InMemoryReplayStore::default());
+    let (s1, s2) = (
+        Scripted::new(settled_outcome()),
+        Scripted::new(settled_outcome()),
+    );
+    let (e1, e2) = (
+        Arc::new(engine(s1.clone(), store.clone())),
+        Arc::new(engine(s2.clone(), store.clone())),
+    );
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let e = if i % 2 == 0 { e1.clone() } else { e2.clone() };
+            tokio::spawn(async move {
+                e.facilitator_settle(&FacilitatorPolicy::default(), &body(21))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(s1.settles() + s2.settles(), 1);
+    let p = FacilitatorPolicy::default();
+    let (a, b) = (
+        e1.facilitator_settle(&p, &body(21)).await.unwrap(),
+        e2.facilitator_settle(&p, &body(21)).await.unwrap(),
+    );
+    assert!(a.success && a == b);
+    assert_eq!(s1.settles() + s2.settles(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_reconciler_and_a_resend_never_both_act_on_one_pending_payment() {
+    for round in 0..8u8 {
+        let s = Scripted::new(SettleOutcome::Unknown {
+            message: "no receipt".into(),
+            transaction: None,
+        });
+        let e = Arc::new(engine(s.clone(), Arc::new(InMemoryReplayStore::default())));
+        let p = FacilitatorPolicy::default();
+        let b = body(30 + round);
+        let first = e.facilitator_settle(&p, &b).await.unwrap();
+        assert_eq!(first.error_reason.as_deref(), Some("settlement_pending"));
+        s.reconcile_to(settled_outcome());
+        // The reconciler and the buyer's resend, at the same time.
+        let (e2, b2) = (e.clone(), b.clone());
+        let resend = tokio::spawn(async move {
+            e2.facilitator_settle(&FacilitatorPolicy::default(), &b2)
+                .await
+                .unwrap()
+        });
+        let report = e.reconcile_unresolved(10).await.unwrap();
+        let resent = resend.await.unwrap();
+        assert_eq!(s.reconciles(), 1, "round {round}: one of them reconciled");
+        assert_eq!(s.settles(), 1, "round {round}: never settled again");
+        assert!(
+            resent.success || resent.error_reason.as_deref() == Some("settlement_pending"),
+            "round {round}: {resent:?} {report:?}"
+        );
+        // Whatever the interleaving, the identical request now gets the settlement.
+        assert!(e.facilitator_settle(&p, &b).await.unwrap().success);
+        assert_eq!((s.reconciles(), s.settles()), (1, 1));
+    }
+}

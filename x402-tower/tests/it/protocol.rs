@@ -492,3 +492,40 @@ async fn payment_identifiers_expire_with_their_payment() {
     let r = send(svc, req("/r", &[("payment-signature", &b64(&p))])).await;
     assert_eq!(r.status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_payment_identifier_with_concurrent_different_payments_lets_one_through() {
+    let settler = Scripted::new(settled_outcome());
+    let svc = config()
+        .settler(settler.clone())
+        .payment_identifier(true)
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let id = "pay_00000000000000000000000000000099";
+    let tasks: Vec<_> = (0..8u8)
+        .map(|i| {
+            let svc = svc.clone();
+            let h = v2_header_with_id(0x60 + i, id);
+            tokio::spawn(async move { send(svc, req("/r", &[("payment-signature", &h)])).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap().status);
+    }
+    statuses.sort();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::CONFLICT)
+            .count(),
+        7
+    );
+    assert_eq!(settler.settles(), 1);
+}

@@ -194,3 +194,64 @@ async fn settle_without_verify_skips_the_settlers_verify_only_when_settling_firs
         assert_eq!((s.verifies(), s.settles()), (verifies, 1), "{timing:?}");
     }
 }
+
+/// Log lines written while `f` runs (a `tracing` subscriber of its own, no colours).
+fn logs_of(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+}
+
+#[test]
+fn a_layer_without_a_settler_warns_when_built_and_on_its_first_payment_only() {
+    let pay_twice = |config: x402_tower::X402Config| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let svc = config
+            .build()
+            .unwrap()
+            .layer(Inner::new().service(StatusCode::OK));
+        rt.block_on(async {
+            for nonce in [0x71, 0x72] {
+                let a = send(
+                    svc.clone(),
+                    req("/r", &[("payment-signature", &v2_header(nonce))]),
+                )
+                .await;
+                assert_eq!(a.status, StatusCode::OK);
+            }
+        });
+    };
+    let defaulted = logs_of(|| pay_twice(config()));
+    assert_eq!(
+        defaulted.matches("built without a settler").count(),
+        1,
+        "{defaulted}"
+    );
+    assert_eq!(defaulted.matches("VERIFY-ONLY").count(), 1, "{defaulted}");
+    // Chosen explicitly: no warning.
+    let chosen =
+        logs_of(|| pay_twice(config().settler(std::sync::Arc::new(x402_tower::VerifyOnlySettler))));
+    assert!(
+        !chosen.contains("without a settler") && !chosen.contains("VERIFY-ONLY"),
+        "{chosen}"
+    );
+}

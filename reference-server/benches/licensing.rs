@@ -14,7 +14,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use http::Request;
 use http_body_util::BodyExt as _;
-use reference_server::{Config, build_app, store::Db};
+use reference_server::store::{Db, Stores};
+use reference_server::{Config, build_app};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 use x402_tower::verify::TransferWithAuthorization;
@@ -92,12 +93,12 @@ fn bench(c: &mut Criterion) {
     config.seed_assets = 0;
     config.public_url = Some(BASE.into());
     let settings = config.validate().unwrap();
-    let db = Db::open_in_memory().unwrap();
-    rt.block_on(reference_server::licensing::seed(
-        &reference_server::store::articles::LicensingStore::new(db.clone()),
-    ))
-    .unwrap();
-    let app = build_app(settings, BASE.into(), db).unwrap();
+    let stores = Stores::sqlite(Db::open_in_memory().unwrap());
+    rt.block_on(reference_server::licensing::seed(&*stores.licensing))
+        .unwrap();
+    let app = rt
+        .block_on(build_app(settings, BASE.into(), stores))
+        .unwrap();
 
     let get = |path: &str, payment: Option<String>| {
         let mut req = Request::get(path);

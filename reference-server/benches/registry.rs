@@ -1,11 +1,14 @@
 //! Registry listing cost in process (no sockets): `GET /api/v3/assets/` through the full registry router
-//! (DRF surface, pagination layer, page read from SQLite, signed-URL splicing) at offset 0 and at the
+//! (DRF surface, pagination layer, page read from the store, signed-URL splicing) at offset 0 and at the
 //! deepest offset, and the store read alone.
 //!
-//! Seeds `REGISTRY_BENCH_ASSETS` assets (default 100,000, ~15 s) into a temporary SQLite file first.
+//! Seeds `REGISTRY_BENCH_ASSETS` assets (default 100,000, ~15 s) into a temporary SQLite file first, or
+//! into the (empty, or already seeded with that many) database `REGISTRY_BENCH_DATABASE` names
+//! (`postgres://...`).
 //!
 //! ```text
 //! cargo bench -p reference-server --bench registry -- --warm-up-time 1 --measurement-time 3
+//! REGISTRY_BENCH_DATABASE=postgres://... cargo bench -p reference-server --bench registry
 //! ```
 
 use std::time::Duration;
@@ -15,8 +18,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http::Request;
 use http_body_util::BodyExt as _;
 use reference_server::registry::{self, RegistryConfig};
-use reference_server::store::Db;
-use reference_server::store::assets::AssetStore;
+use reference_server::store::{DatabaseUrl, Stores};
 use tower::ServiceExt as _;
 
 fn bench(c: &mut Criterion) {
@@ -37,13 +39,19 @@ fn bench(c: &mut Criterion) {
         .expect("runtime");
     let dir = std::env::temp_dir().join(format!("registry-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let db = Db::open(dir.join("db.sqlite3")).expect("db");
-    rt.block_on(registry::seed(&db, n as usize)).expect("seed");
+    let url: DatabaseUrl = std::env::var("REGISTRY_BENCH_DATABASE")
+        .unwrap_or_else(|_| dir.join("db.sqlite3").display().to_string())
+        .parse()
+        .expect("database URL");
+    let stores = rt.block_on(Stores::open(&url)).expect("database");
+    rt.block_on(registry::seed(&*stores.assets, n as usize))
+        .expect("seed");
+    let n = rt.block_on(stores.assets.count()).expect("count");
     let app = registry::router(
-        db.clone(),
+        stores.assets.clone(),
         RegistryConfig::new("http://127.0.0.1:8080", dir.join("media")),
     );
-    let store = AssetStore::new(db);
+    let store = stores.assets;
     let deepest = n.saturating_sub(200);
 
     let mut g = c.benchmark_group("registry_page_200");
@@ -69,10 +77,14 @@ fn bench(c: &mut Criterion) {
         });
         g.bench_function(format!("store_read_{name}"), |b| {
             b.iter(|| {
-                rt.block_on(store.page_each(offset, 200, 0usize, |n, _, t| {
-                    *n += t.len();
-                    Ok(())
-                }))
+                rt.block_on(store.render_page(
+                    offset,
+                    200,
+                    Box::new(|body, _, t| {
+                        body.extend_from_slice(t);
+                        Ok(())
+                    }),
+                ))
                 .expect("page")
             })
         });

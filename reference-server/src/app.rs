@@ -21,10 +21,7 @@ use crate::licensing::settlements::SettlementLog;
 use crate::licensing::{self, handlers};
 use crate::metrics::Metrics;
 use crate::registry::RegistryConfig;
-use crate::store::Db;
-use crate::store::articles::LicensingStore;
-use crate::store::payments::SqlitePaymentStore;
-use crate::store::settlements::SettlementStore;
+use crate::store::{LicensingStore, PaymentStore, Stores};
 use x402_tower::X402Layer;
 
 /// State shared by every handler (`State<Arc<AppState>>`).
@@ -34,14 +31,16 @@ pub struct AppState {
     pub settings: Settings,
     /// Public base URL without a trailing slash (configured, or derived from the bound address).
     pub public_url: String,
-    /// The database.
-    pub db: Db,
-    /// Interface A query layer.
-    pub licensing: LicensingStore,
+    /// The database's stores.
+    pub stores: Stores,
+    /// Interface A's store (`stores.licensing`).
+    pub licensing: Arc<dyn LicensingStore>,
     /// The published articles, in memory (reloaded every [`licensing::articles::REFRESH`]).
     pub articles: ArticleCatalog,
     /// Server counters.
     pub metrics: Metrics,
+    /// llms.txt interest, counted in memory and flushed in batches.
+    pub interest: crate::licensing::interest::InterestRecorder,
     /// The OpenAPI document, serialised once.
     pub openapi: Bytes,
     /// The x402 layer of `/x402Article` (kept here for its metrics).
@@ -49,25 +48,30 @@ pub struct AppState {
     /// The settlement log the x402 layer reports every settlement attempt to (its store and counters).
     pub settlements: Arc<SettlementLog>,
     /// The payment engine's durable records (shared by the paid route and `/facilitator`).
-    pub payment_store: SqlitePaymentStore,
+    pub payment_store: Arc<dyn PaymentStore>,
 }
 
 impl AppState {
-    /// State for `settings`, reachable at `public_url`, over `db`.
-    pub fn new(settings: Settings, public_url: String, db: Db) -> Result<Self, BuildError> {
+    /// State for `settings`, reachable at `public_url`, over `stores` (loads the article catalog).
+    pub async fn new(
+        settings: Settings,
+        public_url: String,
+        stores: Stores,
+    ) -> Result<Self, BuildError> {
         let openapi = crate::openapi::licensing_openapi(&public_url, &settings.payment);
         let settler = licensing::payment::settler(&settings)?;
-        let settlements = Arc::new(SettlementLog::new(SettlementStore::new(db.clone())));
-        let payment_store = SqlitePaymentStore::new(db.clone());
+        let settlements = Arc::new(SettlementLog::new(stores.settlements.clone()));
+        let payment_store = stores.payments.clone();
         let payments = licensing::payment::x402_layer(
             &settings,
             &public_url,
             settler,
             settlements.clone(),
-            Arc::new(payment_store.clone()),
+            payment_store.clone(),
         )?;
-        let licensing = LicensingStore::new(db.clone());
-        let articles = ArticleCatalog::load_blocking(&licensing)
+        let licensing = stores.licensing.clone();
+        let articles = ArticleCatalog::load(&*licensing)
+            .await
             .map_err(|e| BuildError::Registry(format!("article catalog: {e}")))?;
         Ok(Self {
             articles,
@@ -77,9 +81,10 @@ impl AppState {
             licensing,
             openapi: Bytes::from(openapi.to_string()),
             metrics: Metrics::default(),
+            interest: Default::default(),
             settings,
             public_url,
-            db,
+            stores,
         })
     }
 
@@ -145,7 +150,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         state.settings.facilitator.clone(),
     ));
     let app = app.merge(crate::registry::router(
-        state.db.clone(),
+        state.stores.assets.clone(),
         registry_config(&state),
     ));
 
@@ -260,11 +265,7 @@ async fn not_found() -> Response {
 }
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
-    match state
-        .db
-        .read(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
-        .await
-    {
+    match state.stores.backend.ping().await {
         Ok(_) => (
             StatusCode::OK,
             axum::Json(serde_json::json!({"status": "ok"})),
@@ -282,22 +283,11 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let recorded = state.licensing.count_llms_txt_hits().await.ok();
-    let mut text = state.metrics.render(recorded);
+    let mut text = state.metrics.render();
+    state.interest.render_metrics(&mut text);
     licensing::payment::render_payment_metrics(&state.payments, &mut text);
     state.settlements.render_metrics(&mut text);
-    crate::metrics::counter(
-        &mut text,
-        "sqlite_group_commits_total",
-        "Durable commits of the SQLite writer (each carries one or more writes).",
-        state.db.commits(),
-    );
-    crate::metrics::counter(
-        &mut text,
-        "sqlite_group_commit_writes_total",
-        "Writes carried by those commits.",
-        state.db.committed_writes(),
-    );
+    state.stores.backend.render_metrics(&mut text);
     (
         [(
             header::CONTENT_TYPE,

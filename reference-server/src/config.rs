@@ -10,6 +10,11 @@ use std::time::Duration;
 use alloy_primitives::Address;
 use clap::Parser;
 
+use crate::store::DatabaseUrl;
+
+/// The database when neither `--database` nor `DATABASE_URL` names one.
+pub const DEFAULT_DATABASE: &str = "reference-server.sqlite3";
+
 /// Default recipient of payments in the demo setup (an address nobody uses for anything else).
 pub const DEMO_PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 
@@ -35,20 +40,19 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_PUBLIC_URL")]
     pub public_url: Option<String>,
 
-    /// SQLite database file (created and seeded when empty). `:memory:` keeps everything in memory.
-    #[arg(
-        long,
-        env = "REFERENCE_SERVER_DATABASE",
-        default_value = "reference-server.sqlite3"
-    )]
-    pub database: String,
+    /// Database URL: a SQLite file (`sqlite:PATH`, `sqlite://PATH` or a plain path; created and seeded when
+    /// empty), `sqlite::memory:`, or PostgreSQL (`postgres://user:pass@host:port/db`) for several
+    /// instances. Without it, `DATABASE_URL`, then `reference-server.sqlite3`.
+    #[arg(long, env = "REFERENCE_SERVER_DATABASE")]
+    pub database: Option<String>,
 
     /// Number of registry assets seeded into an empty database.
     #[arg(long, env = "REFERENCE_SERVER_SEED_ASSETS", default_value_t = 1000)]
     pub seed_assets: usize,
 
-    /// Directory holding uploaded and seeded media files (default: `<database>.media`, or a temporary
-    /// directory for `:memory:`).
+    /// Directory holding uploaded media files (default: `<database>.media` next to a SQLite file,
+    /// `reference-server.media` for PostgreSQL, a temporary directory for `sqlite::memory:`). Instances on
+    /// one PostgreSQL database must share it (a network file system or a shared volume).
     #[arg(long, env = "REFERENCE_SERVER_MEDIA_DIR")]
     pub media_dir: Option<PathBuf>,
 
@@ -175,7 +179,7 @@ impl Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             public_url: None,
-            database: ":memory:".into(),
+            database: Some("sqlite::memory:".into()),
             seed_assets: 50,
             media_dir: None,
             pay_to: DEMO_PAY_TO.into(),
@@ -200,15 +204,6 @@ impl Config {
     }
 }
 
-/// Where the database lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DatabaseLocation {
-    /// A SQLite file.
-    File(PathBuf),
-    /// Private in-memory database.
-    Memory,
-}
-
 /// A checked configuration: everything parsed, nothing left to fail per request.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -217,7 +212,7 @@ pub struct Settings {
     /// Public base URL without a trailing slash, or `None` to derive it from the bound address.
     pub public_url: Option<String>,
     /// Database location.
-    pub database: DatabaseLocation,
+    pub database: DatabaseUrl,
     /// Assets seeded into an empty registry.
     pub seed_assets: usize,
     /// Media directory (`None`: derived at start).
@@ -306,30 +301,43 @@ impl Config {
                  pass --public-url with the address clients reach this server at",
             ));
         }
-        let database = match self.database.trim() {
-            "" => return Err(invalid("database", &self.database, "must not be empty")),
-            ":memory:" => DatabaseLocation::Memory,
-            path => {
-                let path = PathBuf::from(path);
-                if path.is_dir() {
-                    return Err(invalid(
+        let written = self
+            .database
+            .clone()
+            .or_else(|| {
+                std::env::var("DATABASE_URL")
+                    .ok()
+                    .filter(|v| !v.trim().is_empty())
+            })
+            .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
+        let database: DatabaseUrl =
+            written
+                .parse()
+                .map_err(|e: crate::store::DatabaseUrlError| {
+                    invalid(
                         "database",
-                        &self.database,
-                        "is a directory, expected a file path",
-                    ));
-                }
-                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
-                    && !parent.is_dir()
-                {
-                    return Err(invalid(
-                        "database",
-                        &self.database,
-                        "its directory does not exist",
-                    ));
-                }
-                DatabaseLocation::File(path)
+                        &crate::store::postgres::redact(&written),
+                        e.to_string(),
+                    )
+                })?;
+        if let DatabaseUrl::SqliteFile(path) = &database {
+            if path.is_dir() {
+                return Err(invalid(
+                    "database",
+                    &written,
+                    "is a directory, expected a file path",
+                ));
             }
-        };
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+                && !parent.is_dir()
+            {
+                return Err(invalid(
+                    "database",
+                    &written,
+                    "its directory does not exist",
+                ));
+            }
+        }
         let pay_to = parse_address("pay-to", &self.pay_to)?;
         if pay_to == Address::ZERO {
             return Err(invalid(
@@ -538,6 +546,8 @@ mod tests {
             (&["--network", "mars"][..], "--network"),
             (&["--asset", "0xzz"][..], "--asset"),
             (&["--database", "/no/such/dir/db.sqlite"][..], "--database"),
+            (&["--database", "mysql://u@h/db"][..], "--database"),
+            (&["--database", "postgres://u:pw@h:x/db"][..], "--database"),
             (
                 &["--facilitator-settle-timeout-secs", "0"][..],
                 "--facilitator-settle-timeout-secs",

@@ -46,9 +46,8 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 pub use app::{AppState, BuildError};
-use config::DatabaseLocation;
 pub use config::{Config, ConfigError, LogFormat, Settings};
-use store::{Db, StoreError};
+use store::{DatabaseUrl, StoreError, Stores};
 
 /// How long in-flight requests may take to finish after a shutdown request (SIGTERM, Ctrl-C) before the
 /// server closes the connections that are still open.
@@ -90,53 +89,45 @@ pub enum StartError {
     Build(#[from] BuildError),
 }
 
-/// Build the application router over an open database, for a server reachable at `public_url`.
-pub fn build_app(settings: Settings, public_url: String, db: Db) -> Result<Router, BuildError> {
-    app::build_router(Arc::new(AppState::new(settings, public_url, db)?))
+/// Build the application router over open stores, for a server reachable at `public_url`.
+pub async fn build_app(
+    settings: Settings,
+    public_url: String,
+    stores: Stores,
+) -> Result<Router, BuildError> {
+    app::build_router(Arc::new(AppState::new(settings, public_url, stores).await?))
 }
 
 /// Open the configured database (migrations run) and seed it when empty.
-pub async fn open_database(settings: &Settings) -> Result<Db, StartError> {
-    let (label, location) = match &settings.database {
-        DatabaseLocation::Memory => (":memory:".to_owned(), None),
-        DatabaseLocation::File(p) => (p.display().to_string(), Some(p.clone())),
-    };
+pub async fn open_database(settings: &Settings) -> Result<Stores, StartError> {
     let db_err = |source| StartError::Database {
-        path: label.clone(),
+        path: settings.database.to_string(),
         source,
     };
-    let db = tokio::task::spawn_blocking(move || match location {
-        None => Db::open_in_memory(),
-        Some(p) => Db::open(p),
-    })
-    .await
-    .map_err(|e| StoreError::Task(e.to_string()))
-    .and_then(|r| r)
-    .map_err(db_err)?;
-    let seeded = licensing::seed(&store::articles::LicensingStore::new(db.clone()))
-        .await
-        .map_err(db_err)?;
+    let stores = Stores::open(&settings.database).await.map_err(db_err)?;
+    let seeded = licensing::seed(&*stores.licensing).await.map_err(db_err)?;
     if seeded > 0 {
         tracing::info!(articles = seeded, "seeded the article catalog");
     }
     // `registry::seed` logs how many assets it seeded.
-    registry::seed(&db, settings.seed_assets)
+    registry::seed(&*stores.assets, settings.seed_assets)
         .await
         .map_err(db_err)?;
-    Ok(db)
+    Ok(stores)
 }
 
-/// The media directory: configured, `<database>.media` next to a file database, or a fresh temporary
-/// directory for an in-memory one.
+/// The media directory: configured, `<database>.media` next to a SQLite file, `reference-server.media`
+/// (in the working directory) for PostgreSQL, or a fresh temporary directory for an in-memory database.
 pub fn media_dir(settings: &Settings) -> PathBuf {
     match (&settings.media_dir, &settings.database) {
         (Some(dir), _) => dir.clone(),
-        (None, DatabaseLocation::File(p)) => {
+        (None, DatabaseUrl::SqliteFile(p)) => {
             let mut s = p.clone().into_os_string();
             s.push(".media");
             PathBuf::from(s)
         }
-        (None, DatabaseLocation::Memory) => {
+        (None, DatabaseUrl::Postgres(_)) => PathBuf::from("reference-server.media"),
+        (None, DatabaseUrl::SqliteMemory) => {
             std::env::temp_dir().join(format!("reference-server-media-{}", uuid::Uuid::new_v4()))
         }
     }
@@ -176,7 +167,7 @@ impl Server {
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{addr}"));
-        let state = Arc::new(AppState::new(settings, public_url, db)?);
+        let state = Arc::new(AppState::new(settings, public_url, db).await?);
         let router = app::build_router(state.clone())?;
         Ok(Server {
             listener,
@@ -289,6 +280,7 @@ impl Server {
         use axum::serve::ListenerExt as _;
         let reconciler = spawn_reconciler(self.state.clone(), RECONCILE_INTERVAL);
         let catalog = spawn_catalog_refresh(self.state.clone(), licensing::articles::REFRESH);
+        let interest = spawn_interest_flush(self.state.clone(), licensing::interest::FLUSH_EVERY);
         // Without TCP_NODELAY a 1.3 MB registry page waits on the client's delayed ACK (p99 ~45 ms).
         let listener = self.listener.tap_io(|tcp| {
             if let Err(err) = tcp.set_nodelay(true) {
@@ -304,8 +296,43 @@ impl Server {
         .await;
         reconciler.abort();
         catalog.abort();
+        interest.abort();
+        // What was counted since the last flush is written before the process ends.
+        if let Err(e) = self.state.interest.flush(&*self.state.licensing).await {
+            tracing::error!(error = %e, "writing the last llms.txt interest failed");
+        }
         served
     }
+}
+
+/// Writes the llms.txt interest counted in memory every `interval`, and once an hour deletes what is older
+/// than the retention period ([`licensing::interest::DEFAULT_RETENTION`]).
+pub fn spawn_interest_flush(
+    state: Arc<AppState>,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let purge_every = (3600 / interval.as_secs().max(1)).max(1);
+        let mut ticks: u64 = 0;
+        loop {
+            tick.tick().await;
+            if let Err(e) = state.interest.flush(&*state.licensing).await {
+                tracing::warn!(error = %e, "writing llms.txt interest failed; kept for the next flush");
+            }
+            if ticks.is_multiple_of(purge_every) {
+                let cutoff = licensing::interest::retention_cutoff(
+                    time::OffsetDateTime::now_utc(),
+                    licensing::interest::DEFAULT_RETENTION,
+                );
+                if let Err(e) = state.licensing.purge_llms_txt_interest(cutoff).await {
+                    tracing::warn!(error = %e, "deleting old llms.txt interest failed");
+                }
+            }
+            ticks += 1;
+        }
+    })
 }
 
 /// Reloads the in-memory article catalog every `interval`, so that articles changed in the database (by
@@ -320,7 +347,7 @@ pub fn spawn_catalog_refresh(
         tick.tick().await; // loaded at start already
         loop {
             tick.tick().await;
-            if let Err(e) = state.articles.reload(&state.licensing).await {
+            if let Err(e) = state.articles.reload(&*state.licensing).await {
                 tracing::warn!(error = %e, "reloading the article catalog failed; serving the previous one");
             }
         }

@@ -26,7 +26,6 @@ const STATUS_CLASSES: &[&str] = &["1xx", "2xx", "3xx", "4xx", "5xx"];
 pub struct Metrics {
     requests: Vec<[AtomicU64; 5]>,
     payment_required: AtomicU64,
-    llms_txt_hits: AtomicU64,
     receipts_issued: AtomicU64,
     receipt_write_failures: AtomicU64,
 }
@@ -36,7 +35,6 @@ impl Default for Metrics {
         Self {
             requests: ROUTES.iter().map(|_| Default::default()).collect(),
             payment_required: AtomicU64::new(0),
-            llms_txt_hits: AtomicU64::new(0),
             receipts_issued: AtomicU64::new(0),
             receipt_write_failures: AtomicU64::new(0),
         }
@@ -76,11 +74,6 @@ impl Metrics {
         }
     }
 
-    /// Count one llms.txt request.
-    pub fn record_llms_txt_hit(&self) {
-        self.llms_txt_hits.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Count one stored receipt.
     pub fn record_receipt(&self, ok: bool) {
         let c = if ok {
@@ -91,13 +84,8 @@ impl Metrics {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// llms.txt hits since start.
-    pub fn llms_txt_hits(&self) -> u64 {
-        self.llms_txt_hits.load(Ordering::Relaxed)
-    }
-
-    /// Render in the Prometheus text exposition format. `llms_txt_total` is the durable all-time count.
-    pub fn render(&self, llms_txt_total: Option<u64>) -> String {
+    /// Render in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
         let mut out = String::with_capacity(2048);
         out.push_str(
             "# HELP http_requests_total HTTP requests answered, by route group and status class.\n",
@@ -122,19 +110,6 @@ impl Metrics {
         );
         counter(
             &mut out,
-            "llms_txt_requests_total",
-            "GET /serveLlmsTxt requests since start.",
-            self.llms_txt_hits(),
-        );
-        if let Some(total) = llms_txt_total {
-            let _ = write!(
-                out,
-                "# HELP llms_txt_requests_recorded Requests of /serveLlmsTxt recorded in the database (all time).\n\
-                 # TYPE llms_txt_requests_recorded gauge\nllms_txt_requests_recorded {total}\n"
-            );
-        }
-        counter(
-            &mut out,
             "license_receipts_issued_total",
             "License receipts stored since start.",
             self.receipts_issued.load(Ordering::Relaxed),
@@ -147,6 +122,13 @@ impl Metrics {
         );
         out
     }
+}
+
+pub(crate) fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = write!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+    );
 }
 
 pub(crate) fn counter(out: &mut String, name: &str, help: &str, value: u64) {
@@ -166,15 +148,12 @@ mod tests {
         m.record_request("/x402Article", 402);
         m.record_request("/x402Article", 200);
         m.record_request("/nope", 404);
-        m.record_llms_txt_hit();
-        let text = m.render(Some(5));
+        let text = m.render();
         assert!(
             text.contains("http_requests_total{route=\"/x402Article\",status=\"4xx\"} 1"),
             "{text}"
         );
         assert!(text.contains("http_requests_total{route=\"other\",status=\"4xx\"} 1"));
         assert!(text.contains("http_payment_required_total 1"));
-        assert!(text.contains("llms_txt_requests_total 1"));
-        assert!(text.contains("llms_txt_requests_recorded 5"));
     }
 }

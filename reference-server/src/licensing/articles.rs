@@ -29,15 +29,15 @@ pub struct ArticleCatalog {
 }
 
 impl ArticleCatalog {
-    /// Loads every published article from `store`, blocking the calling thread (at start, before serving).
-    pub fn load_blocking(store: &LicensingStore) -> Result<Self, StoreError> {
+    /// Loads every published article from `store` (at start, before serving).
+    pub async fn load(store: &dyn LicensingStore) -> Result<Self, StoreError> {
         let catalog = ArticleCatalog::default();
-        catalog.replace(store.list_published_blocking()?);
+        catalog.replace(store.list_published().await?);
         Ok(catalog)
     }
 
     /// Replaces the catalog with what `store` holds now.
-    pub async fn reload(&self, store: &LicensingStore) -> Result<(), StoreError> {
+    pub async fn reload(&self, store: &dyn LicensingStore) -> Result<(), StoreError> {
         self.replace(store.list_published().await?);
         Ok(())
     }
@@ -73,17 +73,17 @@ impl ArticleCatalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Db;
     use crate::store::articles::test_article as article;
+    use crate::store::{Db, SqliteLicensingStore};
 
     #[tokio::test]
     async fn serves_published_articles_and_sees_database_changes_after_a_reload() {
-        let store = LicensingStore::new(Db::open_in_memory().unwrap());
+        let store = SqliteLicensingStore::new(Db::open_in_memory().unwrap());
         store
             .insert_articles(vec![article("a", true), article("draft", false)])
             .await
             .unwrap();
-        let catalog = ArticleCatalog::load_blocking(&store).unwrap();
+        let catalog = ArticleCatalog::load(&store).await.unwrap();
         assert_eq!(catalog.published("a").unwrap().title, "Title a");
         assert!(catalog.published("draft").is_none());
         // Another instance adds an article: served after the next reload, not before.

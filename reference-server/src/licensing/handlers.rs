@@ -16,13 +16,11 @@ use super::payment::PaidBy;
 use super::receipt::{self, ReceiptView};
 use crate::app::AppState;
 use crate::store::StoreError;
-use crate::store::articles::{Article, LlmsTxtHit, Receipt};
+use crate::store::articles::{Article, Receipt};
 use crate::store::settlements::{SettlementOutcome, SettlementRecord};
 
 /// Longest `articleId` accepted (ids are short slugs).
 pub const MAX_ARTICLE_ID_LEN: usize = 128;
-/// Longest `User-Agent` stored for an llms.txt hit.
-pub const MAX_USER_AGENT_LEN: usize = 512;
 
 /// An error answered as JSON `{"error": ..., "detail": ...}`.
 #[derive(Debug)]
@@ -258,17 +256,18 @@ pub async fn serve_llms_txt(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let hit = LlmsTxtHit {
-        at: now_rfc3339(),
-        user_agent: user_agent(request.headers()),
-        client_addr: request
+    state.interest.record(
+        time::OffsetDateTime::now_utc(),
+        &request
+            .headers()
+            .get(header::USER_AGENT)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
+            .unwrap_or_default(),
+        request
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.to_string())
-            .unwrap_or_default(),
-    };
-    state.licensing.record_llms_txt_hit(hit).await?;
-    state.metrics.record_llms_txt_hit();
+            .map(|c| c.0.ip()),
+    );
     let articles = state.articles.list();
     let text = super::llms_txt::render(
         &state.public_url,
@@ -277,21 +276,6 @@ pub async fn serve_llms_txt(
         &articles,
     );
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
-}
-
-fn user_agent(headers: &HeaderMap) -> String {
-    let ua = headers
-        .get(header::USER_AGENT)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let mut ua = ua.unwrap_or_default();
-    if ua.len() > MAX_USER_AGENT_LEN {
-        let mut cut = MAX_USER_AGENT_LEN;
-        while !ua.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        ua.truncate(cut);
-    }
-    ua
 }
 
 fn valid_token_id(token: &str) -> bool {

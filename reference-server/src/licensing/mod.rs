@@ -72,6 +72,7 @@
 pub mod articles;
 pub mod catalog;
 pub mod handlers;
+pub mod interest;
 pub mod llms_txt;
 pub mod payment;
 pub mod receipt;
@@ -83,7 +84,7 @@ use crate::store::StoreError;
 use crate::store::articles::LicensingStore;
 
 /// Seed the demo catalog when the database holds no article. Returns the number inserted.
-pub async fn seed(store: &LicensingStore) -> Result<usize, StoreError> {
+pub async fn seed(store: &dyn LicensingStore) -> Result<usize, StoreError> {
     if store.count_articles().await? > 0 {
         return Ok(0);
     }

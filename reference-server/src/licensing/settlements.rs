@@ -14,11 +14,12 @@ use x402_tower::settle::{ObservedOutcome, ObserverError, SettlementEvent, Settle
 
 use super::handlers::{MAX_ARTICLE_ID_LEN, now_rfc3339};
 use crate::store::settlements::{SettlementOutcome, SettlementRecord, SettlementStore};
+use std::sync::Arc;
 
 /// Writes every settlement attempt through the [`SettlementStore`] and counts what it recorded.
 #[derive(Debug)]
 pub struct SettlementLog {
-    store: SettlementStore,
+    store: Arc<dyn SettlementStore>,
     /// Rows written since start, by outcome ([`SettlementOutcome::ALL`] order).
     recorded: [AtomicU64; 3],
     /// Settlements that could not be written.
@@ -27,7 +28,7 @@ pub struct SettlementLog {
 
 impl SettlementLog {
     /// A log writing to `store`.
-    pub fn new(store: SettlementStore) -> Self {
+    pub fn new(store: Arc<dyn SettlementStore>) -> Self {
         Self {
             store,
             recorded: Default::default(),
@@ -36,8 +37,8 @@ impl SettlementLog {
     }
 
     /// The store it writes to (the operator endpoint reads it).
-    pub fn store(&self) -> &SettlementStore {
-        &self.store
+    pub fn store(&self) -> &dyn SettlementStore {
+        &*self.store
     }
 
     /// Rows written since start with `outcome`.

@@ -80,11 +80,10 @@ pub(crate) async fn list(
     let signing = reg.signer.page(expires);
     let rendered = reg
         .store
-        .page_each(
+        .render_page(
             offset,
             limit,
-            Vec::new(),
-            move |out: &mut Vec<u8>, id, tpl| {
+            Box::new(move |out: &mut Vec<u8>, id, tpl| {
                 if out.is_empty() {
                     out.reserve(tpl.len() * limit.min(PAGE_RESERVE_MAX) as usize * 3 / 2);
                     out.push(b'[');
@@ -94,7 +93,7 @@ pub(crate) async fn list(
                 signing
                     .with_record(id, |rs| Template::render(tpl, out, &base, rs))
                     .map_err(|e| StoreError::Invalid(e.to_string()))
-            },
+            }),
         )
         .await;
     let (count, mut body) = match rendered {

@@ -26,13 +26,13 @@
 //!
 //! ```no_run
 //! use reference_server::registry::{self, RegistryConfig};
-//! use reference_server::store::Db;
+//! use reference_server::store::{DatabaseUrl, Stores};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let db = Db::open_in_memory()?;
-//! registry::seed(&db, 100).await?;
+//! let stores = Stores::open(&"sqlite::memory:".parse::<DatabaseUrl>()?).await?;
+//! registry::seed(&*stores.assets, 100).await?;
 //! let cfg = RegistryConfig::new("http://127.0.0.1:8080", std::env::temp_dir().join("media"));
-//! let app: axum::Router = registry::router(db, cfg);
+//! let app: axum::Router = registry::router(stores.assets, cfg);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
@@ -56,8 +56,8 @@ use registry_pagination::PaginationLayer;
 
 pub use media::cid_v1_raw;
 
+use crate::store::StoreError;
 use crate::store::assets::AssetStore;
-use crate::store::{Db, StoreError};
 use signing::UrlSigner;
 
 /// Page size: default and maximum `limit` (interfaces.md: `limit=200` in every link).
@@ -117,7 +117,7 @@ impl RegistryConfig {
 
 /// Shared state of the registry handlers.
 pub(crate) struct Registry {
-    pub(crate) store: AssetStore,
+    pub(crate) store: Arc<dyn AssetStore>,
     pub(crate) signer: UrlSigner,
     pub(crate) cfg: RegistryConfig,
 }
@@ -134,14 +134,14 @@ impl Registry {
 /// # Panics
 ///
 /// If `public_base_url` is not an absolute `http(s)` URL (a configuration error, caught at start).
-pub fn router(db: Db, cfg: RegistryConfig) -> Router {
+pub fn router(store: Arc<dyn AssetStore>, cfg: RegistryConfig) -> Router {
     let base = cfg.public_base_url.trim_end_matches('/').to_owned();
     let pagination = PaginationLayer::try_new(&base)
         .unwrap_or_else(|e| panic!("invalid public base URL {base:?}: {e}"))
         .default_limit(cfg.page_size)
         .max_limit(Some(cfg.page_size));
     let state = Arc::new(Registry {
-        store: AssetStore::new(db),
+        store,
         signer: UrlSigner::new(&cfg.url_signing_key, cfg.url_ttl),
         cfg: RegistryConfig {
             public_base_url: base,
@@ -168,26 +168,12 @@ pub fn router(db: Db, cfg: RegistryConfig) -> Router {
 
 /// Seed `n_assets` deterministic demo assets into an empty registry; returns how many were inserted
 /// (0 when the registry already has assets).
-pub async fn seed(db: &Db, n_assets: usize) -> Result<usize, StoreError> {
-    let store = AssetStore::new(db.clone());
-    if store.count().await? > 0 {
-        return Ok(0);
-    }
-    let n = n_assets as u64;
-    tokio::task::spawn_blocking(move || {
-        let mut done = 0;
-        let mut start = 0u64;
-        while start < n {
-            let end = (start + 2000).min(n);
-            let batch = (start..end)
-                .map(|i| seed::seed_asset(i, n).map_err(|e| StoreError::Invalid(e.to_string())))
-                .collect::<Result<Vec<_>, _>>()?;
-            done += store.insert_many_blocking(batch)?;
-            start = end;
-        }
+pub async fn seed(store: &dyn AssetStore, n_assets: usize) -> Result<usize, StoreError> {
+    let make: crate::store::assets::SeedAsset =
+        Arc::new(|i, n| seed::seed_asset(i, n).map_err(|e| StoreError::Invalid(e.to_string())));
+    let done = store.seed(n_assets as u64, make).await?;
+    if done > 0 {
         tracing::info!(assets = done, "seeded the asset registry");
-        Ok(done)
-    })
-    .await
-    .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+    Ok(done)
 }

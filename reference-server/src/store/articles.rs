@@ -1,11 +1,12 @@
-//! Query layer for interface A: articles, license receipts, llms.txt hits.
+//! Interface A storage: articles, license receipts, llms.txt interest.
 //!
-//! Handlers use [`LicensingStore`]; only this file knows the tables of `0001_licensing.sql`.
+//! Handlers use the [`LicensingStore`] trait; [`SqliteLicensingStore`] implements it over the tables of
+//! `migrations/sqlite/0001_licensing.sql` (and `0005`), `PgLicensingStore` over PostgreSQL's.
 
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::{Db, StoreError};
+use super::{Db, StoreError, StoreFuture};
 
 /// One article of the catalog, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,28 +56,31 @@ pub struct Receipt {
     pub created_at: String,
 }
 
-/// One recorded `GET /serveLlmsTxt`.
+/// Requests of `/serveLlmsTxt` from one client address with one user agent within one minute: how llms.txt
+/// interest is recorded (aggregated in memory, flushed in batches; see `licensing::interest`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LlmsTxtHit {
-    /// RFC 3339 UTC time of the request.
-    pub at: String,
+pub struct LlmsTxtInterest {
+    /// Start of the minute, RFC 3339 UTC (`2026-11-23T05:19:00Z`).
+    pub bucket: String,
     /// `User-Agent` header (capped), or `""`.
     pub user_agent: String,
-    /// Client socket address.
+    /// Client IP address.
     pub client_addr: String,
+    /// Requests in that minute.
+    pub count: u64,
 }
 
 /// Aggregated llms.txt interest, for the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LlmsTxtStats {
-    /// All hits ever recorded.
+    /// All requests recorded (within the retention period).
     pub total: u64,
     /// Distinct client addresses.
     pub distinct_clients: u64,
-    /// Hits per user agent, most frequent first (top 20).
+    /// Requests per user agent, most frequent first (top 20).
     pub by_user_agent: Vec<UserAgentCount>,
-    /// The most recent hits (newest first, at most 20).
-    pub recent: Vec<LlmsTxtHit>,
+    /// The most recent minutes of interest (newest first, at most 20 rows).
+    pub recent: Vec<LlmsTxtInterest>,
 }
 
 /// Hits of one user agent.
@@ -88,9 +92,35 @@ pub struct UserAgentCount {
     pub count: u64,
 }
 
-/// The licensing query layer over a [`Db`].
+/// Interface A's storage, as the handlers use it.
+pub trait LicensingStore: Send + Sync + std::fmt::Debug {
+    /// Published articles, newest first (ties by id).
+    fn list_published(&self) -> StoreFuture<'_, Vec<Article>>;
+    /// One article by id whatever its state (certificates of unpublished articles stay valid).
+    fn article<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Article>>;
+    /// Number of articles stored (published or not).
+    fn count_articles(&self) -> StoreFuture<'_, u64>;
+    /// Inserts articles in one transaction (seeding); existing ids are left untouched. Returns how many
+    /// were new.
+    fn insert_articles(&self, articles: Vec<Article>) -> StoreFuture<'_, usize>;
+    /// Stores a receipt durably. A second receipt for the same payment (same token id, or same
+    /// network/asset/payer/nonce) is refused with [`StoreError::Conflict`].
+    fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()>;
+    /// A receipt by token id.
+    fn receipt<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<Receipt>>;
+    /// Number of receipts issued.
+    fn count_receipts(&self) -> StoreFuture<'_, u64>;
+    /// Adds a batch of aggregated llms.txt interest (rows of the same minute, agent and client add up).
+    fn add_llms_txt_interest(&self, batch: Vec<LlmsTxtInterest>) -> StoreFuture<'_, ()>;
+    /// Deletes interest of minutes before `bucket` (RFC 3339); returns how many rows went.
+    fn purge_llms_txt_interest(&self, before_bucket: String) -> StoreFuture<'_, u64>;
+    /// Aggregated llms.txt interest for the operator.
+    fn llms_txt_stats(&self) -> StoreFuture<'_, LlmsTxtStats>;
+}
+
+/// [`LicensingStore`] on SQLite.
 #[derive(Debug, Clone)]
-pub struct LicensingStore {
+pub struct SqliteLicensingStore {
     db: Db,
 }
 
@@ -138,195 +168,175 @@ fn select_published(c: &rusqlite::Connection) -> Result<Vec<Article>, StoreError
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-impl LicensingStore {
-    /// The query layer over `db`.
+impl SqliteLicensingStore {
+    /// The store over `db` (migrated).
     pub fn new(db: Db) -> Self {
         Self { db }
     }
+}
 
-    /// Published articles, newest first (ties by id).
-    pub async fn list_published(&self) -> Result<Vec<Article>, StoreError> {
-        self.db.read(select_published).await
+fn count(c: &rusqlite::Connection, sql: &str) -> Result<u64, StoreError> {
+    Ok(u64::try_from(c.query_row(sql, [], |r| r.get::<_, i64>(0))?).unwrap_or(0))
+}
+
+impl LicensingStore for SqliteLicensingStore {
+    fn list_published(&self) -> StoreFuture<'_, Vec<Article>> {
+        Box::pin(self.db.read(select_published))
     }
 
-    /// [`LicensingStore::list_published`], blocking the calling thread (start-up).
-    pub fn list_published_blocking(&self) -> Result<Vec<Article>, StoreError> {
-        self.db.read_blocking(select_published)
-    }
-
-    /// One article by id whatever its state (certificates of unpublished articles stay valid).
-    pub async fn article(&self, id: &str) -> Result<Option<Article>, StoreError> {
+    fn article<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Article>> {
         let id = id.to_owned();
-        self.db
-            .read(move |c| {
-                let mut stmt = c.prepare_cached(&format!(
-                    "SELECT {ARTICLE_COLUMNS} FROM articles WHERE id = ?1"
-                ))?;
-                Ok(stmt.query_row([id], article_from_row).optional()?)
-            })
-            .await
+        Box::pin(self.db.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {ARTICLE_COLUMNS} FROM articles WHERE id = ?1"
+            ))?;
+            Ok(stmt.query_row([id], article_from_row).optional()?)
+        }))
     }
 
-    /// Number of articles stored (published or not).
-    pub async fn count_articles(&self) -> Result<u64, StoreError> {
-        self.db
-            .read(|c| {
-                Ok(
-                    c.query_row("SELECT COUNT(*) FROM articles", [], |r| r.get::<_, i64>(0))?
-                        as u64,
-                )
-            })
-            .await
+    fn count_articles(&self) -> StoreFuture<'_, u64> {
+        Box::pin(self.db.read(|c| count(c, "SELECT COUNT(*) FROM articles")))
     }
 
-    /// Insert articles in one transaction (seeding). Existing ids are left untouched.
-    pub async fn insert_articles(&self, articles: Vec<Article>) -> Result<usize, StoreError> {
-        self.db
-            .write(move |c| {
-                let mut n = 0;
-                {
-                    let mut stmt = c.prepare(&format!(
-                        "INSERT OR IGNORE INTO articles ({ARTICLE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
-                    ))?;
-                    for a in &articles {
-                        let price = i64::try_from(a.price_atomic)
-                            .map_err(|_| StoreError::Invalid(format!("price of {} too large", a.id)))?;
-                        n += stmt.execute(params![
-                            a.id,
-                            a.title,
-                            a.excerpt,
-                            a.content,
-                            a.author_name,
-                            a.published_date,
-                            price,
-                            a.published
-                        ])?;
-                    }
-                }
-                Ok(n)
-            })
-            .await
+    fn insert_articles(&self, articles: Vec<Article>) -> StoreFuture<'_, usize> {
+        Box::pin(self.db.write(move |c| {
+            let mut n = 0;
+            let mut stmt = c.prepare(&format!(
+                "INSERT OR IGNORE INTO articles ({ARTICLE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+            ))?;
+            for a in &articles {
+                n += stmt.execute(params![
+                    a.id,
+                    a.title,
+                    a.excerpt,
+                    a.content,
+                    a.author_name,
+                    a.published_date,
+                    price(a)?,
+                    a.published
+                ])?;
+            }
+            Ok(n)
+        }))
     }
 
-    /// Store a receipt durably. A second receipt for the same payment (same token id, or same
-    /// network/asset/payer/nonce) is refused with [`StoreError::Conflict`].
-    pub async fn insert_receipt(&self, receipt: Receipt) -> Result<(), StoreError> {
-        self.db
-            .write(move |c| {
-                let mut stmt = c.prepare_cached(&format!(
-                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
-                ))?;
-                let r = &receipt;
-                match stmt.execute(params![
-                    r.token_id,
-                    r.article_id,
-                    r.payer,
-                    r.pay_to,
-                    r.amount_atomic,
-                    r.network,
-                    r.asset,
-                    r.nonce,
-                    r.x402_version,
-                    r.settlement,
-                    r.created_at
-                ]) {
-                    Ok(_) => Ok(()),
-                    Err(e) => {
-                        let e = StoreError::from(e);
-                        if e.is_unique_violation() {
-                            Err(StoreError::Conflict(format!("receipt {} already issued", r.token_id)))
-                        } else {
-                            Err(e)
-                        }
-                    }
-                }
-            })
-            .await
+    fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()> {
+        Box::pin(self.db.write(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+            ))?;
+            let r = &receipt;
+            stmt.execute(params![
+                r.token_id,
+                r.article_id,
+                r.payer,
+                r.pay_to,
+                r.amount_atomic,
+                r.network,
+                r.asset,
+                r.nonce,
+                r.x402_version,
+                r.settlement,
+                r.created_at
+            ])
+            .map_err(|e| receipt_conflict(e.into(), r))?;
+            Ok(())
+        }))
     }
 
-    /// A receipt by token id.
-    pub async fn receipt(&self, token_id: &str) -> Result<Option<Receipt>, StoreError> {
+    fn receipt<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<Receipt>> {
         let token_id = token_id.to_owned();
-        self.db
-            .read(move |c| {
-                let mut stmt = c.prepare_cached(&format!(
-                    "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE token_id = ?1"
-                ))?;
-                Ok(stmt.query_row([token_id], receipt_from_row).optional()?)
-            })
-            .await
+        Box::pin(self.db.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE token_id = ?1"
+            ))?;
+            Ok(stmt.query_row([token_id], receipt_from_row).optional()?)
+        }))
     }
 
-    /// Number of receipts issued.
-    pub async fn count_receipts(&self) -> Result<u64, StoreError> {
-        self.db
-            .read(|c| {
-                Ok(
-                    c.query_row("SELECT COUNT(*) FROM receipts", [], |r| r.get::<_, i64>(0))?
-                        as u64,
-                )
-            })
-            .await
+    fn count_receipts(&self) -> StoreFuture<'_, u64> {
+        Box::pin(self.db.read(|c| count(c, "SELECT COUNT(*) FROM receipts")))
     }
 
-    /// Record one llms.txt request durably.
-    pub async fn record_llms_txt_hit(&self, hit: LlmsTxtHit) -> Result<(), StoreError> {
-        self.db
-            .write(move |c| {
-                c.prepare_cached(
-                    "INSERT INTO llms_txt_hits (at, user_agent, client_addr) VALUES (?1, ?2, ?3)",
+    fn add_llms_txt_interest(&self, batch: Vec<LlmsTxtInterest>) -> StoreFuture<'_, ()> {
+        Box::pin(self.db.write(move |c| {
+            let mut stmt = c.prepare_cached(
+                "INSERT INTO llms_txt_interest (bucket, user_agent, client_addr, hits) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (bucket, user_agent, client_addr) DO UPDATE SET hits = hits + excluded.hits",
+            )?;
+            for i in &batch {
+                let hits = i64::try_from(i.count).unwrap_or(i64::MAX);
+                stmt.execute(params![i.bucket, i.user_agent, i.client_addr, hits])?;
+            }
+            Ok(())
+        }))
+    }
+
+    fn purge_llms_txt_interest(&self, before_bucket: String) -> StoreFuture<'_, u64> {
+        Box::pin(self.db.write(move |c| {
+            let n = c.execute(
+                "DELETE FROM llms_txt_interest WHERE bucket < ?1",
+                [before_bucket],
+            )?;
+            Ok(n as u64)
+        }))
+    }
+
+    fn llms_txt_stats(&self) -> StoreFuture<'_, LlmsTxtStats> {
+        Box::pin(self.db.read(|c| {
+            let (total, distinct): (i64, i64) = c.query_row(
+                "SELECT COALESCE(SUM(hits), 0), COUNT(DISTINCT client_addr) FROM llms_txt_interest",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            let by_user_agent = c
+                .prepare_cached(
+                    "SELECT user_agent, SUM(hits) AS n FROM llms_txt_interest GROUP BY user_agent \
+                     ORDER BY n DESC, user_agent LIMIT 20",
                 )?
-                .execute(params![hit.at, hit.user_agent, hit.client_addr])?;
-                Ok(())
+                .query_map([], |r| {
+                    Ok(UserAgentCount {
+                        user_agent: r.get(0)?,
+                        count: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            let recent = c
+                .prepare_cached(
+                    "SELECT bucket, user_agent, client_addr, hits FROM llms_txt_interest \
+                     ORDER BY bucket DESC, hits DESC, user_agent, client_addr LIMIT 20",
+                )?
+                .query_map([], |r| {
+                    Ok(LlmsTxtInterest {
+                        bucket: r.get(0)?,
+                        user_agent: r.get(1)?,
+                        client_addr: r.get(2)?,
+                        count: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(LlmsTxtStats {
+                total: u64::try_from(total).unwrap_or(0),
+                distinct_clients: u64::try_from(distinct).unwrap_or(0),
+                by_user_agent,
+                recent,
             })
-            .await
+        }))
     }
+}
 
-    /// Total llms.txt hits ever recorded.
-    pub async fn count_llms_txt_hits(&self) -> Result<u64, StoreError> {
-        self.db
-            .read(|c| {
-                Ok(c.query_row("SELECT COUNT(*) FROM llms_txt_hits", [], |r| {
-                    r.get::<_, i64>(0)
-                })? as u64)
-            })
-            .await
-    }
+/// An article's price as a database integer.
+pub(crate) fn price(a: &Article) -> Result<i64, StoreError> {
+    i64::try_from(a.price_atomic)
+        .map_err(|_| StoreError::Invalid(format!("price of {} too large", a.id)))
+}
 
-    /// Aggregated llms.txt interest for the operator.
-    pub async fn llms_txt_stats(&self) -> Result<LlmsTxtStats, StoreError> {
-        self.db
-            .read(|c| {
-                let (total, distinct): (i64, i64) = c.query_row(
-                    "SELECT COUNT(*), COUNT(DISTINCT client_addr) FROM llms_txt_hits",
-                    [],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )?;
-                let by_user_agent = c
-                    .prepare_cached(
-                        "SELECT user_agent, COUNT(*) AS n FROM llms_txt_hits GROUP BY user_agent \
-                         ORDER BY n DESC, user_agent LIMIT 20",
-                    )?
-                    .query_map([], |r| {
-                        Ok(UserAgentCount { user_agent: r.get(0)?, count: r.get::<_, i64>(1)? as u64 })
-                    })?
-                    .collect::<Result<Vec<_>, _>>()?;
-                let recent = c
-                    .prepare_cached(
-                        "SELECT at, user_agent, client_addr FROM llms_txt_hits ORDER BY id DESC LIMIT 20",
-                    )?
-                    .query_map([], |r| {
-                        Ok(LlmsTxtHit { at: r.get(0)?, user_agent: r.get(1)?, client_addr: r.get(2)? })
-                    })?
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(LlmsTxtStats {
-                    total: total as u64,
-                    distinct_clients: distinct as u64,
-                    by_user_agent,
-                    recent,
-                })
-            })
-            .await
+/// A uniqueness violation on a receipt insert, as the trait reports it.
+pub(crate) fn receipt_conflict(e: StoreError, r: &Receipt) -> StoreError {
+    if e.is_unique_violation() {
+        StoreError::Conflict(format!("receipt {} already issued", r.token_id))
+    } else {
+        e
     }
 }
 
@@ -342,74 +352,5 @@ pub(crate) fn test_article(id: &str, published: bool) -> Article {
         published_date: "2025-01-02".into(),
         price_atomic: 10_000,
         published,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use super::test_article as article;
-
-    fn receipt(token: &str, nonce: &str) -> Receipt {
-        Receipt {
-            token_id: token.into(),
-            article_id: "a".into(),
-            payer: "0x1".into(),
-            pay_to: "0x2".into(),
-            amount_atomic: "10000".into(),
-            network: "eip155:84532".into(),
-            asset: "0x3".into(),
-            nonce: nonce.into(),
-            x402_version: 2,
-            settlement: "verify-only".into(),
-            created_at: "2025-01-01T00:00:00Z".into(),
-        }
-    }
-
-    #[tokio::test]
-    async fn articles_receipts_and_hits_round_trip() {
-        let store = LicensingStore::new(Db::open_in_memory().unwrap());
-        store
-            .insert_articles(vec![article("a", true), article("b", false)])
-            .await
-            .unwrap();
-        assert_eq!(store.list_published().await.unwrap().len(), 1);
-        assert!(
-            store
-                .list_published()
-                .await
-                .unwrap()
-                .iter()
-                .all(|a| a.id != "b"),
-            "an unpublished article is not among the published"
-        );
-        assert!(store.article("b").await.unwrap().is_some());
-
-        store.insert_receipt(receipt("1", "0xaa")).await.unwrap();
-        assert_eq!(store.receipt("1").await.unwrap().unwrap().nonce, "0xaa");
-        let dup = store
-            .insert_receipt(receipt("2", "0xaa"))
-            .await
-            .unwrap_err();
-        assert!(matches!(dup, StoreError::Conflict(_)), "{dup:?}");
-
-        for ua in ["x", "x", "y"] {
-            let hit = LlmsTxtHit {
-                at: "t".into(),
-                user_agent: ua.into(),
-                client_addr: "127.0.0.1:1".into(),
-            };
-            store.record_llms_txt_hit(hit).await.unwrap();
-        }
-        let stats = store.llms_txt_stats().await.unwrap();
-        assert_eq!(stats.total, 3);
-        assert_eq!(
-            stats.by_user_agent[0],
-            UserAgentCount {
-                user_agent: "x".into(),
-                count: 2
-            }
-        );
     }
 }

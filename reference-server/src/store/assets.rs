@@ -1,12 +1,15 @@
 //! Interface B storage: the asset table behind [`AssetStore`].
 //!
-//! Handlers call [`AssetStore`]; only this file knows the SQL. A page is read by position
+//! Handlers call the [`AssetStore`] trait; [`SqliteAssetStore`] implements it on SQLite (the SQL is in this
+//! file), `PgAssetStore` on PostgreSQL. A page is read by position
 //! (`pos BETWEEN lo AND hi`), so page cost does not grow with the offset; see
 //! `migrations/0002_registry.sql` for the schema and its invariants.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Db, StoreError};
+use std::sync::Arc;
+
+use super::{Db, StoreError, StoreFuture};
 
 /// An asset to insert.
 #[derive(Debug, Clone)]
@@ -51,113 +54,125 @@ pub struct AssetFile {
     pub file_name: String,
 }
 
-/// One page of templates, newest first, and the total count read in the same transaction.
-#[derive(Debug, Clone, Default)]
-pub struct PageRows {
+/// Renders one listed record into the page body: `(body, record id, stored template)`.
+pub type RenderRow = Box<dyn FnMut(&mut Vec<u8>, u64, &[u8]) -> Result<(), StoreError> + Send>;
+
+/// Makes the `i`-th of `n` seeded assets (deterministic).
+pub type SeedAsset = Arc<dyn Fn(u64, u64) -> Result<NewAsset, StoreError> + Send + Sync>;
+
+/// Seeded assets inserted per transaction chunk.
+pub const SEED_CHUNK: u64 = 2000;
+
+/// Interface B's storage, as the registry uses it.
+pub trait AssetStore: Send + Sync + std::fmt::Debug {
     /// Number of assets.
-    pub count: u64,
-    /// Templates of the page's records, in listing order.
-    pub templates: Vec<Vec<u8>>,
-}
-
-/// The asset query layer.
-#[derive(Debug, Clone)]
-pub struct AssetStore {
-    db: Db,
-}
-
-impl AssetStore {
-    /// Wrap a database handle.
-    pub fn new(db: Db) -> Self {
-        Self { db }
-    }
-
-    /// Number of assets.
-    pub async fn count(&self) -> Result<u64, StoreError> {
-        self.db.read(count).await
-    }
-
+    fn count(&self) -> StoreFuture<'_, u64>;
     /// Records `[offset, offset + limit)` in listing order (descending `uploaded_at`, then descending
-    /// insertion id) with the count, in one read transaction.
-    pub async fn page(&self, offset: u64, limit: u64) -> Result<PageRows, StoreError> {
-        self.db.read(move |c| page(c, offset, limit)).await
-    }
-
-    /// Like [`AssetStore::page`], but hands each record's id and stored template to `f` straight from
-    /// the database row (no intermediate copy), on the blocking pool. Returns the count and the accumulator.
-    pub async fn page_each<T, F>(
+    /// insertion id), each handed to `render` straight from the database row (no intermediate copy), with
+    /// the count read in the same snapshot. Returns the count and the rendered body (empty when the page
+    /// is).
+    fn render_page(
         &self,
         offset: u64,
         limit: u64,
-        acc: T,
-        f: F,
-    ) -> Result<(u64, T), StoreError>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut T, u64, &[u8]) -> Result<(), StoreError> + Send + 'static,
-    {
-        self.db
-            .read(move |c| page_each(c, offset, limit, acc, f))
-            .await
-    }
-
-    /// The id and template of one asset by CID.
-    pub async fn template(&self, cid: String) -> Result<(u64, Vec<u8>), StoreError> {
-        self.db
-            .read(move |c| {
-                c.query_row("SELECT id, tpl FROM assets WHERE cid = ?1", [cid], |r| {
-                    Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
-                })
-                .optional()?
-                .ok_or(StoreError::NotFound)
-            })
-            .await
-    }
-
-    /// The file behind an asset CID.
-    pub async fn file(&self, cid: String) -> Result<AssetFile, StoreError> {
-        self.db.read(move |c| file(c, &cid)).await
-    }
-
+        render: RenderRow,
+    ) -> StoreFuture<'_, (u64, Vec<u8>)>;
+    /// The id and template of one asset by CID ([`StoreError::NotFound`] when there is none).
+    fn template(&self, cid: String) -> StoreFuture<'_, (u64, Vec<u8>)>;
+    /// The file behind an asset CID ([`StoreError::NotFound`] when there is none).
+    fn file(&self, cid: String) -> StoreFuture<'_, AssetFile>;
     /// True if an asset with this CID exists.
-    pub async fn exists(&self, cid: String) -> Result<bool, StoreError> {
-        self.db
-            .read(move |c| {
-                Ok(c.query_row(
-                    "SELECT EXISTS(SELECT 1 FROM assets WHERE cid = ?1)",
-                    [cid],
-                    |r| r.get(0),
-                )?)
-            })
-            .await
+    fn exists(&self, cid: String) -> StoreFuture<'_, bool>;
+    /// Inserts one asset, keeping positions dense and unique under concurrent inserts (from any instance);
+    /// returns its id. A duplicate CID gives [`StoreError::Conflict`].
+    fn insert(&self, asset: NewAsset) -> StoreFuture<'_, u64>;
+    /// Seeds `n` assets made by `make` into an **empty** registry; returns how many were inserted (0 when
+    /// the registry already had assets). Instances starting together on one database seed it once.
+    fn seed(&self, n: u64, make: SeedAsset) -> StoreFuture<'_, usize>;
+}
+
+/// [`AssetStore`] on SQLite.
+#[derive(Debug, Clone)]
+pub struct SqliteAssetStore {
+    db: Db,
+}
+
+impl SqliteAssetStore {
+    /// The store over `db` (migrated).
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+}
+
+impl AssetStore for SqliteAssetStore {
+    fn count(&self) -> StoreFuture<'_, u64> {
+        Box::pin(self.db.read(count))
     }
 
-    /// Insert one asset, keeping positions dense; returns its id. A duplicate CID gives
-    /// [`StoreError::Conflict`].
-    pub async fn insert(&self, asset: NewAsset) -> Result<u64, StoreError> {
-        self.db
-            .write(move |c| {
-                insert(c, &asset)?;
-                let id = c.last_insert_rowid() as u64;
-                Ok(id)
-            })
-            .await
-    }
-
-    /// Insert many assets in one transaction (seeding).
-    pub fn insert_many_blocking(
+    fn render_page(
         &self,
-        assets: impl IntoIterator<Item = NewAsset>,
-    ) -> Result<usize, StoreError> {
-        self.db.write_blocking(|c| {
-            let tx = c.transaction()?;
-            let mut n = 0;
-            for a in assets {
-                insert(&tx, &a)?;
-                n += 1;
-            }
-            tx.commit()?;
-            Ok(n)
+        offset: u64,
+        limit: u64,
+        render: RenderRow,
+    ) -> StoreFuture<'_, (u64, Vec<u8>)> {
+        Box::pin(
+            self.db
+                .read(move |c| page_each(c, offset, limit, Vec::new(), render)),
+        )
+    }
+
+    fn template(&self, cid: String) -> StoreFuture<'_, (u64, Vec<u8>)> {
+        Box::pin(self.db.read(move |c| {
+            c.query_row("SELECT id, tpl FROM assets WHERE cid = ?1", [cid], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
+            })
+            .optional()?
+            .ok_or(StoreError::NotFound)
+        }))
+    }
+
+    fn file(&self, cid: String) -> StoreFuture<'_, AssetFile> {
+        Box::pin(self.db.read(move |c| file(c, &cid)))
+    }
+
+    fn exists(&self, cid: String) -> StoreFuture<'_, bool> {
+        Box::pin(self.db.read(move |c| {
+            Ok(c.query_row(
+                "SELECT EXISTS(SELECT 1 FROM assets WHERE cid = ?1)",
+                [cid],
+                |r| r.get(0),
+            )?)
+        }))
+    }
+
+    fn insert(&self, asset: NewAsset) -> StoreFuture<'_, u64> {
+        Box::pin(self.db.write(move |c| {
+            insert(c, &asset)?;
+            Ok(c.last_insert_rowid() as u64)
+        }))
+    }
+
+    fn seed(&self, n: u64, make: SeedAsset) -> StoreFuture<'_, usize> {
+        let db = self.db.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                db.write_blocking(|c| {
+                    // One transaction: the emptiness check and the inserts (other processes on the file
+                    // wait on its write lock).
+                    let tx =
+                        c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                    if count(&tx)? > 0 {
+                        return Ok(0);
+                    }
+                    for i in 0..n {
+                        insert(&tx, &make(i, n)?)?;
+                    }
+                    tx.commit()?;
+                    Ok(n as usize)
+                })
+            })
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
         })
     }
 }
@@ -165,20 +180,6 @@ impl AssetStore {
 fn count(c: &Connection) -> Result<u64, StoreError> {
     let max: Option<i64> = c.query_row("SELECT max(pos) FROM assets", [], |r| r.get(0))?;
     Ok(max.map_or(0, |m| (m + 1).max(0) as u64))
-}
-
-fn page(c: &Connection, offset: u64, limit: u64) -> Result<PageRows, StoreError> {
-    let (count, templates) = page_each(
-        c,
-        offset,
-        limit,
-        Vec::new(),
-        |acc: &mut Vec<Vec<u8>>, _, t| {
-            acc.push(t.to_vec());
-            Ok(())
-        },
-    )?;
-    Ok(PageRows { count, templates })
 }
 
 fn page_each<T>(
@@ -312,71 +313,4 @@ fn insert(c: &Connection, a: &NewAsset) -> Result<(), StoreError> {
         a.template
     ])?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn asset(cid: &str, us: i64) -> NewAsset {
-        NewAsset {
-            cid: cid.into(),
-            uuid: format!("u-{cid}"),
-            uploaded_us: us,
-            source: FileSource::Seed(0),
-            file_name: "f".into(),
-            mime: "image/jpeg".into(),
-            size: 1,
-            proof_hash: "00".into(),
-            template: cid.as_bytes().to_vec(),
-        }
-    }
-
-    #[tokio::test]
-    async fn pages_follow_descending_time_with_id_tie_break_and_positions_stay_dense() {
-        let store = AssetStore::new(Db::open_in_memory().unwrap());
-        for (cid, us) in [
-            ("a", 10),
-            ("b", 30),
-            ("c", 20),
-            ("d", 30),
-            ("e", 5),
-            ("f", 40),
-        ] {
-            store.insert(asset(cid, us)).await.unwrap();
-        }
-        let p = store.page(0, 100).await.unwrap();
-        assert_eq!(p.count, 6);
-        let order: Vec<String> = p
-            .templates
-            .iter()
-            .map(|t| String::from_utf8(t.clone()).unwrap())
-            .collect();
-        assert_eq!(order, ["f", "d", "b", "c", "a", "e"]);
-        let p = store.page(2, 3).await.unwrap();
-        assert_eq!(p.templates, [b"b".to_vec(), b"c".to_vec(), b"a".to_vec()]);
-        assert!(store.page(6, 3).await.unwrap().templates.is_empty());
-        assert!(
-            store
-                .page(u64::MAX, u64::MAX)
-                .await
-                .unwrap()
-                .templates
-                .is_empty()
-        );
-        assert_eq!(
-            store.page(5, u64::MAX).await.unwrap().templates,
-            [b"e".to_vec()]
-        );
-        let dup = store.insert(asset("a", 99)).await.unwrap_err();
-        assert!(dup.is_unique_violation());
-        assert_eq!(
-            store.file("c".into()).await.unwrap().source,
-            FileSource::Seed(0)
-        );
-        assert!(matches!(
-            store.file("zz".into()).await,
-            Err(StoreError::NotFound)
-        ));
-    }
 }

@@ -1,5 +1,6 @@
-//! The payment engine's durable state on this database: [`SqlitePaymentStore`] implements x402-tower's
-//! [`ReplayStore`] over the `payment_states` and `payment_ids` tables of `0004_payments.sql`.
+//! The payment engine's durable state: [`PaymentStore`] is x402-tower's [`ReplayStore`] plus the
+//! housekeeping the server does; [`SqlitePaymentStore`] implements it over the `payment_states` and
+//! `payment_ids` tables of `migrations/sqlite/0004_payments.sql`, `PgPaymentStore` over PostgreSQL's.
 //!
 //! Every instance that opens the same database file shares it, so one authorization is settled at most once
 //! whichever instance or door (a paid route, `/facilitator/settle`) it comes through, and survives a restart:
@@ -19,15 +20,21 @@ use x402_tower::replay::{
     StoreError as ReplayError, StoredPayment,
 };
 
-use super::{Db, StoreError};
+use super::{Db, StoreError, StoreFuture};
 
-/// [`ReplayStore`] on the server's database.
+/// The payment engine's records, on the server's database.
+pub trait PaymentStore: ReplayStore + std::fmt::Debug {
+    /// Deletes records and ids that expired before `before` (unix seconds); returns how many.
+    fn purge_expired(&self, before: u64) -> StoreFuture<'_, usize>;
+}
+
+/// [`PaymentStore`] on SQLite.
 #[derive(Debug, Clone)]
 pub struct SqlitePaymentStore {
     db: Db,
 }
 
-const COLUMNS: &str = "state, resource, fingerprint, settlement, payload, requirements, expires_at, \
+pub(crate) const COLUMNS: &str = "state, resource, fingerprint, settlement, payload, requirements, expires_at, \
      updated_at, revision";
 
 fn chain(key: &ReplayKey) -> Result<i64, StoreError> {
@@ -36,7 +43,7 @@ fn chain(key: &ReplayKey) -> Result<i64, StoreError> {
 }
 
 /// `key` as the four stored columns (chain_id, asset, payer, nonce), in that order.
-fn key_columns(key: &ReplayKey) -> Result<(i64, String, String, String), StoreError> {
+pub(crate) fn key_columns(key: &ReplayKey) -> Result<(i64, String, String, String), StoreError> {
     Ok((
         chain(key)?,
         key.asset.to_string(),
@@ -45,45 +52,79 @@ fn key_columns(key: &ReplayKey) -> Result<(i64, String, String, String), StoreEr
     ))
 }
 
-fn invalid(what: &str) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        0,
-        rusqlite::types::Type::Text,
-        format!("payment_states: {what}").into(),
-    )
+/// A record's stored columns ([`COLUMNS`]), before decoding: the same on both backends.
+pub(crate) struct RawRecord {
+    pub(crate) state: String,
+    pub(crate) resource: String,
+    pub(crate) fingerprint: String,
+    pub(crate) settlement: Option<String>,
+    pub(crate) payload: String,
+    pub(crate) requirements: String,
+    pub(crate) expires_at: i64,
+    pub(crate) updated_at: i64,
+    pub(crate) revision: i64,
 }
 
-fn record_from_row(r: &Row<'_>) -> rusqlite::Result<PaymentRecord> {
-    record_at(r, 0)
+fn invalid(what: &str) -> StoreError {
+    StoreError::Invalid(format!("payment_states: {what}"))
 }
 
-/// The record whose columns ([`COLUMNS`]) start at index `at`.
-fn record_at(r: &Row<'_>, at: usize) -> rusqlite::Result<PaymentRecord> {
-    let state: String = r.get(at)?;
-    let fingerprint: String = r.get(at + 2)?;
-    let settlement: Option<String> = r.get(at + 3)?;
-    let requirements: String = r.get(at + 5)?;
-    Ok(PaymentRecord {
-        state: PaymentState::parse(&state).ok_or_else(|| invalid("unknown state"))?,
-        resource: r.get(at + 1)?,
-        fingerprint: fingerprint
-            .parse::<B256>()
-            .map_err(|_| invalid("fingerprint"))?,
-        settlement: settlement
-            .map(|s| serde_json::from_str::<SettleResponse>(&s))
-            .transpose()
-            .map_err(|_| invalid("settlement"))?,
-        payment: Arc::new(StoredPayment {
-            payload: r.get(at + 4)?,
-            requirements: requirements.into(),
-        }),
-        expires_at: u64::try_from(r.get::<_, i64>(at + 6)?).unwrap_or(0),
-        updated_at: u64::try_from(r.get::<_, i64>(at + 7)?).unwrap_or(0),
-        revision: u64::try_from(r.get::<_, i64>(at + 8)?).unwrap_or(0),
+impl RawRecord {
+    pub(crate) fn decode(self) -> Result<PaymentRecord, StoreError> {
+        Ok(PaymentRecord {
+            state: PaymentState::parse(&self.state).ok_or_else(|| invalid("unknown state"))?,
+            resource: self.resource,
+            fingerprint: self
+                .fingerprint
+                .parse::<B256>()
+                .map_err(|_| invalid("fingerprint"))?,
+            settlement: self
+                .settlement
+                .map(|s| serde_json::from_str::<SettleResponse>(&s))
+                .transpose()
+                .map_err(|_| invalid("settlement"))?,
+            payment: Arc::new(StoredPayment {
+                payload: self.payload,
+                requirements: self.requirements.into(),
+            }),
+            expires_at: u64::try_from(self.expires_at).unwrap_or(0),
+            updated_at: u64::try_from(self.updated_at).unwrap_or(0),
+            revision: u64::try_from(self.revision).unwrap_or(0),
+        })
+    }
+}
+
+/// A key's stored columns (chain_id, asset, payer, nonce), decoded.
+pub(crate) fn decode_key(
+    chain_id: i64,
+    asset: &str,
+    payer: &str,
+    nonce: &str,
+) -> Result<ReplayKey, StoreError> {
+    Ok(ReplayKey {
+        chain_id: u64::try_from(chain_id).map_err(|_| invalid("chain id"))?,
+        asset: asset.parse::<Address>().map_err(|_| invalid("asset"))?,
+        from: payer.parse::<Address>().map_err(|_| invalid("payer"))?,
+        nonce: nonce.parse::<B256>().map_err(|_| invalid("nonce"))?,
     })
 }
 
-fn secs(v: u64) -> i64 {
+/// The raw record whose columns ([`COLUMNS`]) start at index `at`.
+fn raw_at(r: &Row<'_>, at: usize) -> rusqlite::Result<RawRecord> {
+    Ok(RawRecord {
+        state: r.get(at)?,
+        resource: r.get(at + 1)?,
+        fingerprint: r.get(at + 2)?,
+        settlement: r.get(at + 3)?,
+        payload: r.get(at + 4)?,
+        requirements: r.get(at + 5)?,
+        expires_at: r.get(at + 6)?,
+        updated_at: r.get(at + 7)?,
+        revision: r.get(at + 8)?,
+    })
+}
+
+pub(crate) fn secs(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -91,11 +132,11 @@ fn json(v: &impl serde::Serialize) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
-fn settlement_json(record: &PaymentRecord) -> Result<Option<String>, StoreError> {
+pub(crate) fn settlement_json(record: &PaymentRecord) -> Result<Option<String>, StoreError> {
     record.settlement.as_ref().map(json).transpose()
 }
 
-fn backend(e: StoreError) -> ReplayError {
+pub(crate) fn backend(e: StoreError) -> ReplayError {
     ReplayError::Backend(Box::new(e))
 }
 
@@ -104,22 +145,21 @@ impl SqlitePaymentStore {
     pub fn new(db: Db) -> Self {
         Self { db }
     }
+}
 
-    /// Deletes records and ids that expired before `before` (unix seconds); returns how many.
-    pub async fn purge_expired(&self, before: u64) -> Result<usize, StoreError> {
-        self.db
-            .write(move |c| {
-                let n = c.execute(
-                    "DELETE FROM payment_states WHERE expires_at < ?1",
-                    [secs(before)],
-                )?;
-                let m = c.execute(
-                    "DELETE FROM payment_ids WHERE expires_at < ?1",
-                    [secs(before)],
-                )?;
-                Ok(n + m)
-            })
-            .await
+impl PaymentStore for SqlitePaymentStore {
+    fn purge_expired(&self, before: u64) -> StoreFuture<'_, usize> {
+        Box::pin(self.db.write(move |c| {
+            let n = c.execute(
+                "DELETE FROM payment_states WHERE expires_at < ?1",
+                [secs(before)],
+            )?;
+            let m = c.execute(
+                "DELETE FROM payment_ids WHERE expires_at < ?1",
+                [secs(before)],
+            )?;
+            Ok(n + m)
+        }))
     }
 }
 
@@ -142,8 +182,10 @@ impl ReplayStore for SqlitePaymentStore {
                             "SELECT {COLUMNS} FROM payment_states \
                              WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4"
                         ))?
-                        .query_row(params![chain_id, asset, payer, nonce], record_from_row)
-                        .optional()?;
+                        .query_row(params![chain_id, asset, payer, nonce], |r| raw_at(r, 0))
+                        .optional()?
+                        .map(RawRecord::decode)
+                        .transpose()?;
                     if let Some(e) = existing
                         && e.expires_at >= now
                     {
@@ -185,15 +227,17 @@ impl ReplayStore for SqlitePaymentStore {
             self.db
                 .read(move |c| {
                     let (chain_id, asset, payer, nonce) = key_columns(&key)?;
-                    Ok(c.prepare_cached(&format!(
+                    c.prepare_cached(&format!(
                         "SELECT {COLUMNS} FROM payment_states \
                          WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4 AND expires_at >= ?5"
                     ))?
                     .query_row(
                         params![chain_id, asset, payer, nonce, secs(now)],
-                        record_from_row,
+                        |r| raw_at(r, 0),
                     )
-                    .optional()?)
+                    .optional()?
+                    .map(RawRecord::decode)
+                    .transpose()
                 })
                 .await
                 .map_err(backend)
@@ -279,21 +323,17 @@ impl ReplayStore for SqlitePaymentStore {
                     let rows = stmt.query_map(
                         params![secs(now), secs(stale_before), i64::try_from(limit).unwrap_or(i64::MAX)],
                         |r| {
-                            let asset: String = r.get(1)?;
-                            let payer: String = r.get(2)?;
-                            let nonce: String = r.get(3)?;
-                            let key = ReplayKey {
-                                chain_id: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-                                asset: asset.parse::<Address>().map_err(|_| invalid("asset"))?,
-                                from: payer.parse::<Address>().map_err(|_| invalid("payer"))?,
-                                nonce: nonce.parse::<B256>().map_err(|_| invalid("nonce"))?,
-                            };
+                            let key: (i64, String, String, String) =
+                                (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
                             // The record's columns follow the key's four.
-                            let record = record_at(r, 4)?;
-                            Ok((key, record))
+                            Ok((key, raw_at(r, 4)?))
                         },
                     )?;
-                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                    rows.map(|row| {
+                        let ((chain_id, asset, payer, nonce), raw) = row?;
+                        Ok((decode_key(chain_id, &asset, &payer, &nonce)?, raw.decode()?))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
                 })
                 .await
                 .map_err(backend)
@@ -345,121 +385,5 @@ impl ReplayStore for SqlitePaymentStore {
                 .await
                 .map_err(backend)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(n: u8) -> ReplayKey {
-        ReplayKey {
-            chain_id: 84532,
-            asset: Address::repeat_byte(1),
-            from: Address::repeat_byte(2),
-            nonce: B256::repeat_byte(n),
-        }
-    }
-
-    fn record(state: PaymentState, updated_at: u64) -> PaymentRecord {
-        PaymentRecord {
-            state,
-            resource: "http://x/r".into(),
-            fingerprint: B256::repeat_byte(9),
-            settlement: None,
-            payment: Arc::new(StoredPayment {
-                payload: "{}".into(),
-                requirements: Arc::from("{}"),
-            }),
-            expires_at: 100,
-            updated_at,
-            revision: 0,
-        }
-    }
-
-    #[tokio::test]
-    async fn reserve_update_release_unresolved_ids_and_restart() {
-        let dir = std::env::temp_dir().join(format!("rs-payments-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("p.sqlite");
-        let s = SqlitePaymentStore::new(Db::open(&path).unwrap());
-        let r = record(PaymentState::InFlight, 10);
-        assert_eq!(
-            s.reserve(&key(1), &r, 10).await.unwrap(),
-            Reservation::Reserved { revision: 1 }
-        );
-        let Reservation::Taken(t) = s.reserve(&key(1), &r, 10).await.unwrap() else {
-            panic!("reserved twice")
-        };
-        assert_eq!((t.state, t.revision), (PaymentState::InFlight, 1));
-        let mut settled = r.clone();
-        settled.state = PaymentState::Settled;
-        settled.settlement = Some(SettleResponse {
-            success: true,
-            error_reason: None,
-            error_message: None,
-            transaction: "0xab".into(),
-            network: "eip155:84532".into(),
-            payer: None,
-        });
-        assert!(
-            !s.update(&key(1), 5, &settled).await.unwrap(),
-            "stale revision"
-        );
-        assert!(s.update(&key(1), 1, &settled).await.unwrap());
-        assert!(!s.release(&key(1), 1).await.unwrap());
-        // A restart (a new handle on the same file) remembers it.
-        let s = SqlitePaymentStore::new(Db::open(&path).unwrap());
-        let got = s.get(&key(1), 10).await.unwrap().unwrap();
-        assert_eq!(
-            (got.state, got.revision, got.settlement),
-            (PaymentState::Settled, 2, settled.settlement)
-        );
-        assert!(s.get(&key(1), 101).await.unwrap().is_none(), "expired");
-        // Unresolved: pending, and in-flight older than the stale mark.
-        s.reserve(&key(2), &record(PaymentState::Pending, 10), 10)
-            .await
-            .unwrap();
-        s.reserve(&key(3), &record(PaymentState::InFlight, 10), 10)
-            .await
-            .unwrap();
-        let nonces = |v: Vec<(ReplayKey, PaymentRecord)>| {
-            v.into_iter().map(|(k, _)| k.nonce[0]).collect::<Vec<_>>()
-        };
-        assert_eq!(nonces(s.unresolved(10, 5, 10).await.unwrap()), vec![2]);
-        let mut both = nonces(s.unresolved(10, 11, 10).await.unwrap());
-        both.sort();
-        assert_eq!(both, vec![2, 3]);
-        assert!(s.release(&key(3), 1).await.unwrap());
-        // Ids.
-        let b = IdBinding {
-            fingerprint: B256::repeat_byte(4),
-            key: key(1),
-            expires_at: 100,
-        };
-        let other = IdBinding {
-            fingerprint: B256::repeat_byte(5),
-            ..b
-        };
-        assert_eq!(
-            s.bind_id("pay_0123456789abcdef", &b, 10).await.unwrap(),
-            IdClaim::New
-        );
-        assert_eq!(
-            s.bind_id("pay_0123456789abcdef", &b, 10).await.unwrap(),
-            IdClaim::Same
-        );
-        assert_eq!(
-            s.bind_id("pay_0123456789abcdef", &other, 10).await.unwrap(),
-            IdClaim::Conflict
-        );
-        assert_eq!(
-            s.bind_id("pay_0123456789abcdef", &other, 101)
-                .await
-                .unwrap(),
-            IdClaim::New
-        );
-        assert_eq!(s.purge_expired(200).await.unwrap(), 3);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

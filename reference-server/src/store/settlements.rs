@@ -1,14 +1,15 @@
 //! Query layer for the settlement log: one row per settlement attempt of a paid article, whatever its
 //! outcome (`settled`, `failed`, `unknown`).
 //!
-//! Only this file knows the table of `0003_settlements.sql`. The rows are written by the x402 layer's
+//! [`SettlementStore`] is what the application uses; [`SqliteSettlementStore`] implements it over the table of
+//! `migrations/sqlite/0003_settlements.sql`, `PgSettlementStore` over PostgreSQL's. The rows are written by the x402 layer's
 //! settlement observer ([`crate::licensing::settlements`]) before the client is answered, and read by the
 //! operator endpoint `GET /operator/settlements`.
 
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::{Db, StoreError};
+use super::{Db, StoreError, StoreFuture};
 
 /// What became of a settlement attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -145,31 +146,46 @@ fn insert(c: &rusqlite::Connection, r: &SettlementRecord) -> Result<i64, StoreEr
     Ok(c.last_insert_rowid())
 }
 
-/// The settlement-log query layer over a [`Db`].
-#[derive(Debug, Clone)]
-pub struct SettlementStore {
-    db: Db,
-}
-
-impl SettlementStore {
-    /// The query layer over `db`.
-    pub fn new(db: Db) -> Self {
-        Self { db }
-    }
-
-    /// Record one settlement attempt durably; returns its row id.
-    pub async fn record(&self, record: SettlementRecord) -> Result<i64, StoreError> {
-        self.db.write(move |c| insert(c, &record)).await
-    }
-
-    /// Record the reconciliation of an unknown outcome: the payment's latest `unknown` row takes the outcome
+/// The settlement log's storage.
+pub trait SettlementStore: Send + Sync + std::fmt::Debug {
+    /// Records one settlement attempt durably; returns its row id.
+    fn record(&self, record: SettlementRecord) -> StoreFuture<'_, i64>;
+    /// Records the reconciliation of an unknown outcome: the payment's latest `unknown` row takes the outcome
     /// found (with `resolved_from = 'unknown'` and `resolved_at`); with no such row (a request that died
     /// mid-settlement) a new row is written with `resolved_from = 'in_flight'`. A reconciliation that found
     /// nothing new (still unknown) changes an existing unknown row not at all. Returns the row changed or
     /// written, if any.
-    pub async fn resolve(&self, record: SettlementRecord) -> Result<Option<i64>, StoreError> {
-        self.db
-            .write(move |c| {
+    fn resolve(&self, record: SettlementRecord) -> StoreFuture<'_, Option<i64>>;
+    /// The most recent settlement attempts (newest first, at most `limit`), of one outcome or all.
+    fn recent(
+        &self,
+        outcome: Option<SettlementOutcome>,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<SettlementRecord>>;
+    /// Number of recorded settlement attempts per outcome (all time), in [`SettlementOutcome::ALL`] order.
+    fn count_by_outcome(&self) -> StoreFuture<'_, [(SettlementOutcome, u64); 3]>;
+}
+
+/// [`SettlementStore`] on SQLite.
+#[derive(Debug, Clone)]
+pub struct SqliteSettlementStore {
+    db: Db,
+}
+
+impl SqliteSettlementStore {
+    /// The store over `db` (migrated).
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+}
+
+impl SettlementStore for SqliteSettlementStore {
+    fn record(&self, record: SettlementRecord) -> StoreFuture<'_, i64> {
+        Box::pin(self.db.write(move |c| insert(c, &record)))
+    }
+
+    fn resolve(&self, record: SettlementRecord) -> StoreFuture<'_, Option<i64>> {
+        Box::pin(self.db.write(move |c| {
                 let unknown: Option<i64> = c
                     .prepare_cached(
                         "SELECT id FROM settlements WHERE network = ?1 AND asset = ?2 AND payer = ?3 \
@@ -205,128 +221,47 @@ impl SettlementStore {
                     }
                 };
                 Ok(id)
-            })
-            .await
+            }))
     }
 
-    /// The most recent settlement attempts (newest first, at most `limit`), of one outcome or all.
-    pub async fn recent(
+    fn recent(
         &self,
         outcome: Option<SettlementOutcome>,
         limit: u32,
-    ) -> Result<Vec<SettlementRecord>, StoreError> {
-        self.db
-            .read(move |c| {
-                let rows = match outcome {
-                    Some(o) => c
-                        .prepare_cached(&format!(
-                            "SELECT {COLUMNS} FROM settlements WHERE outcome = ?1 \
+    ) -> StoreFuture<'_, Vec<SettlementRecord>> {
+        Box::pin(self.db.read(move |c| {
+            let rows = match outcome {
+                Some(o) => c
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM settlements WHERE outcome = ?1 \
                              ORDER BY id DESC LIMIT ?2"
-                        ))?
-                        .query_map(params![o.as_str(), limit], record_from_row)?
-                        .collect::<Result<Vec<_>, _>>()?,
-                    None => c
-                        .prepare_cached(&format!(
-                            "SELECT {COLUMNS} FROM settlements ORDER BY id DESC LIMIT ?1"
-                        ))?
-                        .query_map(params![limit], record_from_row)?
-                        .collect::<Result<Vec<_>, _>>()?,
-                };
-                Ok(rows)
-            })
-            .await
+                    ))?
+                    .query_map(params![o.as_str(), limit], record_from_row)?
+                    .collect::<Result<Vec<_>, _>>()?,
+                None => c
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM settlements ORDER BY id DESC LIMIT ?1"
+                    ))?
+                    .query_map(params![limit], record_from_row)?
+                    .collect::<Result<Vec<_>, _>>()?,
+            };
+            Ok(rows)
+        }))
     }
 
-    /// Number of recorded settlement attempts per outcome (all time), in [`SettlementOutcome::ALL`] order.
-    pub async fn count_by_outcome(&self) -> Result<[(SettlementOutcome, u64); 3], StoreError> {
-        self.db
-            .read(|c| {
-                let mut counts = SettlementOutcome::ALL.map(|o| (o, 0u64));
-                let mut stmt =
-                    c.prepare_cached("SELECT outcome, COUNT(*) FROM settlements GROUP BY outcome")?;
-                let rows =
-                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-                for row in rows {
-                    let (outcome, n) = row?;
-                    if let Some(slot) = counts.iter_mut().find(|(o, _)| o.as_str() == outcome) {
-                        slot.1 = u64::try_from(n).unwrap_or(0);
-                    }
+    fn count_by_outcome(&self) -> StoreFuture<'_, [(SettlementOutcome, u64); 3]> {
+        Box::pin(self.db.read(|c| {
+            let mut counts = SettlementOutcome::ALL.map(|o| (o, 0u64));
+            let mut stmt =
+                c.prepare_cached("SELECT outcome, COUNT(*) FROM settlements GROUP BY outcome")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            for row in rows {
+                let (outcome, n) = row?;
+                if let Some(slot) = counts.iter_mut().find(|(o, _)| o.as_str() == outcome) {
+                    slot.1 = u64::try_from(n).unwrap_or(0);
                 }
-                Ok(counts)
-            })
-            .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(outcome: SettlementOutcome, nonce: &str) -> SettlementRecord {
-        SettlementRecord {
-            id: 0,
-            at: "2026-01-01T00:00:00.000000Z".into(),
-            outcome,
-            payer: "0x1".into(),
-            pay_to: "0x2".into(),
-            article_id: Some("a".into()),
-            resource: "http://x/x402Article?articleId=a".into(),
-            amount_atomic: "10000".into(),
-            network: "eip155:84532".into(),
-            asset: "0x3".into(),
-            nonce: nonce.into(),
-            x402_version: 2,
-            transaction: (outcome == SettlementOutcome::Settled).then(|| "0xab".into()),
-            reason: (outcome == SettlementOutcome::Failed).then(|| "insufficient_funds".into()),
-            message: (outcome == SettlementOutcome::Unknown).then(|| "timed out".into()),
-            resolved_from: None,
-            resolved_at: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn records_round_trip_newest_first_and_filter_by_outcome() {
-        let store = SettlementStore::new(Db::open_in_memory().unwrap());
-        for (i, o) in SettlementOutcome::ALL.into_iter().enumerate() {
-            store.record(record(o, &format!("0x{i}"))).await.unwrap();
-        }
-        store
-            .record(record(SettlementOutcome::Unknown, "0x9"))
-            .await
-            .unwrap();
-        let all = store.recent(None, 10).await.unwrap();
-        assert_eq!(all.len(), 4);
-        assert_eq!(all[0].nonce, "0x9");
-        let unknown = store
-            .recent(Some(SettlementOutcome::Unknown), 10)
-            .await
-            .unwrap();
-        assert_eq!(unknown.len(), 2);
-        assert!(
-            unknown
-                .iter()
-                .all(|r| r.outcome == SettlementOutcome::Unknown)
-        );
-        let mut expected = record(SettlementOutcome::Failed, "0x1");
-        let failed = store
-            .recent(Some(SettlementOutcome::Failed), 10)
-            .await
-            .unwrap();
-        expected.id = failed[0].id;
-        assert_eq!(failed, vec![expected]);
-        assert_eq!(store.recent(None, 1).await.unwrap().len(), 1);
-        assert_eq!(
-            store.count_by_outcome().await.unwrap(),
-            [
-                (SettlementOutcome::Settled, 1),
-                (SettlementOutcome::Failed, 1),
-                (SettlementOutcome::Unknown, 2)
-            ]
-        );
-        assert_eq!(
-            SettlementOutcome::parse("unknown"),
-            Some(SettlementOutcome::Unknown)
-        );
-        assert_eq!(SettlementOutcome::parse("Unknown"), None);
+            }
+            Ok(counts)
+        }))
     }
 }

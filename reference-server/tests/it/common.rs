@@ -52,6 +52,42 @@ impl Drop for TempDir {
     }
 }
 
+/// The variable that points the suite at a PostgreSQL cluster (an admin URL, e.g.
+/// `postgres://postgres@127.0.0.1:5433/postgres`). Unset: every test database is a SQLite file.
+pub const POSTGRES_ENV: &str = "REFERENCE_SERVER_TEST_POSTGRES";
+
+/// The backend the suite runs on: `postgres` when [`POSTGRES_ENV`] is set, else `sqlite`.
+pub fn backend() -> &'static str {
+    if std::env::var_os(POSTGRES_ENV).is_some() {
+        "postgres"
+    } else {
+        "sqlite"
+    }
+}
+
+/// A fresh, empty database for one test: a SQLite file `name` in `dir`, or (when [`POSTGRES_ENV`] is set) a
+/// new PostgreSQL database on that cluster. Returns its `--database` URL.
+pub async fn fresh_database(dir: &Path, name: &str) -> String {
+    match std::env::var(POSTGRES_ENV) {
+        Err(_) => dir.join(name).display().to_string(),
+        Ok(admin) => {
+            let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+                .await
+                .unwrap_or_else(|e| panic!("{POSTGRES_ENV}={admin}: cannot connect: {e}"));
+            tokio::spawn(connection);
+            let db = format!("t_{}", uuid::Uuid::new_v4().simple());
+            client
+                .batch_execute(&format!("CREATE DATABASE {db}"))
+                .await
+                .expect("create the test database");
+            let (base, _) = admin
+                .rsplit_once('/')
+                .expect("an admin URL ends with /<database>");
+            format!("{base}/{db}")
+        }
+    }
+}
+
 /// An HTTP client for the tests (reqwest is built without a default TLS provider: install ring).
 pub fn test_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -77,7 +113,7 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Start with the test configuration: temporary SQLite file database, 40 seeded assets, port 0.
+    /// Start with the test configuration: a fresh database ([`fresh_database`]), 40 seeded assets, port 0.
     pub async fn start() -> Self {
         Self::start_with(|_| {}).await
     }
@@ -86,7 +122,7 @@ impl TestServer {
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
         let dir = Arc::new(TempDir::new());
         let mut config = Config::for_tests();
-        config.database = dir.path().join("db.sqlite3").display().to_string();
+        config.database = Some(fresh_database(dir.path(), "db.sqlite3").await);
         config.media_dir = Some(dir.path().join("media"));
         config.seed_assets = 40;
         adjust(&mut config);

@@ -302,7 +302,7 @@ async fn invalid_payments_get_402_not_the_article() {
 async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
     let dir = std::sync::Arc::new(TempDir::new());
     let mut config = reference_server::Config::for_tests();
-    config.database = dir.path().join("db.sqlite3").display().to_string();
+    config.database = Some(super::common::fresh_database(dir.path(), "db.sqlite3").await);
     config.media_dir = Some(dir.path().join("media"));
     config.seed_assets = 5;
 
@@ -398,22 +398,72 @@ async fn llms_txt_is_plain_text_and_every_call_is_recorded() {
         assert!(text.contains("PAYMENT-SIGNATURE") && text.contains("x402"));
         assert!(!text.contains(reference_server::licensing::catalog::UNPUBLISHED_DEMO_ID));
     }
-    let stats = json(server.get("/operator/llms-txt").await).await;
-    assert_eq!(stats["total"], 3);
-    assert_eq!(stats["by_user_agent"][0]["user_agent"], "GPTBot/1.1");
-    assert_eq!(stats["by_user_agent"][0]["count"], 2);
-    assert!(
-        stats["recent"][0]["client_addr"]
-            .as_str()
-            .unwrap()
-            .starts_with("127.0.0.1:")
-    );
     let metrics = server.get("/metrics").await.text().await.unwrap();
     assert!(metrics.contains("llms_txt_requests_total 3"), "{metrics}");
+    // Counted in memory, written in the next per-second batch.
+    let stats = wait_for_llms_txt_total(&server, 3).await;
+    assert_eq!(stats["by_user_agent"][0]["user_agent"], "GPTBot/1.1");
+    assert_eq!(stats["by_user_agent"][0]["count"], 2);
+    assert_eq!(stats["distinct_clients"], 1);
+    let row = &stats["recent"][0];
+    assert_eq!(row["client_addr"], "127.0.0.1", "{stats}");
+    assert!(row["bucket"].as_str().unwrap().ends_with(":00Z"), "{stats}");
+    let metrics = server.get("/metrics").await.text().await.unwrap();
     assert!(
-        metrics.contains("llms_txt_requests_recorded 3"),
+        metrics.contains("llms_txt_requests_flushed_total 3"),
         "{metrics}"
     );
+}
+
+/// Polls `/operator/llms-txt` (for at most 10 s) until its total is `total`; returns the stats.
+pub(crate) async fn wait_for_llms_txt_total(server: &TestServer, total: u64) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let stats = json(server.get("/operator/llms-txt").await).await;
+        if stats["total"] == total || std::time::Instant::now() > deadline {
+            assert_eq!(stats["total"], total, "{stats}");
+            return stats;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_flood_of_llms_txt_requests_is_a_few_batched_writes_and_none_is_lost_on_shutdown() {
+    let dir = std::sync::Arc::new(TempDir::new());
+    let mut config = reference_server::Config::for_tests();
+    config.database = Some(super::common::fresh_database(dir.path(), "db.sqlite3").await);
+    config.media_dir = Some(dir.path().join("media"));
+    config.seed_assets = 1;
+    let server = TestServer::start_config(config.clone(), Some(dir.clone())).await;
+    let hits: Vec<_> = (0..500)
+        .map(|i| {
+            let client = server.client.clone();
+            let url = server.url("/serveLlmsTxt");
+            tokio::spawn(async move {
+                let ua = format!("bot-{}", i % 5);
+                client
+                    .get(url)
+                    .header("user-agent", ua)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            })
+        })
+        .collect();
+    for h in hits {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    // Stopped at once (gracefully): what was counted and not yet flushed is written on the way out.
+    server.stop().await;
+    let server = TestServer::start_config(config, Some(dir)).await;
+    let stats = wait_for_llms_txt_total(&server, 500).await;
+    // One row per minute, agent and client: at most 5 agents x 2 minutes, not 500 rows.
+    let by_agent = stats["by_user_agent"].as_array().unwrap();
+    assert_eq!(by_agent.len(), 5, "{stats}");
+    assert!(by_agent.iter().all(|a| a["count"] == 100), "{stats}");
+    assert!(stats["recent"].as_array().unwrap().len() <= 10, "{stats}");
 }
 
 #[tokio::test]
@@ -493,6 +543,12 @@ async fn bad_configuration_exits_with_code_2_before_listening() {
             &["--database", "/nonexistent-dir/x/db.sqlite3"][..],
             "--database",
         ),
+        (&["--database", "mysql://u@h/db"][..], "--database"),
+        // Nothing listens on port 1: the database is unreachable, and the password is not printed.
+        (
+            &["--database", "postgres://u:hunter2@127.0.0.1:1/db"][..],
+            "postgres://u:***@127.0.0.1:1/db",
+        ),
     ] {
         let out = std::process::Command::new(bin)
             .args(args)
@@ -507,11 +563,28 @@ async fn bad_configuration_exits_with_code_2_before_listening() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("hunter2"), "{stderr}");
         assert!(
             !String::from_utf8_lossy(&out.stdout).contains("listening"),
             "{args:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn database_url_is_read_from_the_environment_when_no_flag_names_one() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("REFERENCE_SERVER_DATABASE")
+        .env("DATABASE_URL", "postgresql://app:pw@127.0.0.1:1/registry")
+        .output()
+        .expect("run binary");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("postgresql://app:***@127.0.0.1:1/registry"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

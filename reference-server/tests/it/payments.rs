@@ -258,12 +258,12 @@ impl Instance {
         decode_header(&resp, "payment-required")
     }
 
-    fn start(db: &std::path::Path, media: &std::path::Path) -> Self {
+    fn start(db: &str, media: &std::path::Path) -> Self {
         Self::start_with(db, media, &[])
     }
 
     /// [`Instance::start`] with more flags.
-    fn start_with(db: &std::path::Path, media: &std::path::Path, flags: &[&str]) -> Self {
+    fn start_with(db: &str, media: &std::path::Path, flags: &[&str]) -> Self {
         use std::io::BufRead as _;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
             .args(["--listen", "127.0.0.1:0", "--seed-assets", "5"])
@@ -301,7 +301,7 @@ impl Drop for Instance {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_one_database_settle_one_payment_once() {
     let dir = TempDir::new();
-    let db = dir.path().join("shared.sqlite3");
+    let db = fresh_database(dir.path(), "shared.sqlite3").await;
     let media = dir.path().join("media");
     let a = Instance::start(&db, &media);
     let b = Instance::start(&db, &media);
@@ -374,7 +374,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
     // purchase that was answered 200 must find its receipt and its settled record after a restart: nobody
     // is answered before their write is durable. Unanswered ones are either complete or absent.
     let dir = TempDir::new();
-    let db = dir.path().join("crash.sqlite3");
+    let db = fresh_database(dir.path(), "crash.sqlite3").await;
     let media = dir.path().join("media");
     let mut server = Instance::start(&db, &media);
     let client = test_client();
@@ -475,7 +475,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
 async fn a_payment_settled_through_one_instances_facilitator_is_settled_for_every_instance_even_after_a_kill_9()
  {
     let dir = TempDir::new();
-    let db = dir.path().join("shared.sqlite3");
+    let db = fresh_database(dir.path(), "shared.sqlite3").await;
     let media = dir.path().join("media");
     let flags = ["--facilitator-token", "fac-token"];
     let mut a = Instance::start_with(&db, &media, &flags);

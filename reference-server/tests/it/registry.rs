@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reference_server::registry::signing::{UrlSigner, unix_now};
 use reference_server::registry::{self, RegistryConfig, cid_v1_raw};
-use reference_server::store::Db;
+use reference_server::store::Stores;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -53,10 +53,12 @@ impl Drop for Registry {
 impl Registry {
     async fn start(n_assets: usize, token: Option<&str>) -> Self {
         let dir = TempDir::new();
-        let db = Db::open(dir.path().join("db.sqlite3")).unwrap();
-        assert_eq!(registry::seed(&db, n_assets).await.unwrap(), n_assets);
+        let url = super::common::fresh_database(dir.path(), "db.sqlite3").await;
+        let stores = Stores::open(&url.parse().unwrap()).await.unwrap();
+        let db = stores.assets;
+        assert_eq!(registry::seed(&*db, n_assets).await.unwrap(), n_assets);
         assert_eq!(
-            registry::seed(&db, n_assets).await.unwrap(),
+            registry::seed(&*db, n_assets).await.unwrap(),
             0,
             "seeding a non-empty registry is a no-op"
         );

@@ -1,0 +1,283 @@
+//! [`LicensingStore`] on PostgreSQL.
+
+use tokio_postgres::Row;
+
+use super::{Pg, big, unsigned};
+use crate::store::articles::{
+    Article, LicensingStore, LlmsTxtInterest, LlmsTxtStats, Receipt, UserAgentCount, price,
+    receipt_conflict,
+};
+use crate::store::{StoreError, StoreFuture};
+
+/// [`LicensingStore`] on PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PgLicensingStore {
+    pg: Pg,
+}
+
+impl PgLicensingStore {
+    /// The store over `pg` (migrated).
+    pub fn new(pg: Pg) -> Self {
+        Self { pg }
+    }
+}
+
+const ARTICLE_COLUMNS: &str =
+    "id, title, excerpt, content, author_name, published_date, price_atomic, published";
+
+const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
+     x402_version, settlement, created_at";
+
+fn article(r: &Row) -> Result<Article, StoreError> {
+    Ok(Article {
+        id: r.try_get(0)?,
+        title: r.try_get(1)?,
+        excerpt: r.try_get(2)?,
+        content: r.try_get(3)?,
+        author_name: r.try_get(4)?,
+        published_date: r.try_get(5)?,
+        price_atomic: unsigned(r.try_get(6)?),
+        published: r.try_get(7)?,
+    })
+}
+
+fn receipt(r: &Row) -> Result<Receipt, StoreError> {
+    let version: i16 = r.try_get(8)?;
+    Ok(Receipt {
+        token_id: r.try_get(0)?,
+        article_id: r.try_get(1)?,
+        payer: r.try_get(2)?,
+        pay_to: r.try_get(3)?,
+        amount_atomic: r.try_get(4)?,
+        network: r.try_get(5)?,
+        asset: r.try_get(6)?,
+        nonce: r.try_get(7)?,
+        x402_version: u8::try_from(version)
+            .map_err(|_| StoreError::Invalid(format!("x402 version {version}")))?,
+        settlement: r.try_get(9)?,
+        created_at: r.try_get(10)?,
+    })
+}
+
+impl LicensingStore for PgLicensingStore {
+    fn list_published(&self) -> StoreFuture<'_, Vec<Article>> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {ARTICLE_COLUMNS} FROM articles WHERE published ORDER BY published_date DESC, id"
+                ))
+                .await?;
+            c.query(&stmt, &[]).await?.iter().map(article).collect()
+        })
+    }
+
+    fn article<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Article>> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {ARTICLE_COLUMNS} FROM articles WHERE id = $1"
+                ))
+                .await?;
+            c.query_opt(&stmt, &[&id])
+                .await?
+                .as_ref()
+                .map(article)
+                .transpose()
+        })
+    }
+
+    fn count_articles(&self) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let n: i64 = c
+                .query_one("SELECT COUNT(*) FROM articles", &[])
+                .await?
+                .try_get(0)?;
+            Ok(unsigned(n))
+        })
+    }
+
+    fn insert_articles(&self, articles: Vec<Article>) -> StoreFuture<'_, usize> {
+        Box::pin(async move {
+            let mut c = self.pg.client().await?;
+            let tx = c.transaction().await?;
+            let stmt = tx
+                .prepare(&format!(
+                    "INSERT INTO articles ({ARTICLE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                     ON CONFLICT (id) DO NOTHING"
+                ))
+                .await?;
+            let mut n = 0;
+            for a in &articles {
+                n += tx
+                    .execute(
+                        &stmt,
+                        &[
+                            &a.id,
+                            &a.title,
+                            &a.excerpt,
+                            &a.content,
+                            &a.author_name,
+                            &a.published_date,
+                            &price(a)?,
+                            &a.published,
+                        ],
+                    )
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(n as usize)
+        })
+    }
+
+    fn insert_receipt(&self, r: Receipt) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let stmt = c
+                .prepare_cached(&format!(
+                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                ))
+                .await?;
+            c.execute(
+                &stmt,
+                &[
+                    &r.token_id,
+                    &r.article_id,
+                    &r.payer,
+                    &r.pay_to,
+                    &r.amount_atomic,
+                    &r.network,
+                    &r.asset,
+                    &r.nonce,
+                    &i16::from(r.x402_version),
+                    &r.settlement,
+                    &r.created_at,
+                ],
+            )
+            .await
+            .map_err(|e| receipt_conflict(e.into(), &r))?;
+            Ok(())
+        })
+    }
+
+    fn receipt<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<Receipt>> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE token_id = $1"
+                ))
+                .await?;
+            c.query_opt(&stmt, &[&token_id])
+                .await?
+                .as_ref()
+                .map(receipt)
+                .transpose()
+        })
+    }
+
+    fn count_receipts(&self) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let n: i64 = c
+                .query_one("SELECT COUNT(*) FROM receipts", &[])
+                .await?
+                .try_get(0)?;
+            Ok(unsigned(n))
+        })
+    }
+
+    fn add_llms_txt_interest(&self, batch: Vec<LlmsTxtInterest>) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let mut buckets = Vec::with_capacity(batch.len());
+            let mut agents = Vec::with_capacity(batch.len());
+            let mut clients = Vec::with_capacity(batch.len());
+            let mut hits = Vec::with_capacity(batch.len());
+            for i in batch {
+                buckets.push(i.bucket);
+                agents.push(i.user_agent);
+                clients.push(i.client_addr);
+                hits.push(big(i.count));
+            }
+            let c = self.pg.client().await?;
+            // One statement for the whole batch (its keys are distinct: the aggregator made them so).
+            let stmt = c
+                .prepare_cached(
+                    "INSERT INTO llms_txt_interest (bucket, user_agent, client_addr, hits) \
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[]) \
+                     ON CONFLICT (bucket, user_agent, client_addr) \
+                     DO UPDATE SET hits = llms_txt_interest.hits + EXCLUDED.hits",
+                )
+                .await?;
+            c.execute(&stmt, &[&buckets, &agents, &clients, &hits])
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn purge_llms_txt_interest(&self, before_bucket: String) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            Ok(c.execute(
+                "DELETE FROM llms_txt_interest WHERE bucket < $1",
+                &[&before_bucket],
+            )
+            .await?)
+        })
+    }
+
+    fn llms_txt_stats(&self) -> StoreFuture<'_, LlmsTxtStats> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let totals = c
+                .query_one(
+                    "SELECT COALESCE(SUM(hits), 0)::bigint, COUNT(DISTINCT client_addr) FROM llms_txt_interest",
+                    &[],
+                )
+                .await?;
+            let by_user_agent = c
+                .query(
+                    "SELECT user_agent, SUM(hits)::bigint AS n FROM llms_txt_interest GROUP BY user_agent \
+                     ORDER BY n DESC, user_agent LIMIT 20",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(UserAgentCount {
+                        user_agent: r.try_get(0)?,
+                        count: unsigned(r.try_get(1)?),
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            let recent = c
+                .query(
+                    "SELECT bucket, user_agent, client_addr, hits FROM llms_txt_interest \
+                     ORDER BY bucket DESC, hits DESC, user_agent, client_addr LIMIT 20",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(LlmsTxtInterest {
+                        bucket: r.try_get(0)?,
+                        user_agent: r.try_get(1)?,
+                        client_addr: r.try_get(2)?,
+                        count: unsigned(r.try_get(3)?),
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(LlmsTxtStats {
+                total: unsigned(totals.try_get(0)?),
+                distinct_clients: unsigned(totals.try_get(1)?),
+                by_user_agent,
+                recent,
+            })
+        })
+    }
+}

@@ -1,0 +1,243 @@
+//! The PostgreSQL backend: a `deadpool-postgres` pool of `tokio-postgres` connections, and the store traits
+//! implemented on it ([`PgLicensingStore`], [`PgSettlementStore`], [`PgAssetStore`], [`PgPaymentStore`]).
+//!
+//! # Model
+//!
+//! - Every instance opens its own pool (at most [`POOL_SIZE`] connections) on the one database; all state
+//!   that instances share is in it (see `docs/deploy.md`).
+//! - Statements are prepared once per connection and cached (`prepare_cached`).
+//! - Each write is one statement in autocommit, or one short transaction; PostgreSQL's own durability
+//!   (`synchronous_commit`, the WAL) applies: a receipt is answered after its commit returned.
+//! - Where a decision spans several rows, it takes a lock the database holds, never one in this process:
+//!   a payment record is reserved with one `INSERT … ON CONFLICT DO UPDATE … WHERE expired` statement;
+//!   assets are inserted under a transaction-scoped advisory lock that keeps their dense rank dense and
+//!   unique; migrations and seeding run under advisory locks too, so instances starting together do each
+//!   once.
+//! - Connections use no TLS (`NoTls`): run the database on a private network or loopback. A `sslmode`
+//!   other than `disable`/`prefer` in the URL is refused at start rather than silently ignored.
+
+mod assets;
+mod licensing;
+mod payments;
+mod settlements;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+use tokio_postgres::config::SslMode;
+
+pub use assets::PgAssetStore;
+pub use licensing::PgLicensingStore;
+pub use payments::PgPaymentStore;
+pub use settlements::PgSettlementStore;
+
+use super::{Backend, StoreError, StoreFuture};
+
+/// Schema migrations (`migrations/postgres/`), applied in order at start.
+pub const MIGRATIONS: &[(&str, &str)] = &[(
+    "0001_schema",
+    include_str!("../migrations/postgres/0001_schema.sql"),
+)];
+
+/// Most connections one instance holds.
+pub const POOL_SIZE: usize = 16;
+
+/// How long a request waits for a free connection, and a new connection for the server.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Advisory lock keys (any constant distinct values; `0x7832` is "x2").
+const MIGRATION_LOCK: i64 = 0x7832_0001;
+pub(crate) const ASSET_LOCK: i64 = 0x7832_0002;
+
+/// A pool on one PostgreSQL database. Cheap to clone.
+#[derive(Clone)]
+pub struct Pg {
+    pool: Pool,
+    url: String,
+}
+
+impl std::fmt::Debug for Pg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pg")
+            .field("url", &redact(&self.url))
+            .field("status", &self.pool.status())
+            .finish()
+    }
+}
+
+impl Pg {
+    /// Connects to `url`, checks the database answers and applies pending migrations.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| StoreError::Unavailable(format!("invalid PostgreSQL URL: {e}")))?;
+        if config.get_ssl_mode() == SslMode::Require {
+            return Err(StoreError::Unavailable(
+                "sslmode=require is not supported: this build connects without TLS (see docs/deploy.md)"
+                    .into(),
+            ));
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(WAIT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("reference-server");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(WAIT))
+            .create_timeout(Some(WAIT))
+            .build()
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let pg = Self {
+            pool,
+            url: url.to_owned(),
+        };
+        pg.migrate().await?;
+        Ok(pg)
+    }
+
+    /// A connection from the pool.
+    pub(crate) async fn client(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => StoreError::Postgres(e),
+            other => StoreError::Unavailable(other.to_string()),
+        })
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (
+                     name TEXT PRIMARY KEY,
+                     applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+                 )",
+            )
+            .await
+            .or_else(|e| {
+                // Two instances creating the table at once: one wins, the other sees it exist.
+                if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })?;
+        for &(name, sql) in MIGRATIONS {
+            let tx = client.transaction().await?;
+            // Instances starting together: the second waits here, then sees the migration recorded.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await?;
+            let done: bool = tx
+                .query_one(
+                    "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE name = $1)",
+                    &[&name],
+                )
+                .await?
+                .get(0);
+            if done {
+                continue;
+            }
+            let applied = async {
+                tx.batch_execute(sql).await?;
+                tx.execute("INSERT INTO schema_migrations (name) VALUES ($1)", &[&name])
+                    .await?;
+                tx.commit().await
+            };
+            applied.await.map_err(|source| StoreError::Migration {
+                name,
+                source: Box::new(source.into()),
+            })?;
+            tracing::info!(migration = name, "applied schema migration");
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Pg {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            self.client().await?.simple_query("SELECT 1").await?;
+            Ok(())
+        })
+    }
+
+    fn render_metrics(&self, out: &mut String) {
+        let status = self.pool.status();
+        for (name, help, value) in [
+            (
+                "postgres_pool_connections",
+                "Connections the pool holds.",
+                status.size,
+            ),
+            (
+                "postgres_pool_available",
+                "Idle connections in the pool.",
+                status.available,
+            ),
+            (
+                "postgres_pool_waiting",
+                "Requests waiting for a connection.",
+                status.waiting,
+            ),
+        ] {
+            crate::metrics::gauge(out, name, help, value as u64);
+        }
+    }
+}
+
+/// `url` with its password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// A `u64` as a PostgreSQL `BIGINT` (saturating: nothing stored comes near `i64::MAX`).
+pub(crate) fn big(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A stored `BIGINT` that must not be negative.
+pub(crate) fn unsigned(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_only_the_password() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/x?sslmode=disable"),
+            "postgres://app:***@db:5432/x?sslmode=disable"
+        );
+        assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(redact("postgresql://db/x"), "postgresql://db/x");
+    }
+}

@@ -1,0 +1,174 @@
+//! [`SettlementStore`] on PostgreSQL.
+
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::{Pg, unsigned};
+use crate::store::settlements::{SettlementOutcome, SettlementRecord, SettlementStore};
+use crate::store::{StoreError, StoreFuture};
+
+/// [`SettlementStore`] on PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PgSettlementStore {
+    pg: Pg,
+}
+
+impl PgSettlementStore {
+    /// The store over `pg` (migrated).
+    pub fn new(pg: Pg) -> Self {
+        Self { pg }
+    }
+}
+
+const COLUMNS: &str = "id, at, outcome, payer, pay_to, article_id, resource, amount_atomic, network, \
+     asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at";
+
+const INSERT: &str = "INSERT INTO settlements (at, outcome, payer, pay_to, article_id, resource, \
+     amount_atomic, network, asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id";
+
+fn record(r: &Row) -> Result<SettlementRecord, StoreError> {
+    let raw: String = r.try_get(2)?;
+    let version: i16 = r.try_get(11)?;
+    Ok(SettlementRecord {
+        id: r.try_get(0)?,
+        at: r.try_get(1)?,
+        outcome: SettlementOutcome::parse(&raw)
+            .ok_or_else(|| StoreError::Invalid(format!("unknown settlement outcome {raw:?}")))?,
+        payer: r.try_get(3)?,
+        pay_to: r.try_get(4)?,
+        article_id: r.try_get(5)?,
+        resource: r.try_get(6)?,
+        amount_atomic: r.try_get(7)?,
+        network: r.try_get(8)?,
+        asset: r.try_get(9)?,
+        nonce: r.try_get(10)?,
+        x402_version: u8::try_from(version)
+            .map_err(|_| StoreError::Invalid(format!("x402 version {version}")))?,
+        transaction: r.try_get(12)?,
+        reason: r.try_get(13)?,
+        message: r.try_get(14)?,
+        resolved_from: r.try_get(15)?,
+        resolved_at: r.try_get(16)?,
+    })
+}
+
+async fn insert(
+    c: &impl deadpool_postgres::GenericClient,
+    r: &SettlementRecord,
+) -> Result<i64, StoreError> {
+    let version = i16::from(r.x402_version);
+    let params: [&(dyn ToSql + Sync); 16] = [
+        &r.at,
+        &r.outcome.as_str(),
+        &r.payer,
+        &r.pay_to,
+        &r.article_id,
+        &r.resource,
+        &r.amount_atomic,
+        &r.network,
+        &r.asset,
+        &r.nonce,
+        &version,
+        &r.transaction,
+        &r.reason,
+        &r.message,
+        &r.resolved_from,
+        &r.resolved_at,
+    ];
+    let stmt = c.prepare_cached(INSERT).await?;
+    Ok(c.query_one(&stmt, &params).await?.try_get(0)?)
+}
+
+impl SettlementStore for PgSettlementStore {
+    fn record(&self, record: SettlementRecord) -> StoreFuture<'_, i64> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            insert(&c, &record).await
+        })
+    }
+
+    fn resolve(&self, record: SettlementRecord) -> StoreFuture<'_, Option<i64>> {
+        Box::pin(async move {
+            let mut c = self.pg.client().await?;
+            let tx = c.transaction().await?;
+            let unknown: Option<i64> = tx
+                .query_opt(
+                    "SELECT id FROM settlements WHERE network = $1 AND asset = $2 AND payer = $3 \
+                     AND nonce = $4 AND outcome = 'unknown' ORDER BY id DESC LIMIT 1 FOR UPDATE",
+                    &[&record.network, &record.asset, &record.payer, &record.nonce],
+                )
+                .await?
+                .map(|r| r.try_get(0))
+                .transpose()?;
+            let id = match (unknown, record.outcome) {
+                (Some(_), SettlementOutcome::Unknown) => None,
+                (Some(id), _) => {
+                    tx.execute(
+                        "UPDATE settlements SET outcome = $2, tx_hash = COALESCE($3, tx_hash), reason = $4, \
+                         message = $5, resolved_from = 'unknown', resolved_at = $6 WHERE id = $1",
+                        &[
+                            &id,
+                            &record.outcome.as_str(),
+                            &record.transaction,
+                            &record.reason,
+                            &record.message,
+                            &record.at,
+                        ],
+                    )
+                    .await?;
+                    Some(id)
+                }
+                (None, _) => {
+                    let mut r = record;
+                    r.resolved_from = Some("in_flight".to_owned());
+                    r.resolved_at = Some(r.at.clone());
+                    Some(insert(&tx, &r).await?)
+                }
+            };
+            tx.commit().await?;
+            Ok(id)
+        })
+    }
+
+    fn recent(
+        &self,
+        outcome: Option<SettlementOutcome>,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<SettlementRecord>> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM settlements WHERE ($1::text IS NULL OR outcome = $1) \
+                     ORDER BY id DESC LIMIT $2"
+                ))
+                .await?;
+            c.query(&stmt, &[&outcome.map(|o| o.as_str()), &i64::from(limit)])
+                .await?
+                .iter()
+                .map(record)
+                .collect()
+        })
+    }
+
+    fn count_by_outcome(&self) -> StoreFuture<'_, [(SettlementOutcome, u64); 3]> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let mut counts = SettlementOutcome::ALL.map(|o| (o, 0u64));
+            for row in c
+                .query(
+                    "SELECT outcome, COUNT(*) FROM settlements GROUP BY outcome",
+                    &[],
+                )
+                .await?
+            {
+                let outcome: String = row.try_get(0)?;
+                if let Some(slot) = counts.iter_mut().find(|(o, _)| o.as_str() == outcome) {
+                    slot.1 = unsigned(row.try_get(1)?);
+                }
+            }
+            Ok(counts)
+        })
+    }
+}

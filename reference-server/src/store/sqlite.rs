@@ -1,0 +1,550 @@
+//! The SQLite backend: one file (or memory), a group-commit writer and a pool of readers.
+//!
+//! [`Db`] is the connection handle the SQLite implementations of the store traits
+//! ([`SqliteLicensingStore`](super::articles::SqliteLicensingStore),
+//! [`SqliteSettlementStore`](super::settlements::SqliteSettlementStore),
+//! [`SqliteAssetStore`](super::assets::SqliteAssetStore),
+//! [`SqlitePaymentStore`](super::payments::SqlitePaymentStore)) run their SQL on. Nothing outside `store`
+//! uses it: handlers see the traits.
+//!
+//! # Model
+//!
+//! - One SQLite file in WAL mode: one **writer** connection (SQLite serialises writers anyway) and a small
+//!   pool of **reader** connections that read concurrently with the writer.
+//! - **Group commit**: every [`Db::write`] is queued to one writer thread, which takes everything that has
+//!   arrived (up to [`MAX_BATCH`] writes), runs each in its own savepoint inside one `BEGIN IMMEDIATE … COMMIT`,
+//!   and answers each caller only after the commit returned: concurrent writes (the purchases of many
+//!   clients) share one fsync, nobody is answered before their write is durable, and a write that fails rolls
+//!   back alone. A write is one channel send and one wake-up, no blocking-pool hand-off.
+//! - Reads run on Tokio's blocking pool ([`tokio::task::spawn_blocking`]), so a slow query never stalls the
+//!   async workers.
+//! - `synchronous = FULL`: a committed write (a license receipt) survives a power cut, not only a crash.
+//! - Migrations from [`MIGRATIONS`] (`migrations/sqlite/`) run once at open, recorded in `schema_migrations`.
+//!
+//! # Use from another module
+//!
+//! ```
+//! use reference_server::store::{StoreError, sqlite::Db};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), StoreError> {
+//! let db = Db::open_in_memory()?;
+//! db.write(|conn| {
+//!     conn.execute("CREATE TABLE t (x INTEGER)", [])?;
+//!     conn.execute("INSERT INTO t (x) VALUES (?1)", [42])?;
+//!     Ok(())
+//! })
+//! .await?;
+//! let x: i64 = db.read(|conn| Ok(conn.query_row("SELECT x FROM t", [], |r| r.get(0))?)).await?;
+//! assert_eq!(x, 42);
+//! # Ok(()) }
+//! ```
+//!
+//! A write closure gets a `&Connection` inside its own savepoint: everything it does is atomic (it commits
+//! with the batch, or rolls back alone if it returns an error), so it needs no transaction of its own.
+
+use super::StoreError;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+/// Schema migrations, applied in order at start.
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_licensing",
+        include_str!("migrations/sqlite/0001_licensing.sql"),
+    ),
+    (
+        "0002_registry",
+        include_str!("migrations/sqlite/0002_registry.sql"),
+    ),
+    (
+        "0003_settlements",
+        include_str!("migrations/sqlite/0003_settlements.sql"),
+    ),
+    (
+        "0004_payments",
+        include_str!("migrations/sqlite/0004_payments.sql"),
+    ),
+    (
+        "0005_llms_txt_interest",
+        include_str!("migrations/sqlite/0005_llms_txt_interest.sql"),
+    ),
+];
+
+/// Number of reader connections for a file database (the machine has few cores; SQLite reads are fast).
+const READERS: usize = 4;
+
+/// How long a connection waits on a lock held by another connection before failing with `SQLITE_BUSY`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Most writes committed together by the group-commit writer.
+pub const MAX_BATCH: usize = 256;
+
+/// A queued write: runs in the writer's transaction (or is told why there is none) and returns what to do
+/// once the commit is known.
+type Job = Box<dyn FnOnce(Result<&Connection, &rusqlite::Error>) -> Completion + Send>;
+/// Answers the caller with the commit's outcome (`None`: committed).
+type Completion = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
+
+/// Handle to the database: cheap to clone, shareable across tasks.
+#[derive(Clone)]
+pub struct Db {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    writer: Arc<Mutex<Connection>>,
+    /// The group-commit writer thread's queue.
+    jobs: std::sync::mpsc::Sender<Job>,
+    /// Group commits done (each carries one or more writes).
+    commits: Arc<AtomicU64>,
+    /// Writes committed (or failed) by the group commits.
+    writes: Arc<AtomicU64>,
+    /// Empty for an in-memory database: reads then use the writer connection.
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("path", &self.inner.path)
+            .field("readers", &self.inner.readers.len())
+            .finish()
+    }
+}
+
+impl Db {
+    /// Open (creating if needed) a SQLite database file, switch it to WAL and apply pending migrations.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let writer = Connection::open(&path)?;
+        configure(&writer)?;
+        // Registry records are ~6 KB of JSON: 16 KiB pages keep one record on one page
+        // (only takes effect when the file is new; WAL must come after it).
+        writer.pragma_update(None, "page_size", 16384)?;
+        writer.pragma_update(None, "journal_mode", "WAL")?;
+        migrate(&writer)?;
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let conn = Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                    | OpenFlags::SQLITE_OPEN_URI,
+            )?;
+            configure(&conn)?;
+            readers.push(Mutex::new(conn));
+        }
+        Ok(Self::from_parts(writer, readers, Some(path)))
+    }
+
+    /// A private in-memory database (tests, benchmarks): one connection serves reads and writes.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        configure(&conn)?;
+        migrate(&conn)?;
+        Ok(Self::from_parts(conn, Vec::new(), None))
+    }
+
+    fn from_parts(
+        writer: Connection,
+        readers: Vec<Mutex<Connection>>,
+        path: Option<PathBuf>,
+    ) -> Self {
+        let writer = Arc::new(Mutex::new(writer));
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let conn = writer.clone();
+        let commits = Arc::new(AtomicU64::new(0));
+        let writes = Arc::new(AtomicU64::new(0));
+        let counters = (commits.clone(), writes.clone());
+        // Ends when the last `Db` handle is dropped (the queue's sender with it).
+        let spawned = std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || group_commit(&conn, &queue, &counters.0, &counters.1));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the SQLite writer thread; writes will fail");
+        }
+        Self {
+            inner: Arc::new(Inner {
+                writer,
+                jobs,
+                commits,
+                writes,
+                readers,
+                next_reader: AtomicUsize::new(0),
+                path,
+            }),
+        }
+    }
+
+    /// Group commits done since the database was opened (each durable commit may carry many writes).
+    pub fn commits(&self) -> u64 {
+        self.inner.commits.load(Ordering::Relaxed)
+    }
+
+    /// Writes carried by those group commits.
+    pub fn committed_writes(&self) -> u64 {
+        self.inner.writes.load(Ordering::Relaxed)
+    }
+
+    /// The database file, or `None` for an in-memory database.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// Run a read-only closure on a reader connection, on the blocking pool.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let db = self.clone();
+        run_blocking(move || db.read_blocking(f)).await
+    }
+
+    /// Run a closure on the writer connection, in its own savepoint of the next group commit; the answer
+    /// comes once that commit is durable (or failed: then nothing the closure did is kept).
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |conn: Result<&Connection, &rusqlite::Error>| {
+            let result = match conn {
+                Ok(conn) => in_savepoint(conn, f),
+                Err(e) => Err(StoreError::Commit(format!(
+                    "cannot begin a transaction: {e}"
+                ))),
+            };
+            Box::new(move |commit: Option<&rusqlite::Error>| {
+                let result = match (result, commit) {
+                    (Ok(_), Some(e)) => Err(StoreError::Commit(e.to_string())),
+                    (result, _) => result,
+                };
+                let _ = answer.send(result);
+            })
+        });
+        self.inner
+            .jobs
+            .send(job)
+            .map_err(|_| StoreError::Task("the SQLite writer thread is gone".into()))?;
+        answered
+            .await
+            .map_err(|_| StoreError::Task("the SQLite writer dropped a write".into()))?
+    }
+
+    /// Synchronous form of [`Db::read`], for code already off the async workers (seeding, benches).
+    pub fn read_blocking<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let readers = &self.inner.readers;
+        if readers.is_empty() {
+            return f(&lock(&self.inner.writer));
+        }
+        // Prefer an idle reader; fall back to waiting on the round-robin one.
+        let start = self.inner.next_reader.fetch_add(1, Ordering::Relaxed);
+        for i in 0..readers.len() {
+            if let Ok(conn) = readers[(start + i) % readers.len()].try_lock() {
+                return f(&conn);
+            }
+        }
+        f(&lock(&readers[start % readers.len()]))
+    }
+
+    /// Runs `f` on the writer connection now, outside the group commit (seeding, benches): `f` manages its
+    /// own transaction.
+    pub fn write_blocking<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        f(&mut lock(&self.inner.writer))
+    }
+}
+
+impl super::Backend for Db {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn ping(&self) -> super::StoreFuture<'_, ()> {
+        Box::pin(self.read(|c| {
+            c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?;
+            Ok(())
+        }))
+    }
+
+    fn render_metrics(&self, out: &mut String) {
+        crate::metrics::counter(
+            out,
+            "sqlite_group_commits_total",
+            "Durable commits of the SQLite writer (each carries one or more writes).",
+            self.commits(),
+        );
+        crate::metrics::counter(
+            out,
+            "sqlite_group_commit_writes_total",
+            "Writes carried by those commits.",
+            self.committed_writes(),
+        );
+    }
+}
+
+/// The writer thread: takes every queued write (up to [`MAX_BATCH`]), runs them in one transaction, commits,
+/// then answers each.
+fn group_commit(
+    conn: &Mutex<Connection>,
+    queue: &std::sync::mpsc::Receiver<Job>,
+    commits: &AtomicU64,
+    writes: &AtomicU64,
+) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let conn = lock(conn);
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            tracing::error!(error = %e, writes = batch.len(), "cannot begin a write transaction");
+            for job in batch {
+                job(Err(&e))(None);
+            }
+            continue;
+        }
+        let completions: Vec<Completion> = batch.into_iter().map(|job| job(Ok(&conn))).collect();
+        let committed = conn.execute_batch("COMMIT");
+        if committed.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        drop(conn);
+        commits.fetch_add(1, Ordering::Relaxed);
+        writes.fetch_add(completions.len() as u64, Ordering::Relaxed);
+        let error = committed.err();
+        if let Some(e) = &error {
+            tracing::error!(error = %e, writes = completions.len(), "group commit failed: nothing of it was written");
+        }
+        for complete in completions {
+            complete(error.as_ref());
+        }
+    }
+}
+
+/// Runs `f` in a savepoint: released on success, rolled back (alone) on error.
+fn in_savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.execute_batch("SAVEPOINT write")?;
+    // A panicking write must not take the writer thread (and every later write) with it.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
+        .unwrap_or_else(|_| Err(StoreError::Task("the write panicked".into())));
+    let end = match &result {
+        Ok(_) => conn.execute_batch("RELEASE write"),
+        Err(_) => conn.execute_batch("ROLLBACK TO write; RELEASE write"),
+    };
+    match (result, end) {
+        (Ok(v), Ok(())) => Ok(v),
+        (Ok(_), Err(e)) => Err(e.into()),
+        (Err(e), _) => Err(e),
+    }
+}
+
+/// A poisoned lock only means another query panicked; the connection itself is still usable.
+fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
+}
+
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    // The savepoint of every write in a group commit keeps its undo pages in a statement journal: in memory,
+    // not in a temporary file written on every write.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    Ok(())
+}
+
+/// Apply every migration of [`MIGRATIONS`] not yet recorded in `schema_migrations`, each in its own
+/// transaction.
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             name TEXT PRIMARY KEY,
+             applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+         )",
+    )?;
+    for &(name, sql) in MIGRATIONS {
+        let done: bool = conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE name = ?1)",
+            [name],
+            |r| r.get(0),
+        )?;
+        if done {
+            continue;
+        }
+        let apply = || -> Result<(), rusqlite::Error> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            let result = conn.execute_batch(sql).and_then(|()| {
+                conn.execute("INSERT INTO schema_migrations (name) VALUES (?1)", [name])
+            });
+            match result {
+                Ok(_) => conn.execute_batch("COMMIT"),
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            }
+        };
+        apply().map_err(|source| StoreError::Migration {
+            name,
+            source: Box::new(source.into()),
+        })?;
+        tracing::info!(migration = name, "applied schema migration");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn file_db_migrates_once_and_reads_its_writes() {
+        let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.sqlite");
+        {
+            let db = Db::open(&path).unwrap();
+            db.write(|c| {
+                Ok(c.execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7);")?)
+            })
+            .await
+            .unwrap();
+            let x: i64 = db
+                .read(|c| Ok(c.query_row("SELECT x FROM t", [], |r| r.get(0))?))
+                .await
+                .unwrap();
+            assert_eq!(x, 7);
+        }
+        let db = Db::open(&path).unwrap();
+        let n: i64 = db
+            .read(|c| Ok(c.query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(n as usize, MIGRATIONS.len());
+        let mode: String = db
+            .read(|c| Ok(c.query_row("PRAGMA journal_mode", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_share_commits_and_a_failing_write_rolls_back_alone() {
+        let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::open(dir.join("t.sqlite")).unwrap();
+        db.write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
+            .await
+            .unwrap();
+        let before = db.commits();
+        let writes: Vec<_> = (0..200)
+            .map(|i| {
+                let db = db.clone();
+                tokio::spawn(async move {
+                    db.write(move |c| {
+                        c.execute("INSERT INTO t (x) VALUES (?1)", [i])?;
+                        if i == 13 {
+                            return Err(StoreError::Conflict("thirteen".into()));
+                        }
+                        Ok(())
+                    })
+                    .await
+                })
+            })
+            .collect();
+        let mut failed = 0;
+        for w in writes {
+            if w.await.unwrap().is_err() {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, 1);
+        let (n, has_13): (i64, bool) = db
+            .read(|c| {
+                Ok(c.query_row(
+                    "SELECT COUNT(*), EXISTS(SELECT 1 FROM t WHERE x = 13) FROM t",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            (n, has_13),
+            (199, false),
+            "the failing write alone rolled back"
+        );
+        let commits = db.commits() - before;
+        assert!(commits < 200, "{commits} commits for 200 concurrent writes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_panicking_write_fails_alone_and_the_writer_goes_on() {
+        let db = Db::open_in_memory().unwrap();
+        db.write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
+            .await
+            .unwrap();
+        let failed = db
+            .write(|c| -> Result<(), StoreError> {
+                c.execute("INSERT INTO t (x) VALUES (1)", [])?;
+                panic!("a bug in a write closure")
+            })
+            .await;
+        assert!(matches!(failed, Err(StoreError::Task(_))), "{failed:?}");
+        db.write(|c| Ok(c.execute("INSERT INTO t (x) VALUES (2)", []).map(|_| ())?))
+            .await
+            .unwrap();
+        let xs: Vec<i64> = db
+            .read(|c| {
+                let mut s = c.prepare("SELECT x FROM t")?;
+                let rows = s.query_map([], |r| r.get(0))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(xs, vec![2], "the panicking write was rolled back");
+    }
+
+    #[tokio::test]
+    async fn readers_cannot_write() {
+        let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::open(dir.join("t.sqlite")).unwrap();
+        let err = db
+            .read(|c| Ok(c.execute_batch("CREATE TABLE nope (x INTEGER)")?))
+            .await;
+        assert!(err.is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -54,9 +54,22 @@ impl Registry {
     async fn start(n_assets: usize, token: Option<&str>) -> Self {
         let dir = TempDir::new();
         let url = super::common::fresh_database(dir.path(), "db.sqlite3").await;
+        let media = dir.path().join("media");
+        Self::start_on(&url, &media, dir, n_assets, token).await
+    }
+
+    /// An instance on the database at `url`, storing files in `media` (instances may share both).
+    async fn start_on(
+        url: &str,
+        media: &std::path::Path,
+        dir: TempDir,
+        n_assets: usize,
+        token: Option<&str>,
+    ) -> Self {
         let stores = Stores::open(&url.parse().unwrap()).await.unwrap();
         let db = stores.assets;
-        assert_eq!(registry::seed(&*db, n_assets).await.unwrap(), n_assets);
+        registry::seed(&*db, n_assets).await.unwrap();
+        assert_eq!(db.count().await.unwrap(), n_assets as u64);
         assert_eq!(
             registry::seed(&*db, n_assets).await.unwrap(),
             0,
@@ -64,7 +77,7 @@ impl Registry {
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let mut cfg = RegistryConfig::new(base.clone(), dir.path().join("media"));
+        let mut cfg = RegistryConfig::new(base.clone(), media.to_path_buf());
         cfg.api_token = token.map(str::to_owned);
         cfg.url_signing_key = KEY.to_vec();
         cfg.max_upload_bytes = UPLOAD_CAP;
@@ -1020,4 +1033,65 @@ async fn an_uploaded_html_file_is_served_sandboxed() {
     let csp = file.headers()["content-security-policy"].to_str().unwrap();
     assert!(csp.split(';').any(|d| d.trim() == "sandbox"), "{csp}");
     assert_eq!(file.bytes().await.unwrap().as_ref(), html);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_database_keep_the_listing_dense_under_concurrent_uploads() {
+    // Two registries with their own connections (pools) on one database and one shared media directory,
+    // as two processes behind a load balancer would be: instance B is seeded by A's start (a no-op).
+    let dir = TempDir::new();
+    let url = super::common::fresh_database(dir.path(), "shared.sqlite3").await;
+    let media = dir.path().join("media");
+    let a = Registry::start_on(&url, &media, TempDir::new(), 20, Some(TOKEN)).await;
+    let b = Registry::start_on(&url, &media, TempDir::new(), 20, Some(TOKEN)).await;
+    let post = |reg: &Registry, i: u32| {
+        let file: Vec<u8> = (0..2000u32).flat_map(|j| (j ^ (i << 16)).to_le_bytes()).collect();
+        let (ct, body) = multipart(&[("asset_file", Some("upload.jpg"), &file)]);
+        let rq = reg
+            .client
+            .post(reg.url("/api/v3/assets/"))
+            .header("content-type", ct)
+            .header("authorization", format!("token {TOKEN}"))
+            .body(body);
+        async move {
+            let r = rq.send().await.unwrap();
+            assert_eq!(r.status(), 201);
+            let created: Value = r.json().await.unwrap();
+            (created["cid"].as_str().unwrap().to_owned(), file)
+        }
+    };
+    // One upload on A is listed first by B, with the count one higher, and B serves its file.
+    let (cid, file) = post(&a, 0).await;
+    let page = b.get_json(&b.url("/api/v3/assets/")).await;
+    assert_eq!(page["count"], 21);
+    assert_eq!(page["results"][0]["cid"], cid.as_str());
+    let served = b
+        .client
+        .get(page["results"][0]["asset_file"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+    assert_eq!(served.bytes().await.unwrap().as_ref(), file.as_slice());
+    // 40 concurrent uploads, half on each instance.
+    let uploads: Vec<_> = (1..=40u32)
+        .map(|i| tokio::spawn(post(if i % 2 == 0 { &a } else { &b }, i)))
+        .collect();
+    let mut cids = HashSet::new();
+    for u in uploads {
+        cids.insert(u.await.unwrap().0);
+    }
+    assert_eq!(cids.len(), 40);
+    // Both instances list the same 61 records, each once, newest first: the dense rank stayed dense and
+    // unique (a gap or a duplicate position would lose or repeat a record in the walk).
+    let (from_a, from_b) = (a.all_records().await, b.all_records().await);
+    assert_eq!(from_a.len(), 61);
+    let ids = |v: &[Value]| v.iter().map(|r| r["cid"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    assert_eq!(ids(&from_a), ids(&from_b));
+    let distinct: HashSet<_> = ids(&from_a).into_iter().collect();
+    assert_eq!(distinct.len(), 61);
+    assert!(cids.iter().all(|c| distinct.contains(c)));
+    let uploaded: Vec<&str> = from_a.iter().map(|r| r["uploaded_at"].as_str().unwrap()).collect();
+    assert!(uploaded.windows(2).all(|w| w[0] >= w[1]), "newest first");
+    assert_eq!(b.get_json(&b.url("/api/v3/assets/")).await["count"], 61);
 }

@@ -43,6 +43,9 @@
 //! when the stored revision is the expected one. Records whose `expires_at` is before `now` count as absent.
 //! [`InMemoryReplayStore`] is the reference implementation for one process.
 
+#[cfg(feature = "redis")]
+pub mod redis;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1045,7 +1045,9 @@ async fn two_instances_on_one_database_keep_the_listing_dense_under_concurrent_u
     let a = Registry::start_on(&url, &media, TempDir::new(), 20, Some(TOKEN)).await;
     let b = Registry::start_on(&url, &media, TempDir::new(), 20, Some(TOKEN)).await;
     let post = |reg: &Registry, i: u32| {
-        let file: Vec<u8> = (0..2000u32).flat_map(|j| (j ^ (i << 16)).to_le_bytes()).collect();
+        let file: Vec<u8> = (0..2000u32)
+            .flat_map(|j| (j ^ (i << 16)).to_le_bytes())
+            .collect();
         let (ct, body) = multipart(&[("asset_file", Some("upload.jpg"), &file)]);
         let rq = reg
             .client
@@ -1086,12 +1088,19 @@ async fn two_instances_on_one_database_keep_the_listing_dense_under_concurrent_u
     // unique (a gap or a duplicate position would lose or repeat a record in the walk).
     let (from_a, from_b) = (a.all_records().await, b.all_records().await);
     assert_eq!(from_a.len(), 61);
-    let ids = |v: &[Value]| v.iter().map(|r| r["cid"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let ids = |v: &[Value]| {
+        v.iter()
+            .map(|r| r["cid"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(ids(&from_a), ids(&from_b));
     let distinct: HashSet<_> = ids(&from_a).into_iter().collect();
     assert_eq!(distinct.len(), 61);
     assert!(cids.iter().all(|c| distinct.contains(c)));
-    let uploaded: Vec<&str> = from_a.iter().map(|r| r["uploaded_at"].as_str().unwrap()).collect();
+    let uploaded: Vec<&str> = from_a
+        .iter()
+        .map(|r| r["uploaded_at"].as_str().unwrap())
+        .collect();
     assert!(uploaded.windows(2).all(|w| w[0] >= w[1]), "newest first");
     assert_eq!(b.get_json(&b.url("/api/v3/assets/")).await["count"], 61);
 }

@@ -12,4 +12,5 @@ mod rejections;
 mod replay;
 mod service;
 mod settlement;
+mod stores;
 mod vectors;

@@ -162,6 +162,25 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub facilitator_pay_to: Vec<String>,
+
+    /// A one-off command instead of serving.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// One-off commands.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Copy a SQLite database (every table, ids included) into an empty PostgreSQL database, in one
+    /// transaction, then exit. Stop the server first; copy the media directory separately.
+    MigrateSqliteToPostgres {
+        /// The SQLite file (`sqlite:PATH` or a path).
+        #[arg(long)]
+        from: String,
+        /// The PostgreSQL URL (`postgres://user:pass@host:port/db`); the database must be empty.
+        #[arg(long)]
+        to: String,
+    },
 }
 
 /// How logs are written.
@@ -200,6 +219,7 @@ impl Config {
             url_signing_key: None,
             url_ttl_secs: 3600,
             log_format: LogFormat::Text,
+            command: None,
         }
     }
 }

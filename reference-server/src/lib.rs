@@ -46,7 +46,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 pub use app::{AppState, BuildError};
-pub use config::{Config, ConfigError, LogFormat, Settings};
+pub use config::{Command, Config, ConfigError, LogFormat, Settings};
 use store::{DatabaseUrl, StoreError, Stores};
 
 /// How long in-flight requests may take to finish after a shutdown request (SIGTERM, Ctrl-C) before the

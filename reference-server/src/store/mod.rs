@@ -46,6 +46,7 @@
 
 pub mod articles;
 pub mod assets;
+pub mod migrate;
 pub mod payments;
 pub mod postgres;
 pub mod settlements;

@@ -341,6 +341,28 @@ impl Payer {
         B64.encode(doc.to_string())
     }
 
+    /// [`Payer::pay_v2`] for the offer in `payment_required`, re-using the nonce of an earlier
+    /// `PAYMENT-SIGNATURE` value: the same authorization key (chain, token, payer, nonce), signed anew.
+    pub fn pay_v2_with_nonce_of(&self, payment_required: &Value, earlier: &str) -> String {
+        let earlier: Value =
+            serde_json::from_slice(&B64.decode(earlier).expect("base64")).expect("payment JSON");
+        let nonce: B256 = earlier["payload"]["authorization"]["nonce"]
+            .as_str()
+            .expect("nonce")
+            .parse()
+            .expect("nonce hex");
+        let accepted = &payment_required["accepts"][0];
+        let amount = accepted["amount"].as_str().expect("amount");
+        let payload = self.sign(accepted, amount, 0, now() + 300, nonce);
+        let doc = json!({
+            "x402Version": 2,
+            "payload": payload,
+            "resource": payment_required["resource"],
+            "accepted": accepted,
+        });
+        B64.encode(doc.to_string())
+    }
+
     /// The `X-PAYMENT` value the legacy v1 client (`x402-fetch` 1.x) sends for a v1 402 body:
     /// validAfter now - 600, validBefore now + maxTimeoutSeconds.
     pub fn pay_v1(&self, body_v1: &Value) -> String {

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::common::{Payer, TempDir, TestServer, decode_header};
 
-const ARTICLE: &str = "provenance-newsroom-2025"; // 0.05 USDC in the demo catalog
+pub(crate) const ARTICLE: &str = "provenance-newsroom-2025"; // 0.05 USDC in the demo catalog
 const ARTICLE_PRICE: &str = "50000";
 
 pub(crate) async fn json(resp: reqwest::Response) -> Value {
@@ -329,29 +329,9 @@ async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
     // The payment is still within its validity window, but the resource URL changed with the new port, so
     // re-sign the same nonce for the new offer: the durable receipt table must still refuse it.
     let (required, required_v1) = offer(&server, ARTICLE).await;
-    let original: Value = serde_json::from_slice(&B64.decode(&header).unwrap()).unwrap();
-    let nonce: alloy_primitives::B256 = original["payload"]["authorization"]["nonce"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let accepted = &required["accepts"][0];
-    let payload = Payer::new().sign(
-        accepted,
-        ARTICLE_PRICE,
-        0,
-        crate::common::now() + 300,
-        nonce,
-    );
-    let replay = serde_json::json!({
-        "x402Version": 2, "payload": payload, "resource": required["resource"], "accepted": accepted,
-    });
+    let replay = Payer::new().pay_v2_with_nonce_of(&required, &header);
     let resp = server
-        .get_with(
-            server.url(&path),
-            "PAYMENT-SIGNATURE",
-            B64.encode(replay.to_string()),
-        )
+        .get_with(server.url(&path), "PAYMENT-SIGNATURE", &replay)
         .await;
     assert_eq!(resp.status(), 402);
     // The same requirements headers as the layer's 402s, for the same offer and resource.

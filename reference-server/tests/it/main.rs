@@ -2,6 +2,7 @@
 
 mod common;
 mod licensing;
+mod migrate;
 mod payments;
 mod registry;
 mod shutdown;

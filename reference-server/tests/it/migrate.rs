@@ -1,0 +1,87 @@
+//! `reference-server migrate-sqlite-to-postgres`: a SQLite deployment moved to PostgreSQL keeps its
+//! receipts, payment records, registry and llms.txt interest. Needs PostgreSQL: it runs in the suite's
+//! PostgreSQL pass (`REFERENCE_SERVER_TEST_POSTGRES`, set by the test command).
+
+use std::sync::Arc;
+
+use crate::common::*;
+use crate::licensing::{ARTICLE, json, offer, wait_for_llms_txt_total};
+
+fn migrate(from: &std::path::Path, to: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
+        .arg("migrate-sqlite-to-postgres")
+        .arg("--from")
+        .arg(from)
+        .args(["--to", to])
+        .output()
+        .expect("run binary")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_and_interest() {
+    if backend() != "postgres" {
+        eprintln!("runs in the PostgreSQL pass of the suite ({POSTGRES_ENV})");
+        return;
+    }
+    let dir = Arc::new(TempDir::new());
+    let sqlite = dir.path().join("old.sqlite3");
+    let mut config = reference_server::Config::for_tests();
+    config.database = Some(sqlite.display().to_string());
+    config.media_dir = Some(dir.path().join("media"));
+    config.seed_assets = 30;
+    let server = TestServer::start_config(config.clone(), Some(dir.clone())).await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let path = format!("/x402Article?articleId={ARTICLE}");
+    let paid = server
+        .get_with(server.url(&path), "PAYMENT-SIGNATURE", &header)
+        .await;
+    assert_eq!(paid.status(), 200);
+    let token = json(paid).await["receipt"]["nft"]["tokenId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for _ in 0..3 {
+        assert_eq!(server.get("/serveLlmsTxt").await.status(), 200);
+    }
+    let listing = json(server.get("/api/v3/assets/?limit=100").await).await;
+    server.stop().await; // flushes the llms.txt interest
+
+    let target = fresh_database(dir.path(), "unused").await;
+    let out = migrate(&sqlite, &target);
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("receipts: 1 rows"), "{printed}");
+    assert!(printed.contains("assets: 30 rows"), "{printed}");
+    // A second copy into the same database is refused and writes nothing.
+    let again = migrate(&sqlite, &target);
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+
+    config.database = Some(target);
+    let server = TestServer::start_config(config, Some(dir)).await;
+    assert_eq!(
+        server.get(&format!("/receipts/{token}")).await.status(),
+        200
+    );
+    let moved = json(server.get("/api/v3/assets/?limit=100").await).await;
+    let cids = |v: &serde_json::Value| {
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["cid"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(moved["count"], listing["count"]);
+    assert_eq!(cids(&moved), cids(&listing));
+    wait_for_llms_txt_total(&server, 3).await;
+    // The payment record came along: the same authorization is not taken again.
+    let (required, _) = offer(&server, ARTICLE).await;
+    let replay = Payer::new().pay_v2_with_nonce_of(&required, &header);
+    let resp = server
+        .get_with(server.url(&path), "PAYMENT-SIGNATURE", &replay)
+        .await;
+    assert_eq!(resp.status(), 402, "the migrated record refuses the nonce");
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
+}

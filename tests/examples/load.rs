@@ -14,6 +14,12 @@
 //! `facilitator` (settled through a second instance's `/facilitator`, verify-only), `onchain` (anvil +
 //! FiatTokenV2_2, the server settles with `--rpc-url`); no mode: all but `onchain`. Every run is bounded:
 //! `--seconds` of load and at most the pre-signed payments (each used once), loopback only.
+//!
+//! PostgreSQL modes (`LOAD_POSTGRES=postgres://postgres@127.0.0.1:<port>/postgres`, an admin URL; each run
+//! creates a fresh database): `postgres` (verify-only purchases, one instance), `postgres-2` (two instances
+//! on one database, connections split between them, CPU of both). llms.txt floods: `flood` (one SQLite
+//! instance: purchases alone, then purchases while other connections flood `/serveLlmsTxt`) and
+//! `postgres-flood` (two PostgreSQL instances: purchases on B alone, then while A is flooded).
 
 use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};
@@ -153,18 +159,24 @@ struct Outcome {
     elapsed: Duration,
 }
 
-/// Sends one request per payment (or unpaid requests when `payments` is empty) from `connections` tasks for
-/// at most `seconds`.
-async fn drive(url: &str, payments: Arc<Vec<String>>, connections: usize, seconds: u64) -> Outcome {
+/// Sends one request per payment (or unpaid requests when `payments` is empty, expecting `unpaid`) from
+/// `connections` tasks (connection `i` to `urls[i % urls.len()]`) for at most `seconds`.
+async fn drive(
+    urls: &[String],
+    payments: Arc<Vec<String>>,
+    connections: usize,
+    seconds: u64,
+    unpaid: u16,
+) -> Outcome {
     let client = client();
     let next = Arc::new(AtomicUsize::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..connections {
+    for c in 0..connections {
         let (client, url, next, payments) = (
             client.clone(),
-            url.to_owned(),
+            urls[c % urls.len()].clone(),
             next.clone(),
             payments.clone(),
         );
@@ -187,7 +199,7 @@ async fn drive(url: &str, payments: Arc<Vec<String>>, connections: usize, second
                     Err(_) => 0,
                 };
                 latencies.push(t.elapsed());
-                let expected = if payments.is_empty() { 402 } else { 200 };
+                let expected = if payments.is_empty() { unpaid } else { 200 };
                 if status == expected {
                     ok += 1;
                 } else {
@@ -297,8 +309,14 @@ async fn run(mode: &str, o: &Options) {
             chain = Some(c);
             args
         }
+        "postgres" | "postgres-2" | "postgres-flood" | "flood" => {
+            return run_scaled(mode, o, &dir, db).await;
+        }
         other => {
-            eprintln!("unknown mode {other:?} (402, verify-only, memory, facilitator, onchain)");
+            eprintln!(
+                "unknown mode {other:?} (402, verify-only, memory, facilitator, onchain, postgres, \
+                 postgres-2, flood, postgres-flood)"
+            );
             return;
         }
     };
@@ -319,12 +337,96 @@ async fn run(mode: &str, o: &Options) {
     };
     let cpu = || server.cpu() + facilitator.as_ref().map_or(Duration::ZERO, Process::cpu);
     let before = cpu();
-    let outcome = drive(&url, Arc::new(payments), o.connections, o.seconds).await;
+    let outcome = drive(
+        std::slice::from_ref(&url),
+        Arc::new(payments),
+        o.connections,
+        o.seconds,
+        402,
+    )
+    .await;
     report(mode, &outcome, cpu() - before);
     drop(server);
     drop(facilitator);
     drop(chain);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh database on the `LOAD_POSTGRES` cluster; its URL.
+async fn fresh_postgres() -> String {
+    let admin = std::env::var("LOAD_POSTGRES")
+        .expect("LOAD_POSTGRES=postgres://postgres@127.0.0.1:<port>/postgres (an admin URL)");
+    let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .expect("connect to LOAD_POSTGRES");
+    tokio::spawn(conn);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = format!("load_{}_{nanos}", std::process::id());
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create database");
+    format!("{}/{name}", admin.rsplit_once('/').expect("admin URL").0)
+}
+
+/// The PostgreSQL modes and the llms.txt floods.
+async fn run_scaled(mode: &str, o: &Options, dir: &std::path::Path, sqlite: String) {
+    let db = if mode == "flood" {
+        sqlite
+    } else {
+        fresh_postgres().await
+    };
+    let args = ["--database".to_owned(), db];
+    let a = Process::start(&args, &dir.join("a"));
+    let b = (mode != "postgres" && mode != "flood").then(|| Process::start(&args, &dir.join("b")));
+    let buy_on = b.as_ref().unwrap_or(&a);
+    let required = payment_required(&client(), &format!("{}{ARTICLE}", buy_on.url)).await;
+    let payments = presign(&required, &[DEV_KEYS[2]], 40_000);
+    let cpu = || a.cpu() + b.as_ref().map_or(Duration::ZERO, Process::cpu);
+    if mode == "postgres" || mode == "postgres-2" {
+        let urls: Vec<String> = [Some(&a), b.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|p| format!("{}{ARTICLE}", p.url))
+            .collect();
+        let before = cpu();
+        let outcome = drive(&urls, Arc::new(payments), o.connections, o.seconds, 402).await;
+        report(mode, &outcome, cpu() - before);
+    } else {
+        // Purchases alone, then the same purchases while as many connections flood llms.txt.
+        let buy = vec![format!("{}{ARTICLE}", buy_on.url)];
+        let (alone, rest) = payments.split_at(payments.len() / 2);
+        let outcome = drive(
+            &buy,
+            Arc::new(alone.to_vec()),
+            o.connections / 2,
+            o.seconds,
+            402,
+        )
+        .await;
+        report(&format!("{mode}: buy alone"), &outcome, Duration::ZERO);
+        let flood = vec![format!("{}/serveLlmsTxt", a.url)];
+        let (bought, flooded) = tokio::join!(
+            drive(
+                &buy,
+                Arc::new(rest.to_vec()),
+                o.connections / 2,
+                o.seconds,
+                402
+            ),
+            drive(
+                &flood,
+                Arc::new(Vec::new()),
+                o.connections / 2,
+                o.seconds,
+                200
+            ),
+        );
+        report(&format!("{mode}: buy"), &bought, Duration::ZERO);
+        report(&format!("{mode}: llms.txt"), &flooded, Duration::ZERO);
+    }
 }
 
 #[tokio::main]

@@ -9,7 +9,9 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
 use super::{ASSET_LOCK, Pg, big, unsigned};
-use crate::store::assets::{AssetFile, AssetStore, FileSource, NewAsset, RenderRow, SeedAsset};
+use crate::store::assets::{
+    AssetFile, AssetStore, FileSource, NewAsset, RenderRow, SEED_CHUNK, SeedAsset,
+};
 use crate::store::{StoreError, StoreFuture};
 
 /// [`AssetStore`] on PostgreSQL.
@@ -61,6 +63,42 @@ async fn insert_at(c: &impl GenericClient, a: &NewAsset, pos: i64) -> Result<u64
     let stmt = c.prepare_cached(INSERT).await?;
     let id: i64 = c.query_one(&stmt, &params).await?.try_get(0)?;
     Ok(unsigned(id))
+}
+
+/// A chunk of seeded assets as column arrays (one `INSERT … SELECT FROM UNNEST` per chunk).
+#[derive(Default)]
+struct SeedColumns {
+    cid: Vec<String>,
+    uuid: Vec<String>,
+    uploaded_us: Vec<i64>,
+    pos: Vec<i64>,
+    seed_index: Vec<Option<i64>>,
+    file_path: Vec<Option<String>>,
+    file_name: Vec<String>,
+    mime: Vec<String>,
+    size: Vec<i64>,
+    proof_hash: Vec<String>,
+    tpl: Vec<Vec<u8>>,
+}
+
+impl SeedColumns {
+    fn push(&mut self, a: NewAsset, pos: i64) {
+        let (seed_index, file_path) = match a.source {
+            FileSource::Seed(i) => (Some(big(i)), None),
+            FileSource::Stored(p) => (None, Some(p)),
+        };
+        self.cid.push(a.cid);
+        self.uuid.push(a.uuid);
+        self.uploaded_us.push(a.uploaded_us);
+        self.pos.push(pos);
+        self.seed_index.push(seed_index);
+        self.file_path.push(file_path);
+        self.file_name.push(a.file_name);
+        self.mime.push(a.mime);
+        self.size.push(big(a.size));
+        self.proof_hash.push(a.proof_hash);
+        self.tpl.push(a.template);
+    }
 }
 
 impl AssetStore for PgAssetStore {
@@ -214,17 +252,48 @@ impl AssetStore for PgAssetStore {
             if count(&tx).await? > 0 {
                 return Ok(0);
             }
+            let insert = tx
+                .prepare(
+                    "INSERT INTO assets (cid, uuid, uploaded_us, pos, seed_index, file_path, file_name, mime, \
+                     size, proof_hash, tpl) \
+                     SELECT cid, uuid, up, pos, seed, path, name, mime, size, proof, tpl \
+                     FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::text[], \
+                     $7::text[], $8::text[], $9::int8[], $10::text[], $11::bytea[]) WITH ORDINALITY \
+                     AS u(cid, uuid, up, pos, seed, path, name, mime, size, proof, tpl, ord) ORDER BY ord",
+                )
+                .await?;
             let mut last = i64::MIN;
-            for i in 0..n {
-                let a = make(i, n)?;
-                // Seeds come in upload order, so the i-th has rank i (ties sort by the larger id).
-                if a.uploaded_us < last {
-                    return Err(StoreError::Invalid(format!(
-                        "seed asset {i} is older than the one before it"
-                    )));
+            let mut start = 0;
+            while start < n {
+                let end = (start + SEED_CHUNK).min(n);
+                let mut cols = SeedColumns::default();
+                for i in start..end {
+                    let a = make(i, n)?;
+                    // Seeds come in upload order, so the i-th has rank i (ties sort by the larger id,
+                    // assigned in array order).
+                    if a.uploaded_us < last {
+                        return Err(StoreError::Invalid(format!(
+                            "seed asset {i} is older than the one before it"
+                        )));
+                    }
+                    last = a.uploaded_us;
+                    cols.push(a, big(i));
                 }
-                last = a.uploaded_us;
-                insert_at(&tx, &a, big(i)).await?;
+                let params: [&(dyn ToSql + Sync); 11] = [
+                    &cols.cid,
+                    &cols.uuid,
+                    &cols.uploaded_us,
+                    &cols.pos,
+                    &cols.seed_index,
+                    &cols.file_path,
+                    &cols.file_name,
+                    &cols.mime,
+                    &cols.size,
+                    &cols.proof_hash,
+                    &cols.tpl,
+                ];
+                tx.execute(&insert, &params).await?;
+                start = end;
             }
             tx.commit().await?;
             Ok(n as usize)

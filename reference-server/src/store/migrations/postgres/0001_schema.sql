@@ -58,6 +58,9 @@ CREATE TABLE assets (
 );
 CREATE UNIQUE INDEX assets_pos ON assets (pos);
 CREATE INDEX assets_order ON assets (uploaded_us, id);
+-- Templates (~6 KB) are stored out of line but not compressed: a page reads 200 of them, and pglz
+-- decompression was most of PostgreSQL's CPU per page (measured: BENCHMARKS.md).
+ALTER TABLE assets ALTER COLUMN tpl SET STORAGE EXTERNAL;
 
 -- The settlement log.
 CREATE TABLE settlements (

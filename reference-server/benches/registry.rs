@@ -76,17 +76,7 @@ fn bench(c: &mut Criterion) {
             })
         });
         g.bench_function(format!("store_read_{name}"), |b| {
-            b.iter(|| {
-                rt.block_on(store.render_page(
-                    offset,
-                    200,
-                    Box::new(|body, _, t| {
-                        body.extend_from_slice(t);
-                        Ok(())
-                    }),
-                ))
-                .expect("page")
-            })
+            b.iter(|| rt.block_on(store.page(offset, 200)).expect("page"))
         });
     }
     g.finish();

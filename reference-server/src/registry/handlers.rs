@@ -65,8 +65,8 @@ pub(crate) fn render_one(reg: &Registry, id: u64, template: &[u8]) -> Result<Vec
 }
 
 /// `GET /api/v3/assets/`: the page's records as a JSON array, marked with the count for the
-/// pagination layer (which writes the envelope around it). Records are rendered straight from the
-/// database rows on the blocking pool: one copy of each stored template, no JSON re-serialisation.
+/// pagination layer (which writes the envelope around it). Each stored template is copied into the
+/// body with its signed URLs spliced in: no JSON re-serialisation.
 pub(crate) async fn list(
     State(reg): State<Arc<Registry>>,
     page: Option<Extension<Page>>,
@@ -78,32 +78,23 @@ pub(crate) async fn list(
     let expires = reg.signer.expires_at(unix_now());
     let base = reg.cfg.public_base_url.clone();
     let signing = reg.signer.page(expires);
-    let rendered = reg
-        .store
-        .render_page(
-            offset,
-            limit,
-            Box::new(move |out: &mut Vec<u8>, id, tpl| {
-                if out.is_empty() {
-                    out.reserve(tpl.len() * limit.min(PAGE_RESERVE_MAX) as usize * 3 / 2);
-                    out.push(b'[');
-                } else {
-                    out.push(b',');
-                }
-                signing
-                    .with_record(id, |rs| Template::render(tpl, out, &base, rs))
-                    .map_err(|e| StoreError::Invalid(e.to_string()))
-            }),
-        )
-        .await;
-    let (count, mut body) = match rendered {
-        Ok(x) => x,
+    let page = match reg.store.page(offset, limit).await {
+        Ok(page) => page,
         Err(e) => return store_error(&e),
     };
-    if body.is_empty() {
-        body.push(b'[');
+    let size: usize = page.rows.iter().map(|(_, t)| t.len()).sum();
+    let mut body = Vec::with_capacity(size * 3 / 2 + 2);
+    body.push(b'[');
+    for (i, (id, tpl)) in page.rows.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        if let Err(e) = signing.with_record(*id, |rs| Template::render(tpl, &mut body, &base, rs)) {
+            return store_error(&StoreError::Invalid(e.to_string()));
+        }
     }
     body.push(b']');
+    let count = page.count;
     let mut response = Response::new(axum::body::Body::from(body));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -112,9 +103,6 @@ pub(crate) async fn list(
     response.extensions_mut().insert(PageCount(count));
     response
 }
-
-/// Upper bound of the records a page pre-allocates room for.
-const PAGE_RESERVE_MAX: u64 = 200;
 
 /// `GET /media/...`: a file behind a signed URL. Expired, tampered or unsigned → 403.
 pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Response {

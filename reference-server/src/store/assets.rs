@@ -54,8 +54,15 @@ pub struct AssetFile {
     pub file_name: String,
 }
 
-/// Renders one listed record into the page body: `(body, record id, stored template)`.
-pub type RenderRow = Box<dyn FnMut(&mut Vec<u8>, u64, &[u8]) -> Result<(), StoreError> + Send>;
+/// One page of the listing: the count and the page's records (id and stored template), newest first,
+/// read in one snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageRows {
+    /// Number of assets.
+    pub count: u64,
+    /// `(record id, stored template)` in listing order.
+    pub rows: Vec<(u64, bytes::Bytes)>,
+}
 
 /// Makes the `i`-th of `n` seeded assets (deterministic).
 pub type SeedAsset = Arc<dyn Fn(u64, u64) -> Result<NewAsset, StoreError> + Send + Sync>;
@@ -68,15 +75,8 @@ pub trait AssetStore: Send + Sync + std::fmt::Debug {
     /// Number of assets.
     fn count(&self) -> StoreFuture<'_, u64>;
     /// Records `[offset, offset + limit)` in listing order (descending `uploaded_at`, then descending
-    /// insertion id), each handed to `render` straight from the database row (no intermediate copy), with
-    /// the count read in the same snapshot. Returns the count and the rendered body (empty when the page
-    /// is).
-    fn render_page(
-        &self,
-        offset: u64,
-        limit: u64,
-        render: RenderRow,
-    ) -> StoreFuture<'_, (u64, Vec<u8>)>;
+    /// insertion id), with the count read in the same snapshot. The cost does not grow with `offset`.
+    fn page(&self, offset: u64, limit: u64) -> StoreFuture<'_, PageRows>;
     /// The id and template of one asset by CID ([`StoreError::NotFound`] when there is none).
     fn template(&self, cid: String) -> StoreFuture<'_, (u64, Vec<u8>)>;
     /// The file behind an asset CID ([`StoreError::NotFound`] when there is none).
@@ -109,16 +109,15 @@ impl AssetStore for SqliteAssetStore {
         Box::pin(self.db.read(count))
     }
 
-    fn render_page(
-        &self,
-        offset: u64,
-        limit: u64,
-        render: RenderRow,
-    ) -> StoreFuture<'_, (u64, Vec<u8>)> {
-        Box::pin(
-            self.db
-                .read(move |c| page_each(c, offset, limit, Vec::new(), render)),
-        )
+    fn page(&self, offset: u64, limit: u64) -> StoreFuture<'_, PageRows> {
+        Box::pin(self.db.read(move |c| {
+            let rows = Vec::with_capacity(limit.min(1000) as usize);
+            let (count, rows) = page_each(c, offset, limit, rows, |rows, id, tpl| {
+                rows.push((id, bytes::Bytes::copy_from_slice(tpl)));
+                Ok(())
+            })?;
+            Ok(PageRows { count, rows })
+        }))
     }
 
     fn template(&self, cid: String) -> StoreFuture<'_, (u64, Vec<u8>)> {

@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 
 use super::{ASSET_LOCK, Pg, big, unsigned};
 use crate::store::assets::{
-    AssetFile, AssetStore, FileSource, NewAsset, RenderRow, SEED_CHUNK, SeedAsset,
+    AssetFile, AssetStore, FileSource, NewAsset, PageRows, SEED_CHUNK, SeedAsset,
 };
 use crate::store::{StoreError, StoreFuture};
 
@@ -106,12 +106,7 @@ impl AssetStore for PgAssetStore {
         Box::pin(async move { count(&self.pg.client().await?).await })
     }
 
-    fn render_page(
-        &self,
-        offset: u64,
-        limit: u64,
-        mut render: RenderRow,
-    ) -> StoreFuture<'_, (u64, Vec<u8>)> {
+    fn page(&self, offset: u64, limit: u64) -> StoreFuture<'_, PageRows> {
         Box::pin(async move {
             let c = self.pg.client().await?;
             let stmt = c
@@ -123,17 +118,20 @@ impl AssetStore for PgAssetStore {
                 .await?;
             let (offset, limit) = (big(offset.min(MAX_WINDOW)), big(limit.min(MAX_WINDOW)));
             let rows = c.query(&stmt, &[&offset, &limit]).await?;
-            let mut body = Vec::new();
-            let mut total = 0;
+            let mut page = PageRows {
+                count: 0,
+                rows: Vec::with_capacity(rows.len()),
+            };
             for row in &rows {
-                total = unsigned(row.try_get(0)?);
+                page.count = unsigned(row.try_get(0)?);
                 let id: Option<i64> = row.try_get(1)?;
                 let tpl: Option<&[u8]> = row.try_get(2)?;
                 if let (Some(id), Some(tpl)) = (id, tpl) {
-                    render(&mut body, unsigned(id), tpl)?;
+                    page.rows
+                        .push((unsigned(id), bytes::Bytes::copy_from_slice(tpl)));
                 }
             }
-            Ok((total, body))
+            Ok(page)
         })
     }
 

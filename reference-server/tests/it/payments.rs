@@ -370,29 +370,32 @@ async fn two_processes_on_one_database_settle_one_payment_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_record() {
-    // Purchases run concurrently (group commits in flight) while the process is killed with SIGKILL. Every
-    // purchase that was answered 200 must find its receipt and its settled record after a restart: nobody
-    // is answered before their write is durable. Unanswered ones are either complete or absent.
+    // Two instances on one database take purchases concurrently (writes in flight) when instance A is killed
+    // with SIGKILL. Every purchase either instance answered 200 must have its receipt and its settled record,
+    // as instance B (still running) and A after a restart both see: nobody is answered before their write is
+    // durable. Unanswered ones are either complete or absent.
     let dir = TempDir::new();
     let db = fresh_database(dir.path(), "crash.sqlite3").await;
     let media = dir.path().join("media");
-    let mut server = Instance::start(&db, &media);
+    let mut a = Instance::start(&db, &media);
+    let b = Instance::start(&db, &media);
     let client = test_client();
     let path = format!("/x402Article?articleId={ARTICLE}");
-    let required = server.offer(&client).await;
+    let required = a.offer(&client).await;
     let payer = Payer::new();
     let headers: Vec<String> = (0..400).map(|_| payer.pay_v2(&required)).collect();
     let answered = Arc::new(std::sync::Mutex::new(Vec::new()));
     let next = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let (client, url) = (client.clone(), format!("{}{path}", server.base));
+        .map(|i| {
+            let base = if i % 2 == 0 { &a.base } else { &b.base };
+            let (client, url) = (client.clone(), format!("{base}{path}"));
             let (headers, next, answered) = (headers.clone(), next.clone(), answered.clone());
             tokio::spawn(async move {
                 while let Some(h) = headers.get(next.fetch_add(1, Ordering::SeqCst)) {
                     let Ok(resp) = client.get(&url).header("PAYMENT-SIGNATURE", h).send().await
                     else {
-                        return; // the server is gone
+                        return; // the instance is gone
                     };
                     if resp.status() != 200 {
                         continue;
@@ -409,31 +412,33 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
             })
         })
         .collect();
-    // Let some purchases complete, then kill -9 in the middle of the rest.
+    // Let some purchases complete, then kill -9 instance A in the middle of the rest.
     while answered.lock().unwrap().len() < 40 {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
     for t in tasks {
         let _ = t.await;
     }
     let answered = answered.lock().unwrap().clone();
     assert!(answered.len() >= 40);
-    drop(server);
+    drop(a);
 
-    let server = Instance::start(&db, &media);
-    for (_, token) in &answered {
-        let resp = client
-            .get(format!("{}/receipts/{token}", server.base))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200, "receipt {token} answered but lost");
+    let restarted = Instance::start(&db, &media);
+    for server in [&b, &restarted] {
+        for (_, token) in &answered {
+            let resp = client
+                .get(format!("{}/receipts/{token}", server.base))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200, "receipt {token} answered but lost");
+        }
     }
     // Every answered purchase also has its settled payment record and settlement row.
     let rows: Value = client
-        .get(format!("{}/operator/settlements?limit=1000", server.base))
+        .get(format!("{}/operator/settlements?limit=1000", b.base))
         .send()
         .await
         .unwrap()
@@ -446,8 +451,9 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
         "{settled} settled rows < {} answered",
         answered.len()
     );
-    // The buyers resend after the restart: the same receipts, no settlement anew.
-    for (header, token) in answered.iter().take(20) {
+    // The buyers resend, to either instance: the same receipts, no settlement anew.
+    for (i, (header, token)) in answered.iter().take(20).enumerate() {
+        let server = if i % 2 == 0 { &b } else { &restarted };
         let resp = client
             .get(format!("{}/x402Article?articleId={ARTICLE}", server.base))
             .header("PAYMENT-SIGNATURE", header)
@@ -461,7 +467,10 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
         );
     }
     let after: Value = client
-        .get(format!("{}/operator/settlements?limit=1000", server.base))
+        .get(format!(
+            "{}/operator/settlements?limit=1000",
+            restarted.base
+        ))
         .send()
         .await
         .unwrap()

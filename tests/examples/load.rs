@@ -130,6 +130,27 @@ impl Drop for Process {
     }
 }
 
+/// User + system CPU time so far of every `postgres` process on the machine (the PostgreSQL modes add the
+/// database's CPU to the server's: run them with no other PostgreSQL busy).
+fn postgres_cpu() -> Duration {
+    let mut ticks = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(')')) else {
+            continue;
+        };
+        if name != "postgres" {
+            continue;
+        }
+        let fields: Vec<u64> = rest
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        ticks += fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    }
+    Duration::from_millis(ticks * 10)
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -386,6 +407,7 @@ async fn run_scaled(mode: &str, o: &Options, dir: &std::path::Path, sqlite: Stri
     let payments = presign(&required, &[DEV_KEYS[2]], 40_000);
     let cpu = || a.cpu() + b.as_ref().map_or(Duration::ZERO, Process::cpu);
     if mode == "postgres" || mode == "postgres-2" {
+        let before_pg = postgres_cpu();
         let urls: Vec<String> = [Some(&a), b.as_ref()]
             .into_iter()
             .flatten()
@@ -394,6 +416,12 @@ async fn run_scaled(mode: &str, o: &Options, dir: &std::path::Path, sqlite: Stri
         let before = cpu();
         let outcome = drive(&urls, Arc::new(payments), o.connections, o.seconds, 402).await;
         report(mode, &outcome, cpu() - before);
+        let pg = postgres_cpu() - before_pg;
+        println!(
+            "{:>12}  + PostgreSQL CPU {:>6.1} µs/request",
+            "",
+            pg.as_secs_f64() * 1e6 / (outcome.ok + outcome.other).max(1) as f64
+        );
     } else {
         // Purchases alone, then the same purchases while as many connections flood llms.txt.
         let buy = vec![format!("{}{ARTICLE}", buy_on.url)];

@@ -156,17 +156,24 @@ impl AssetStore for SqliteAssetStore {
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
                 db.write_blocking(|c| {
-                    // One transaction: the emptiness check and the inserts (other processes on the file
-                    // wait on its write lock).
-                    let tx =
-                        c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                    if count(&tx)? > 0 {
-                        return Ok(0);
+                    // Chunks of SEED_CHUNK, one transaction each (a million assets in one transaction
+                    // would grow the WAL to the size of the database). The first chunk's transaction
+                    // holds the emptiness check, so a second process starting on the same file sees
+                    // assets and seeds nothing.
+                    let mut start = 0;
+                    while start < n {
+                        let end = (start + SEED_CHUNK).min(n);
+                        let tx =
+                            c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                        if start == 0 && count(&tx)? > 0 {
+                            return Ok(0);
+                        }
+                        for i in start..end {
+                            insert(&tx, &make(i, n)?)?;
+                        }
+                        tx.commit()?;
+                        start = end;
                     }
-                    for i in 0..n {
-                        insert(&tx, &make(i, n)?)?;
-                    }
-                    tx.commit()?;
                     Ok(n as usize)
                 })
             })

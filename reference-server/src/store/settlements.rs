@@ -146,6 +146,46 @@ fn insert(c: &rusqlite::Connection, r: &SettlementRecord) -> Result<i64, StoreEr
     Ok(c.last_insert_rowid())
 }
 
+/// What [`SettlementStore::resolve`] does with a reconciled outcome, given the payment's latest `unknown`
+/// row: the rule both backends apply.
+#[derive(Debug)]
+pub(crate) enum Resolution {
+    /// Still unknown and already logged as unknown: change nothing.
+    Nothing,
+    /// Give the unknown row `id` the outcome found.
+    Update(i64, SettlementRecord),
+    /// No unknown row (a request that died mid-settlement): write a new row, marked as resolved.
+    Insert(SettlementRecord),
+}
+
+impl Resolution {
+    pub(crate) fn of(unknown: Option<i64>, record: SettlementRecord) -> Self {
+        match (unknown, record.outcome) {
+            (Some(_), SettlementOutcome::Unknown) => Resolution::Nothing,
+            (Some(id), _) => Resolution::Update(id, record),
+            (None, _) => {
+                let mut r = record;
+                r.resolved_from = Some("in_flight".to_owned());
+                r.resolved_at = Some(r.at.clone());
+                Resolution::Insert(r)
+            }
+        }
+    }
+}
+
+/// Per-outcome counts in [`SettlementOutcome::ALL`] order, from `(outcome, count)` rows.
+pub(crate) fn outcome_counts(
+    rows: impl IntoIterator<Item = (String, i64)>,
+) -> [(SettlementOutcome, u64); 3] {
+    let mut counts = SettlementOutcome::ALL.map(|o| (o, 0u64));
+    for (outcome, n) in rows {
+        if let Some(slot) = counts.iter_mut().find(|(o, _)| o.as_str() == outcome) {
+            slot.1 = u64::try_from(n).unwrap_or(0);
+        }
+    }
+    counts
+}
+
 /// The settlement log's storage.
 pub trait SettlementStore: Send + Sync + std::fmt::Debug {
     /// Records one settlement attempt durably; returns its row id.
@@ -196,9 +236,9 @@ impl SettlementStore for SqliteSettlementStore {
                         |r| r.get(0),
                     )
                     .optional()?;
-                let id = match (unknown, record.outcome) {
-                    (Some(_), SettlementOutcome::Unknown) => None,
-                    (Some(id), _) => {
+                let id = match Resolution::of(unknown, record) {
+                    Resolution::Nothing => None,
+                    Resolution::Update(id, record) => {
                         c.prepare_cached(
                             "UPDATE settlements SET outcome = ?2, tx_hash = COALESCE(?3, tx_hash), reason = ?4, \
                              message = ?5, resolved_from = 'unknown', resolved_at = ?6 WHERE id = ?1",
@@ -213,12 +253,7 @@ impl SettlementStore for SqliteSettlementStore {
                         ])?;
                         Some(id)
                     }
-                    (None, _) => {
-                        let mut r = record;
-                        r.resolved_from = Some("in_flight".to_owned());
-                        r.resolved_at = Some(r.at.clone());
-                        Some(insert(c, &r)?)
-                    }
+                    Resolution::Insert(r) => Some(insert(c, &r)?),
                 };
                 Ok(id)
             }))
@@ -251,17 +286,12 @@ impl SettlementStore for SqliteSettlementStore {
 
     fn count_by_outcome(&self) -> StoreFuture<'_, [(SettlementOutcome, u64); 3]> {
         Box::pin(self.db.read(|c| {
-            let mut counts = SettlementOutcome::ALL.map(|o| (o, 0u64));
             let mut stmt =
                 c.prepare_cached("SELECT outcome, COUNT(*) FROM settlements GROUP BY outcome")?;
-            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-            for row in rows {
-                let (outcome, n) = row?;
-                if let Some(slot) = counts.iter_mut().find(|(o, _)| o.as_str() == outcome) {
-                    slot.1 = u64::try_from(n).unwrap_or(0);
-                }
-            }
-            Ok(counts)
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(outcome_counts(rows))
         }))
     }
 }

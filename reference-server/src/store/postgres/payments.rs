@@ -93,21 +93,28 @@ impl PgPaymentStore {
         if c.query_opt(&insert, &params).await?.is_some() {
             return Ok(Some(Reservation::Reserved { revision: 1 }));
         }
+        // Back to the pool first: `read` takes a connection of its own.
+        drop(c);
         // Someone else's unexpired record: read it. `None` when it went (released) in between: try again.
-        let select = c
+        Ok(self
+            .read(key, now)
+            .await?
+            .map(|r| Reservation::Taken(Box::new(r))))
+    }
+
+    /// The unexpired record of `key`.
+    async fn read(&self, key: &ReplayKey, now: i64) -> Result<Option<PaymentRecord>, StoreError> {
+        let (chain_id, asset, payer, nonce) = key_columns(key)?;
+        let c = self.pg.client().await?;
+        let stmt = c
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM payment_states WHERE {WHERE_KEY} AND expires_at >= $5"
             ))
             .await?;
-        match c
-            .query_opt(&select, &[&chain_id, &asset, &payer, &nonce, &now])
+        c.query_opt(&stmt, &[&chain_id, &asset, &payer, &nonce, &now])
             .await?
-        {
-            Some(row) => Ok(Some(Reservation::Taken(Box::new(
-                raw_at(&row, 0)?.decode()?,
-            )))),
-            None => Ok(None),
-        }
+            .map(|row| raw_at(&row, 0)?.decode())
+            .transpose()
     }
 }
 
@@ -139,22 +146,7 @@ impl ReplayStore for PgPaymentStore {
         key: &'a ReplayKey,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, ReplayError>> {
-        Box::pin(async move {
-            let got = async {
-                let (chain_id, asset, payer, nonce) = key_columns(key)?;
-                let c = self.pg.client().await?;
-                let stmt = c
-                    .prepare_cached(&format!(
-                        "SELECT {COLUMNS} FROM payment_states WHERE {WHERE_KEY} AND expires_at >= $5"
-                    ))
-                    .await?;
-                c.query_opt(&stmt, &[&chain_id, &asset, &payer, &nonce, &secs(now)])
-                    .await?
-                    .map(|row| raw_at(&row, 0)?.decode())
-                    .transpose()
-            };
-            got.await.map_err(backend)
-        })
+        Box::pin(async move { self.read(key, secs(now)).await.map_err(backend) })
     }
 
     fn update<'a>(

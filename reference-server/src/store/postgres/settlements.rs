@@ -3,8 +3,10 @@
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::{Pg, unsigned};
-use crate::store::settlements::{SettlementOutcome, SettlementRecord, SettlementStore};
+use super::Pg;
+use crate::store::settlements::{
+    Resolution, SettlementOutcome, SettlementRecord, SettlementStore, outcome_counts,
+};
 use crate::store::{StoreError, StoreFuture};
 
 /// [`SettlementStore`] on PostgreSQL.
@@ -101,9 +103,9 @@ impl SettlementStore for PgSettlementStore {
                 .await?
                 .map(|r| r.try_get(0))
                 .transpose()?;
-            let id = match (unknown, record.outcome) {
-                (Some(_), SettlementOutcome::Unknown) => None,
-                (Some(id), _) => {
+            let id = match Resolution::of(unknown, record) {
+                Resolution::Nothing => None,
+                Resolution::Update(id, record) => {
                     tx.execute(
                         "UPDATE settlements SET outcome = $2, tx_hash = COALESCE($3, tx_hash), reason = $4, \
                          message = $5, resolved_from = 'unknown', resolved_at = $6 WHERE id = $1",
@@ -119,12 +121,7 @@ impl SettlementStore for PgSettlementStore {
                     .await?;
                     Some(id)
                 }
-                (None, _) => {
-                    let mut r = record;
-                    r.resolved_from = Some("in_flight".to_owned());
-                    r.resolved_at = Some(r.at.clone());
-                    Some(insert(&tx, &r).await?)
-                }
+                Resolution::Insert(r) => Some(insert(&tx, &r).await?),
             };
             tx.commit().await?;
             Ok(id)
@@ -155,20 +152,16 @@ impl SettlementStore for PgSettlementStore {
     fn count_by_outcome(&self) -> StoreFuture<'_, [(SettlementOutcome, u64); 3]> {
         Box::pin(async move {
             let c = self.pg.client().await?;
-            let mut counts = SettlementOutcome::ALL.map(|o| (o, 0u64));
-            for row in c
+            let rows = c
                 .query(
                     "SELECT outcome, COUNT(*) FROM settlements GROUP BY outcome",
                     &[],
                 )
                 .await?
-            {
-                let outcome: String = row.try_get(0)?;
-                if let Some(slot) = counts.iter_mut().find(|(o, _)| o.as_str() == outcome) {
-                    slot.1 = unsigned(row.try_get(1)?);
-                }
-            }
-            Ok(counts)
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<Vec<(String, i64)>, StoreError>>()?;
+            Ok(outcome_counts(rows))
         })
     }
 }

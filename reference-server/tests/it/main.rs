@@ -6,3 +6,4 @@ mod migrate;
 mod payments;
 mod registry;
 mod shutdown;
+mod store;

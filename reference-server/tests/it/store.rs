@@ -1,0 +1,411 @@
+//! The store traits' contract, checked on the backend of the pass (SQLite, or PostgreSQL when
+//! `REFERENCE_SERVER_TEST_POSTGRES` is set): what the handlers rely on, whichever database is behind them.
+
+use std::sync::Arc;
+
+use alloy_primitives::{Address, B256};
+use reference_server::store::articles::{Article, LlmsTxtInterest, Receipt, UserAgentCount};
+use reference_server::store::assets::{FileSource, NewAsset};
+use reference_server::store::settlements::{SettlementOutcome, SettlementRecord};
+use reference_server::store::{StoreError, Stores};
+use x402_tower::proto::SettleResponse;
+use x402_tower::replay::{
+    IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, Reservation, StoredPayment,
+};
+
+use crate::common::*;
+
+async fn stores(dir: &TempDir) -> Stores {
+    let url = fresh_database(dir.path(), "store.sqlite3").await;
+    Stores::open(&url.parse().unwrap()).await.unwrap()
+}
+
+fn asset(cid: &str, us: i64) -> NewAsset {
+    NewAsset {
+        cid: cid.into(),
+        uuid: format!("u-{cid}"),
+        uploaded_us: us,
+        source: FileSource::Seed(0),
+        file_name: "f".into(),
+        mime: "image/jpeg".into(),
+        size: 1,
+        proof_hash: "00".into(),
+        template: cid.as_bytes().to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn assets_list_newest_first_with_id_tie_break_and_positions_stay_dense() {
+    let dir = TempDir::new();
+    let s = stores(&dir).await.assets;
+    // Out of order: an upload older than the newest shifts the later positions.
+    for (cid, us) in [
+        ("a", 10),
+        ("b", 30),
+        ("c", 20),
+        ("d", 30),
+        ("e", 5),
+        ("f", 40),
+    ] {
+        s.insert(asset(cid, us)).await.unwrap();
+    }
+    let page = |offset, limit| {
+        let s = s.clone();
+        async move {
+            let p = s.page(offset, limit).await.unwrap();
+            let cids: Vec<String> = p
+                .rows
+                .iter()
+                .map(|(_, t)| String::from_utf8(t.to_vec()).unwrap())
+                .collect();
+            (p.count, cids)
+        }
+    };
+    assert_eq!(
+        page(0, 100).await,
+        (6, ["f", "d", "b", "c", "a", "e"].map(String::from).to_vec())
+    );
+    assert_eq!(page(2, 3).await.1, ["b", "c", "a"]);
+    assert!(page(6, 3).await.1.is_empty());
+    assert_eq!(page(u64::MAX, u64::MAX).await, (6, vec![]));
+    assert_eq!(page(5, u64::MAX).await.1, ["e"]);
+    assert_eq!(s.count().await.unwrap(), 6);
+    let dup = s.insert(asset("a", 99)).await.unwrap_err();
+    assert!(matches!(dup, StoreError::Conflict(_)), "{dup:?}");
+    assert_eq!(
+        s.file("c".into()).await.unwrap().source,
+        FileSource::Seed(0)
+    );
+    assert!(matches!(
+        s.file("zz".into()).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(s.exists("d".into()).await.unwrap());
+    assert!(!s.exists("zz".into()).await.unwrap());
+    let (id, tpl) = s.template("b".into()).await.unwrap();
+    assert_eq!(tpl, b"b");
+    assert!(page(0, 100).await.1.contains(&"b".to_owned()) && id > 0);
+}
+
+fn article(id: &str, published: bool) -> Article {
+    Article {
+        id: id.into(),
+        title: format!("Title {id}"),
+        excerpt: "e".into(),
+        content: "c".into(),
+        author_name: "a".into(),
+        published_date: "2025-01-02".into(),
+        price_atomic: 10_000,
+        published,
+    }
+}
+
+fn receipt(token: &str, nonce: &str) -> Receipt {
+    Receipt {
+        token_id: token.into(),
+        article_id: "a".into(),
+        payer: "0x1".into(),
+        pay_to: "0x2".into(),
+        amount_atomic: "10000".into(),
+        network: "eip155:84532".into(),
+        asset: "0x3".into(),
+        nonce: nonce.into(),
+        x402_version: 2,
+        settlement: "verify-only".into(),
+        created_at: "2025-01-01T00:00:00Z".into(),
+    }
+}
+
+#[tokio::test]
+async fn articles_receipts_and_llms_txt_interest_round_trip() {
+    let dir = TempDir::new();
+    let s = stores(&dir).await.licensing;
+    assert_eq!(
+        s.insert_articles(vec![article("a", true), article("b", false)])
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        s.insert_articles(vec![article("a", true)]).await.unwrap(),
+        0,
+        "existing ids are left alone"
+    );
+    let published = s.list_published().await.unwrap();
+    assert_eq!(published, vec![article("a", true)]);
+    assert_eq!(s.article("b").await.unwrap(), Some(article("b", false)));
+    assert_eq!(s.count_articles().await.unwrap(), 2);
+
+    s.insert_receipt(receipt("1", "0xaa")).await.unwrap();
+    assert_eq!(s.receipt("1").await.unwrap(), Some(receipt("1", "0xaa")));
+    assert_eq!(s.receipt("2").await.unwrap(), None);
+    for dup in [receipt("2", "0xaa"), receipt("1", "0xbb")] {
+        let e = s.insert_receipt(dup).await.unwrap_err();
+        assert!(matches!(e, StoreError::Conflict(_)), "{e:?}");
+    }
+    assert_eq!(s.count_receipts().await.unwrap(), 1);
+
+    let minute = |m: u32, ua: &str, client: &str, n: u64| LlmsTxtInterest {
+        bucket: format!("2026-11-23T05:{m:02}:00Z"),
+        user_agent: ua.into(),
+        client_addr: client.into(),
+        count: n,
+    };
+    s.add_llms_txt_interest(vec![
+        minute(1, "x", "10.0.0.1", 1),
+        minute(1, "y", "10.0.0.2", 1),
+    ])
+    .await
+    .unwrap();
+    s.add_llms_txt_interest(vec![
+        minute(1, "x", "10.0.0.1", 1),
+        minute(3, "x", "10.0.0.1", 4),
+    ])
+    .await
+    .unwrap();
+    let stats = s.llms_txt_stats().await.unwrap();
+    assert_eq!((stats.total, stats.distinct_clients), (7, 2));
+    assert_eq!(
+        stats.by_user_agent,
+        vec![
+            UserAgentCount {
+                user_agent: "x".into(),
+                count: 6
+            },
+            UserAgentCount {
+                user_agent: "y".into(),
+                count: 1
+            }
+        ]
+    );
+    assert_eq!(
+        stats.recent[0],
+        minute(3, "x", "10.0.0.1", 4),
+        "newest minute first"
+    );
+    assert_eq!(
+        stats.recent[1],
+        minute(1, "x", "10.0.0.1", 2),
+        "same key adds up"
+    );
+    assert_eq!(
+        s.purge_llms_txt_interest("2026-11-23T05:02:00Z".into())
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(s.llms_txt_stats().await.unwrap().total, 4);
+}
+
+fn settlement(outcome: SettlementOutcome, nonce: &str) -> SettlementRecord {
+    SettlementRecord {
+        id: 0,
+        at: "2026-01-01T00:00:00.000000Z".into(),
+        outcome,
+        payer: "0x1".into(),
+        pay_to: "0x2".into(),
+        article_id: Some("a".into()),
+        resource: "http://x/x402Article?articleId=a".into(),
+        amount_atomic: "10000".into(),
+        network: "eip155:84532".into(),
+        asset: "0x3".into(),
+        nonce: nonce.into(),
+        x402_version: 2,
+        transaction: (outcome == SettlementOutcome::Settled).then(|| "0xab".into()),
+        reason: (outcome == SettlementOutcome::Failed).then(|| "insufficient_funds".into()),
+        message: (outcome == SettlementOutcome::Unknown).then(|| "timed out".into()),
+        resolved_from: None,
+        resolved_at: None,
+    }
+}
+
+#[tokio::test]
+async fn the_settlement_log_filters_counts_and_resolves_unknown_outcomes() {
+    let dir = TempDir::new();
+    let s = stores(&dir).await.settlements;
+    for (i, o) in SettlementOutcome::ALL.into_iter().enumerate() {
+        s.record(settlement(o, &format!("0x{i}"))).await.unwrap();
+    }
+    s.record(settlement(SettlementOutcome::Unknown, "0x9"))
+        .await
+        .unwrap();
+    let all = s.recent(None, 10).await.unwrap();
+    assert_eq!(all.len(), 4);
+    assert_eq!(all[0].nonce, "0x9", "newest first");
+    let unknown = s
+        .recent(Some(SettlementOutcome::Unknown), 10)
+        .await
+        .unwrap();
+    assert_eq!(unknown.len(), 2);
+    let failed = s.recent(Some(SettlementOutcome::Failed), 10).await.unwrap();
+    let mut expected = settlement(SettlementOutcome::Failed, "0x1");
+    expected.id = failed[0].id;
+    assert_eq!(failed, vec![expected]);
+    assert_eq!(s.recent(None, 1).await.unwrap().len(), 1);
+    assert_eq!(
+        s.count_by_outcome().await.unwrap(),
+        [
+            (SettlementOutcome::Settled, 1),
+            (SettlementOutcome::Failed, 1),
+            (SettlementOutcome::Unknown, 2)
+        ]
+    );
+    // Still unknown: nothing changes. Found settled: the unknown row takes it. No unknown row: a new one.
+    assert_eq!(
+        s.resolve(settlement(SettlementOutcome::Unknown, "0x9"))
+            .await
+            .unwrap(),
+        None
+    );
+    let row = s
+        .resolve(settlement(SettlementOutcome::Settled, "0x9"))
+        .await
+        .unwrap()
+        .unwrap();
+    let resolved = s.recent(None, 10).await.unwrap();
+    let r = resolved.iter().find(|r| r.id == row).unwrap();
+    assert_eq!(
+        (
+            r.outcome,
+            r.resolved_from.as_deref(),
+            r.transaction.as_deref()
+        ),
+        (SettlementOutcome::Settled, Some("unknown"), Some("0xab"))
+    );
+    let new = s
+        .resolve(settlement(SettlementOutcome::Settled, "0x77"))
+        .await
+        .unwrap()
+        .unwrap();
+    let rows = s.recent(None, 10).await.unwrap();
+    assert_eq!(rows[0].id, new);
+    assert_eq!(rows[0].resolved_from.as_deref(), Some("in_flight"));
+}
+
+fn key(n: u8) -> ReplayKey {
+    ReplayKey {
+        chain_id: 84532,
+        asset: Address::repeat_byte(1),
+        from: Address::repeat_byte(2),
+        nonce: B256::repeat_byte(n),
+    }
+}
+
+fn record(state: PaymentState, updated_at: u64) -> PaymentRecord {
+    PaymentRecord {
+        state,
+        resource: "http://x/r".into(),
+        fingerprint: B256::repeat_byte(9),
+        settlement: None,
+        payment: Arc::new(StoredPayment {
+            payload: "{}".into(),
+            requirements: Arc::from("{}"),
+        }),
+        expires_at: 100,
+        updated_at,
+        revision: 0,
+    }
+}
+
+#[tokio::test]
+async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_expire() {
+    let dir = TempDir::new();
+    let url = fresh_database(dir.path(), "p.sqlite3").await;
+    let s = Stores::open(&url.parse().unwrap()).await.unwrap().payments;
+    let r = record(PaymentState::InFlight, 10);
+    assert_eq!(
+        s.reserve(&key(1), &r, 10).await.unwrap(),
+        Reservation::Reserved { revision: 1 }
+    );
+    let Reservation::Taken(t) = s.reserve(&key(1), &r, 10).await.unwrap() else {
+        panic!("reserved twice")
+    };
+    assert_eq!((t.state, t.revision), (PaymentState::InFlight, 1));
+    let mut settled = r.clone();
+    settled.state = PaymentState::Settled;
+    settled.settlement = Some(SettleResponse {
+        success: true,
+        error_reason: None,
+        error_message: None,
+        transaction: "0xab".into(),
+        network: "eip155:84532".into(),
+        payer: None,
+    });
+    assert!(
+        !s.update(&key(1), 5, &settled).await.unwrap(),
+        "stale revision"
+    );
+    assert!(s.update(&key(1), 1, &settled).await.unwrap());
+    assert!(!s.release(&key(1), 1).await.unwrap());
+    // A restart (new handles on the same database) remembers it.
+    drop(s);
+    let s = Stores::open(&url.parse().unwrap()).await.unwrap().payments;
+    let got = s.get(&key(1), 10).await.unwrap().unwrap();
+    assert_eq!(
+        (got.state, got.revision, got.settlement),
+        (PaymentState::Settled, 2, settled.settlement)
+    );
+    assert!(s.get(&key(1), 101).await.unwrap().is_none(), "expired");
+    // Unresolved: pending, and in-flight older than the stale mark.
+    s.reserve(&key(2), &record(PaymentState::Pending, 10), 10)
+        .await
+        .unwrap();
+    s.reserve(&key(3), &record(PaymentState::InFlight, 10), 10)
+        .await
+        .unwrap();
+    let nonces = |v: Vec<(ReplayKey, PaymentRecord)>| {
+        let mut n: Vec<u8> = v.into_iter().map(|(k, _)| k.nonce[0]).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(nonces(s.unresolved(10, 5, 10).await.unwrap()), vec![2]);
+    assert_eq!(nonces(s.unresolved(10, 11, 10).await.unwrap()), vec![2, 3]);
+    assert!(s.release(&key(3), 1).await.unwrap());
+    // An expired record may be reserved anew.
+    assert!(matches!(
+        s.reserve(&key(1), &r, 101).await.unwrap(),
+        Reservation::Reserved { .. }
+    ));
+    // Payment identifiers.
+    let b = IdBinding {
+        fingerprint: B256::repeat_byte(4),
+        key: key(1),
+        expires_at: 100,
+    };
+    let other = IdBinding {
+        fingerprint: B256::repeat_byte(5),
+        ..b
+    };
+    let id = "pay_0123456789abcdef";
+    assert_eq!(s.bind_id(id, &b, 10).await.unwrap(), IdClaim::New);
+    assert_eq!(s.bind_id(id, &b, 10).await.unwrap(), IdClaim::Same);
+    assert_eq!(s.bind_id(id, &other, 10).await.unwrap(), IdClaim::Conflict);
+    assert_eq!(s.bind_id(id, &other, 101).await.unwrap(), IdClaim::New);
+    assert_eq!(s.purge_expired(200).await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reservations_of_one_authorization_from_two_handles_reserve_once() {
+    // Two handles (two pools, as two instances have) on one database.
+    let dir = TempDir::new();
+    let url = fresh_database(dir.path(), "race.sqlite3").await;
+    let a = Stores::open(&url.parse().unwrap()).await.unwrap().payments;
+    let b = Stores::open(&url.parse().unwrap()).await.unwrap().payments;
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                s.reserve(&key(50), &record(PaymentState::InFlight, 10), 10)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut reserved = 0;
+    for t in tasks {
+        if matches!(t.await.unwrap(), Reservation::Reserved { .. }) {
+            reserved += 1;
+        }
+    }
+    assert_eq!(reserved, 1);
+}

@@ -39,6 +39,8 @@ pub struct AppState {
     pub articles: ArticleCatalog,
     /// Server counters.
     pub metrics: Metrics,
+    /// The server loop's connection counters.
+    pub connections: Arc<crate::serve::ConnectionStats>,
     /// llms.txt interest, counted in memory and flushed in batches.
     pub interest: crate::licensing::interest::InterestRecorder,
     /// The OpenAPI document, serialised once.
@@ -82,6 +84,7 @@ impl AppState {
             openapi: Bytes::from(openapi.to_string()),
             metrics: Metrics::default(),
             interest: Default::default(),
+            connections: Default::default(),
             settings,
             public_url,
             stores,
@@ -285,6 +288,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut text = state.metrics.render();
     state.interest.render_metrics(&mut text);
+    state.connections.render_metrics(&mut text);
     licensing::payment::render_payment_metrics(&state.payments, &mut text);
     state.settlements.render_metrics(&mut text);
     state.stores.backend.render_metrics(&mut text);

@@ -112,6 +112,28 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_URL_TTL_SECS", default_value_t = 3600)]
     pub url_ttl_secs: u64,
 
+    /// Seconds a client has to send a request's head; also how long a kept-alive connection may sit idle.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_HEADER_READ_TIMEOUT_SECS",
+        default_value_t = 10
+    )]
+    pub header_read_timeout_secs: u64,
+
+    /// Seconds a response write may make no progress (the client stopped reading) before the connection is
+    /// dropped.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_WRITE_STALL_TIMEOUT_SECS",
+        default_value_t = 30
+    )]
+    pub write_stall_timeout_secs: u64,
+
+    /// Most connections open at once; further connections are closed on accept. Keep it below the
+    /// process's open-file limit (`ulimit -n`).
+    #[arg(long, env = "REFERENCE_SERVER_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
     /// Log format: `text` or `json`.
     #[arg(long, env = "REFERENCE_SERVER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -218,6 +240,9 @@ impl Config {
             api_token: None,
             url_signing_key: None,
             url_ttl_secs: 3600,
+            header_read_timeout_secs: 10,
+            write_stall_timeout_secs: 30,
+            max_connections: 4096,
             log_format: LogFormat::Text,
             command: None,
         }
@@ -257,6 +282,8 @@ pub struct Settings {
     pub url_signing_key: Option<Vec<u8>>,
     /// Media URL lifetime.
     pub url_ttl: Duration,
+    /// Connection limits of the server loop.
+    pub connections: crate::serve::ConnectionLimits,
     /// Log format.
     pub log_format: LogFormat,
 }
@@ -394,6 +421,21 @@ impl Config {
             Some(k) => Some(k.as_bytes().to_vec()),
             None => None,
         };
+        for (flag, secs) in [
+            ("header-read-timeout-secs", self.header_read_timeout_secs),
+            ("write-stall-timeout-secs", self.write_stall_timeout_secs),
+        ] {
+            if secs == 0 || secs > 3600 {
+                return Err(invalid(flag, &secs.to_string(), "1 to 3600 seconds"));
+            }
+        }
+        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+            return Err(invalid(
+                "max-connections",
+                &self.max_connections.to_string(),
+                "1 to 1000000",
+            ));
+        }
         if self.url_ttl_secs == 0 || self.url_ttl_secs > 7 * 24 * 3600 {
             return Err(invalid(
                 "url-ttl-secs",
@@ -501,6 +543,11 @@ impl Config {
             api_token: self.api_token.clone(),
             url_signing_key,
             url_ttl: Duration::from_secs(self.url_ttl_secs),
+            connections: crate::serve::ConnectionLimits {
+                header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
+                write_stall_timeout: Duration::from_secs(self.write_stall_timeout_secs),
+                max_connections: self.max_connections,
+            },
             log_format: self.log_format,
         })
     }

@@ -34,6 +34,7 @@ pub mod licensing;
 pub mod metrics;
 pub mod openapi;
 pub mod registry;
+pub mod serve;
 pub mod store;
 
 use std::future::Future;
@@ -277,22 +278,16 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        use axum::serve::ListenerExt as _;
         let reconciler = spawn_reconciler(self.state.clone(), RECONCILE_INTERVAL);
         let catalog = spawn_catalog_refresh(self.state.clone(), licensing::articles::REFRESH);
         let interest = spawn_interest_flush(self.state.clone(), licensing::interest::FLUSH_EVERY);
-        // Without TCP_NODELAY a 1.3 MB registry page waits on the client's delayed ACK (p99 ~45 ms).
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!(%err, "could not set TCP_NODELAY");
-            }
-        });
-        let served = axum::serve(
-            listener,
-            self.router
-                .into_make_service_with_connect_info::<SocketAddr>(),
+        let served = serve::serve(
+            self.listener,
+            self.router,
+            self.state.settings.connections,
+            self.state.connections.clone(),
+            shutdown,
         )
-        .with_graceful_shutdown(shutdown)
         .await;
         reconciler.abort();
         catalog.abort();

@@ -1,6 +1,7 @@
 //! Integration tests: the real server on a free loopback port.
 
 mod common;
+mod connections;
 mod licensing;
 mod migrate;
 mod payments;

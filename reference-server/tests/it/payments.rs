@@ -242,9 +242,9 @@ async fn a_facilitator_flood_with_caller_chosen_terms_cannot_block_a_purchase() 
 }
 
 /// A `reference-server` process on `db`, reachable at its own port, all with one public URL.
-struct Instance {
+pub(crate) struct Instance {
     child: std::process::Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Instance {
@@ -263,10 +263,15 @@ impl Instance {
     }
 
     /// [`Instance::start`] with more flags.
-    fn start_with(db: &str, media: &std::path::Path, flags: &[&str]) -> Self {
+    pub(crate) fn start_with(db: &str, media: &std::path::Path, flags: &[&str]) -> Self {
         use std::io::BufRead as _;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
-            .args(["--listen", "127.0.0.1:0", "--seed-assets", "5"])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(
+                ["--seed-assets", "5"]
+                    .iter()
+                    .filter(|_| !flags.contains(&"--seed-assets")),
+            )
             .args(flags)
             .args(["--public-url", "http://shop.test"])
             .arg("--database")

@@ -100,7 +100,9 @@ pub struct Config {
     )]
     pub facilitator_settle_timeout_secs: u64,
 
-    /// API token required to register assets (`Authorization: token <t>`). Without it POST is refused.
+    /// API token required to register assets and to read the operator endpoints (`Authorization: token
+    /// <t>`). Without it POST is refused and a token for the operator endpoints is generated at start and
+    /// printed in the banner.
     #[arg(long, env = "REFERENCE_SERVER_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
 
@@ -249,6 +251,35 @@ impl Config {
     }
 }
 
+/// The token the operator endpoints require. They always require one: payers' addresses and callers'
+/// user agents are not public.
+#[derive(Clone, PartialEq, Eq)]
+pub enum OperatorToken {
+    /// `--api-token`.
+    Given(String),
+    /// None was given: generated at start (printed in the banner, valid until the process ends).
+    Generated(String),
+}
+
+impl OperatorToken {
+    /// The token.
+    pub fn as_str(&self) -> &str {
+        match self {
+            OperatorToken::Given(t) | OperatorToken::Generated(t) => t,
+        }
+    }
+}
+
+/// Never printed by `{:?}`.
+impl std::fmt::Debug for OperatorToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OperatorToken::Given(_) => f.write_str("Given(***)"),
+            OperatorToken::Generated(_) => f.write_str("Generated(***)"),
+        }
+    }
+}
+
 /// A checked configuration: everything parsed, nothing left to fail per request.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -278,6 +309,8 @@ pub struct Settings {
     pub facilitator: crate::facilitator::FacilitatorConfig,
     /// Registry API token.
     pub api_token: Option<String>,
+    /// The token `/operator/*` requires: `--api-token`, or one generated at start.
+    pub operator_token: OperatorToken,
     /// Media URL signing key.
     pub url_signing_key: Option<Vec<u8>>,
     /// Media URL lifetime.
@@ -541,6 +574,10 @@ impl Config {
             facilitator_url_token: self.facilitator_url_token.clone(),
             facilitator_settle_timeout: Duration::from_secs(self.facilitator_settle_timeout_secs),
             api_token: self.api_token.clone(),
+            operator_token: self.api_token.clone().map_or_else(
+                || OperatorToken::Generated(uuid::Uuid::new_v4().simple().to_string()),
+                OperatorToken::Given,
+            ),
             url_signing_key,
             url_ttl: Duration::from_secs(self.url_ttl_secs),
             connections: crate::serve::ConnectionLimits {

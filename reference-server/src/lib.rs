@@ -208,6 +208,7 @@ impl Server {
              \n  Interface B (asset registry):\n\
              \x20   list          {u}/api/v3/assets/\n\
              \n  Operations: {u}/healthz  {u}/metrics  {u}/operator/llms-txt  {u}/operator/settlements\n\
+             \x20   operator endpoints: {operator}\n\
              \n  How to pay: x402 `exact` scheme, USDC {asset} (EIP-712 \"{name}\" v{version}) on {net}{v1},\n\
              \x20 to {pay_to}; send PAYMENT-SIGNATURE (x402 v2) or X-PAYMENT (v1), e.g. with @x402/fetch.\n\
              \x20 Settlement: {mode}.\n\
@@ -223,6 +224,13 @@ impl Server {
                 .unwrap_or_default(),
             pay_to = s.settings.pay_to,
             mode = s.settlement_mode(),
+            operator = match &s.settings.operator_token {
+                config::OperatorToken::Given(_) =>
+                    "`Authorization: token <--api-token>`".to_owned(),
+                config::OperatorToken::Generated(t) => format!(
+                    "`Authorization: token {t}` (generated for this run; --api-token sets one)"
+                ),
+            },
             facilitator = match (&s.settings.facilitator.token, &s.settings.onchain) {
                 (Some(_), _) =>
                     "on, behind `Authorization: Bearer <--facilitator-token>`".to_owned(),

@@ -321,17 +321,17 @@ pub async fn receipt_certificate(
     )))
 }
 
-/// When the server has an API token, the operator endpoints require it (`Authorization: token <t>`):
+/// The operator endpoints always require the operator token (`Authorization: token <t>`):
 /// `Some(401 response)` when it is missing or wrong, `None` when the request may proceed.
 fn operator_auth(state: &AppState, headers: &HeaderMap) -> Option<Response> {
-    let expected = state.settings.api_token.as_ref()?;
+    let expected = state.settings.operator_token.as_str();
     if crate::auth::carries(headers, "token", expected) {
         return None;
     }
     let mut resp = ApiError::new(
         StatusCode::UNAUTHORIZED,
         "unauthorized",
-        "send the server's API token as `Authorization: token <t>`",
+        "send the operator token as `Authorization: token <t>` (--api-token, or the one the server printed at start)",
     )
     .into_response();
     resp.headers_mut()
@@ -340,8 +340,8 @@ fn operator_auth(state: &AppState, headers: &HeaderMap) -> Option<Response> {
 }
 
 /// `GET /operator/llms-txt`: llms.txt interest for the operator (totals, by user agent, recent hits).
-/// When the server has an API token, this endpoint requires it (`Authorization: token <t>`): the hits
-/// hold client addresses.
+/// Requires the operator token (`Authorization: token <t>`: `--api-token`, or the one printed at start):
+/// the rows hold client addresses.
 pub async fn llms_txt_stats(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -374,7 +374,7 @@ pub struct SettlementsView {
 
 /// `GET /operator/settlements[?outcome=settled|failed|unknown][&limit=n]`: the settlement log, newest
 /// first (every settlement attempt the x402 layer reported, see [`super::settlements`]). `unknown` rows are
-/// the ones to reconcile against the chain. Same API-token rule as `/operator/llms-txt`.
+/// the ones to reconcile against the chain. Same operator-token rule as `/operator/llms-txt`.
 pub async fn settlements(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

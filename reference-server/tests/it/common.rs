@@ -150,6 +150,19 @@ impl TestServer {
         }
     }
 
+    /// `GET` an operator endpoint with the server's operator token.
+    pub async fn operator_get(&self, path_and_query: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path_and_query))
+            .header(
+                "authorization",
+                format!("token {}", self.state.settings.operator_token.as_str()),
+            )
+            .send()
+            .await
+            .expect("GET")
+    }
+
     /// Absolute URL of `path_and_query`.
     pub fn url(&self, path_and_query: &str) -> String {
         format!("{}{}", self.base, path_and_query)

@@ -399,7 +399,7 @@ async fn llms_txt_is_plain_text_and_every_call_is_recorded() {
 pub(crate) async fn wait_for_llms_txt_total(server: &TestServer, total: u64) -> Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let stats = json(server.get("/operator/llms-txt").await).await;
+        let stats = json(server.operator_get("/operator/llms-txt").await).await;
         if stats["total"] == total || std::time::Instant::now() > deadline {
             assert_eq!(stats["total"], total, "{stats}");
             return stats;
@@ -444,6 +444,33 @@ async fn a_flood_of_llms_txt_requests_is_a_few_batched_writes_and_none_is_lost_o
     assert_eq!(by_agent.len(), 5, "{stats}");
     assert!(by_agent.iter().all(|a| a["count"] == 100), "{stats}");
     assert!(stats["recent"].as_array().unwrap().len() <= 10, "{stats}");
+}
+
+#[tokio::test]
+async fn operator_endpoints_require_a_token_even_when_none_was_configured() {
+    // The default configuration: no --api-token. A token is generated and the endpoints require it.
+    let server = TestServer::start().await;
+    assert!(server.config.api_token.is_none());
+    for path in ["/operator/llms-txt", "/operator/settlements"] {
+        assert_eq!(server.get(path).await.status(), 401, "{path}");
+        let wrong = server
+            .get_with(server.url(path), "authorization", "token guess")
+            .await;
+        assert_eq!(wrong.status(), 401, "{path}");
+        assert_eq!(server.operator_get(path).await.status(), 200, "{path}");
+    }
+    let token = server.state.settings.operator_token.as_str();
+    assert!(token.len() >= 32, "a generated token is long");
+    assert!(
+        TestServer::start()
+            .await
+            .state
+            .settings
+            .operator_token
+            .as_str()
+            != token,
+        "every start generates its own"
+    );
 }
 
 #[tokio::test]
@@ -649,6 +676,14 @@ async fn binary_prints_banner_serves_and_stops_cleanly_on_sigterm() {
     }
     assert!(
         banner.iter().any(|l| l.contains("How to pay")),
+        "{banner:?}"
+    );
+    // No --api-token: the operator token generated for this run is printed.
+    assert!(
+        banner
+            .iter()
+            .any(|l| l.contains("operator endpoints: `Authorization: token ")
+                && l.contains("generated for this run")),
         "{banner:?}"
     );
     assert!(
@@ -1072,7 +1107,8 @@ async fn through_the_whole_app_the_collection_varies_on_accept_only() {
     assert_eq!(answers[1].headers()["access-control-allow-origin"], "*");
 }
 
-/// `GET /operator/settlements?outcome=<outcome>` with the API token `token`: the rows, newest first.
+/// `GET /operator/settlements?outcome=<outcome>` with the API token `token` (default: the server's operator
+/// token): the rows, newest first.
 pub(crate) async fn settlement_rows(
     server: &TestServer,
     outcome: &str,
@@ -1081,9 +1117,8 @@ pub(crate) async fn settlement_rows(
     let mut request = server
         .client
         .get(server.url(&format!("/operator/settlements?outcome={outcome}")));
-    if let Some(t) = token {
-        request = request.header("authorization", format!("token {t}"));
-    }
+    let token = token.unwrap_or(server.state.settings.operator_token.as_str());
+    request = request.header("authorization", format!("token {token}"));
     let resp = request.send().await.unwrap();
     assert_eq!(resp.status(), 200);
     json(resp).await["settlements"]

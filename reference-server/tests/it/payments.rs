@@ -242,6 +242,9 @@ async fn a_facilitator_flood_with_caller_chosen_terms_cannot_block_a_purchase() 
 }
 
 /// A `reference-server` process on `db`, reachable at its own port, all with one public URL.
+/// The operator token every [`Instance`] gets (unless its flags name another).
+pub(crate) const OPERATOR_TOKEN: &str = "it-operator-token";
+
 pub(crate) struct Instance {
     child: std::process::Child,
     pub(crate) base: String,
@@ -271,6 +274,11 @@ impl Instance {
                 ["--seed-assets", "5"]
                     .iter()
                     .filter(|_| !flags.contains(&"--seed-assets")),
+            )
+            .args(
+                ["--api-token", OPERATOR_TOKEN]
+                    .iter()
+                    .filter(|_| !flags.contains(&"--api-token")),
             )
             .args(flags)
             .args(["--public-url", "http://shop.test"])
@@ -355,6 +363,7 @@ async fn two_processes_on_one_database_settle_one_payment_once() {
     // Exactly one settlement in the shared log, whichever instance is asked.
     let rows: Value = client
         .get(format!("{}/operator/settlements", b.base))
+        .header("authorization", format!("token {OPERATOR_TOKEN}"))
         .send()
         .await
         .unwrap()
@@ -444,6 +453,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
     // Every answered purchase also has its settled payment record and settlement row.
     let rows: Value = client
         .get(format!("{}/operator/settlements?limit=1000", b.base))
+        .header("authorization", format!("token {OPERATOR_TOKEN}"))
         .send()
         .await
         .unwrap()
@@ -476,6 +486,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
             "{}/operator/settlements?limit=1000",
             restarted.base
         ))
+        .header("authorization", format!("token {OPERATOR_TOKEN}"))
         .send()
         .await
         .unwrap()

@@ -12,8 +12,8 @@ use axum::routing::get;
 use bytes::Bytes;
 use tower::ServiceExt as _;
 use tower_http::cors::{Any, CorsLayer};
-use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
-use tracing::Level;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
 
 use crate::config::Settings;
 use crate::licensing::articles::ArticleCatalog;
@@ -143,6 +143,8 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .route("/operator/llms-txt", get(handlers::llms_txt_stats))
         .route("/operator/settlements", get(handlers::settlements))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/version", get(version))
         .route("/metrics", get(metrics))
         .with_state(state.clone());
     // Interface B: `/api/v3/assets/`, its signed media URLs and verification pages.
@@ -184,9 +186,48 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         ))
         .layer(
             TraceLayer::new_for_http()
-                .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
-                .on_response(DefaultOnResponse::new().level(Level::INFO)),
-        ))
+                .make_span_with(access_span)
+                .on_response(access_log),
+        )
+        // Outermost: every request has an id (the caller's `x-request-id`, or a new UUID) before it is logged,
+        // and every response carries it back.
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid)))
+}
+
+/// The span every log line of a request is written in: its id, method, path, client address, user agent.
+fn access_span(request: &http::Request<axum::body::Body>) -> tracing::Span {
+    let header = |name: header::HeaderName| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
+    let client = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.to_string())
+        .unwrap_or_default();
+    let user_agent = header(header::USER_AGENT);
+    let user_agent = &user_agent[..user_agent.floor_char_boundary(256)];
+    tracing::info_span!(
+        "request",
+        request_id = header(header::HeaderName::from_static("x-request-id")),
+        method = %request.method(),
+        path = request.uri().path(),
+        client = %client,
+        user_agent,
+    )
+}
+
+/// The access log line: status and latency in milliseconds (a number).
+fn access_log(response: &Response, latency: Duration, _span: &tracing::Span) {
+    tracing::info!(
+        status = response.status().as_u16(),
+        latency_ms = latency.as_secs_f64() * 1e3,
+        "answered"
+    );
 }
 
 /// Run a paid request on its own task: hyper drops a request's future when the client disconnects, and a
@@ -265,6 +306,38 @@ async fn count_requests(
 
 async fn not_found() -> Response {
     handlers::ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint").into_response()
+}
+
+/// `GET /readyz`: ready to take traffic (the database answers, settlement is configured); 503 otherwise.
+/// `/healthz` says the process is alive and its database reachable; a load balancer uses either.
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let database = state.stores.backend.ping().await;
+    let body = serde_json::json!({
+        "status": if database.is_ok() { "ready" } else { "not ready" },
+        "database": match &database {
+            Ok(()) => format!("{} ok", state.stores.backend.kind()),
+            Err(e) => format!("{}: {e}", state.stores.backend.kind()),
+        },
+        "settlement": state.settlement_mode(),
+    });
+    let status = if database.is_ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+/// `GET /version`: what is running.
+async fn version() -> Response {
+    axum::Json(serde_json::json!({
+        "name": env!("CARGO_PKG_NAME"),
+        "version": env!("CARGO_PKG_VERSION"),
+        "commit": option_env!("REFERENCE_SERVER_GIT_COMMIT").unwrap_or("unknown"),
+        "x402_tower": x402_tower::VERSION,
+        "rustc": option_env!("REFERENCE_SERVER_RUSTC").unwrap_or("unknown"),
+    }))
+    .into_response()
 }
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {

@@ -136,8 +136,9 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
 
-    /// Log format: `text` or `json`.
-    #[arg(long, env = "REFERENCE_SERVER_LOG_FORMAT", default_value = "text")]
+    /// Log format: `auto` (JSON lines when stderr is not a terminal, coloured text when it is), `text` or
+    /// `json`.
+    #[arg(long, env = "REFERENCE_SERVER_LOG_FORMAT", default_value = "auto")]
     pub log_format: LogFormat,
 
     /// JSON-RPC URL of the chain to settle on. With `--settler-key`, every purchase is settled on chain
@@ -210,7 +211,9 @@ pub enum Command {
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// Human-readable lines.
+    /// JSON when stderr is not a terminal (a file, journald, a container log), text when it is.
+    Auto,
+    /// Human-readable lines (colours only on a terminal).
     Text,
     /// One JSON object per line.
     Json,

@@ -448,11 +448,20 @@ pub fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,tower_http=info"));
+    use std::io::IsTerminal as _;
+    let terminal = std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+        .with_writer(std::io::stderr)
+        .with_ansi(terminal);
+    let json = match format {
+        LogFormat::Auto => !terminal,
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+    };
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
     };
 }

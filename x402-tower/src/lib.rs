@@ -147,6 +147,9 @@
 //! payment and the resource, and is awaited before the client is answered. See [`settle::SettlementObserver`].
 #![warn(missing_docs)]
 
+/// This crate's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub mod engine;
 pub mod layer;
 pub mod metrics;

@@ -4,6 +4,7 @@ mod common;
 mod connections;
 mod licensing;
 mod migrate;
+mod operations;
 mod payments;
 mod registry;
 mod shutdown;

@@ -11,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use tower::ServiceExt as _;
+use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{NotForContentType, Predicate as _, SizeAbove};
 use tower_http::cors::{Any, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -130,15 +132,25 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
 
     let app = Router::new()
         // Interface A
-        .route("/x402Article/list", get(handlers::list_articles))
+        .route(
+            "/x402Article/list",
+            get(handlers::list_articles).route_layer(middleware::from_fn(crate::conditional::etag)),
+        )
         .route("/x402Article", paid_article)
         .route("/serveLlmsTxt", get(handlers::serve_llms_txt))
-        .route("/receipts/{token_id}", get(handlers::receipt_json))
+        .route(
+            "/receipts/{token_id}",
+            get(handlers::receipt_json).route_layer(middleware::from_fn(crate::conditional::etag)),
+        )
         .route(
             "/receipts/{token_id}/certificate",
-            get(handlers::receipt_certificate),
+            get(handlers::receipt_certificate)
+                .route_layer(middleware::from_fn(crate::conditional::etag)),
         )
-        .route("/openapi.json", get(openapi_json))
+        .route(
+            "/openapi.json",
+            get(openapi_json).route_layer(middleware::from_fn(crate::conditional::etag)),
+        )
         // Operations
         .route("/operator/llms-txt", get(handlers::llms_txt_stats))
         .route("/operator/settlements", get(handlers::settlements))
@@ -180,6 +192,17 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
     Ok(counted
         .clone()
         .layer(cors)
+        // JSON and HTML answers of 1 KiB or more, compressed when the client accepts it (listing pages come
+        // compressed from their cache, and media files are not compressed again).
+        .layer(
+            CompressionLayer::new().compress_when(
+                SizeAbove::new(1024)
+                    .and(NotForContentType::IMAGES)
+                    .and(NotForContentType::const_new("video/"))
+                    .and(NotForContentType::const_new("audio/"))
+                    .and(NotForContentType::const_new("application/octet-stream")),
+            ),
+        )
         .layer(middleware::from_fn_with_state(
             counted,
             plain_options_skip_cors,

@@ -27,6 +27,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod conditional;
 pub mod config;
 pub mod facilitator;
 pub mod html;

@@ -42,6 +42,7 @@ mod drf;
 mod handlers;
 pub mod media;
 pub mod model;
+mod page_cache;
 pub mod seed;
 pub mod signing;
 mod upload;
@@ -118,6 +119,8 @@ impl RegistryConfig {
 /// Shared state of the registry handlers.
 pub(crate) struct Registry {
     pub(crate) store: Arc<dyn AssetStore>,
+    /// Rendered listing pages, compressed once (`page_cache`).
+    pub(crate) pages: page_cache::PageCache,
     pub(crate) signer: UrlSigner,
     pub(crate) cfg: RegistryConfig,
 }
@@ -142,6 +145,7 @@ pub fn router(store: Arc<dyn AssetStore>, cfg: RegistryConfig) -> Router {
         .max_limit(Some(cfg.page_size));
     let state = Arc::new(Registry {
         store,
+        pages: page_cache::PageCache::default(),
         signer: UrlSigner::new(&cfg.url_signing_key, cfg.url_ttl),
         cfg: RegistryConfig {
             public_base_url: base,
@@ -158,10 +162,17 @@ pub fn router(store: Arc<dyn AssetStore>, cfg: RegistryConfig) -> Router {
         .fallback(drf::method_not_allowed)
         .layer::<_, std::convert::Infallible>(pagination)
         .layer(axum::extract::DefaultBodyLimit::max(body_cap))
-        .layer(axum::middleware::from_fn(drf::surface));
+        .layer(axum::middleware::from_fn(drf::surface))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            page_cache::serve,
+        ));
     Router::new()
         .route("/api/v3/assets/", collection)
-        .route("/media/{*path}", get(handlers::media))
+        .route(
+            "/media/{*path}",
+            get(handlers::media).route_layer(axum::middleware::from_fn(crate::conditional::etag)),
+        )
         .route("/verify/{cid}", get(handlers::verify_page))
         .with_state(state)
 }

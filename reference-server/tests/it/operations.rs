@@ -110,3 +110,109 @@ async fn the_access_log_is_json_lines_with_request_id_client_agent_and_latency_i
     );
     assert_eq!(line["span"]["path"], "/healthz");
 }
+
+fn decode(encoding: &str, body: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    match encoding {
+        "gzip" => {
+            flate2::read::GzDecoder::new(body)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        "br" => {
+            brotli::Decompressor::new(body, 4096)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        "zstd" => out = zstd::decode_all(body).unwrap(),
+        other => panic!("unexpected encoding {other}"),
+    }
+    out
+}
+
+#[tokio::test]
+async fn listing_pages_are_compressed_once_tagged_and_answered_304_until_the_collection_changes() {
+    let server = TestServer::start_with(|c| c.api_token = Some("tok".into())).await;
+    let url = server.url("/api/v3/assets/?limit=200");
+    let plain = server.client.get(&url).send().await.unwrap();
+    assert!(plain.headers().get("content-encoding").is_none());
+    let etag = plain.headers()["etag"].clone();
+    let plain = plain.bytes().await.unwrap();
+    assert!(plain.len() > 100_000, "{} bytes", plain.len());
+    for encoding in ["gzip", "br", "zstd"] {
+        let r = server.get_with(&url, "accept-encoding", encoding).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["content-encoding"], encoding);
+        assert_eq!(
+            r.headers()["etag"],
+            etag,
+            "one page, one ETag, every encoding"
+        );
+        assert_eq!(r.headers()["vary"], "Accept, Accept-Encoding");
+        let body = r.bytes().await.unwrap();
+        assert!(
+            body.len() * 3 < plain.len(),
+            "{encoding}: {} of {}",
+            body.len(),
+            plain.len()
+        );
+        assert_eq!(
+            decode(encoding, &body),
+            plain,
+            "{encoding} decodes to the same page"
+        );
+    }
+    let r = server
+        .get_with(&url, "if-none-match", etag.to_str().unwrap())
+        .await;
+    assert_eq!(r.status(), 304);
+    assert_eq!(r.headers()["etag"], etag);
+    // A new asset changes the collection: the old ETag no longer matches.
+    let file: Vec<u8> = (0..3000u32).flat_map(|i| i.to_be_bytes()).collect();
+    let boundary = "b0undary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"asset_file\"; filename=\"n.jpg\"\r\nContent-Type: image/jpeg\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&file);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let created = server
+        .client
+        .post(server.url("/api/v3/assets/"))
+        .header("authorization", "token tok")
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let r = server
+        .get_with(&url, "if-none-match", etag.to_str().unwrap())
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_ne!(r.headers()["etag"], etag);
+    let page: Value = r.json().await.unwrap();
+    assert_eq!(page["count"], 41);
+}
+
+#[tokio::test]
+async fn catalog_openapi_and_receipts_are_tagged_and_compressed() {
+    let server = TestServer::start().await;
+    for path in ["/x402Article/list", "/openapi.json"] {
+        let r = server.get(path).await;
+        assert_eq!(r.status(), 200);
+        let etag = r.headers()["etag"].to_str().unwrap().to_owned();
+        let again = server
+            .get_with(&server.url(path), "if-none-match", &etag)
+            .await;
+        assert_eq!(again.status(), 304, "{path}");
+        let gz = server
+            .get_with(&server.url(path), "accept-encoding", "gzip")
+            .await;
+        assert_eq!(gz.headers()["content-encoding"], "gzip", "{path}");
+    }
+}

@@ -137,11 +137,11 @@ impl CachedPage {
             .clone()
         };
         match encoding {
-            Encoding::Zstd => compress(&self.zstd, |b| zstd::bulk::compress(b, 3)),
+            Encoding::Zstd => compress(&self.zstd, |b| zstd::bulk::compress(b, 1)),
             Encoding::Br => compress(&self.br, |b| {
                 let mut out = Vec::with_capacity(b.len() / 4);
                 let params = brotli::enc::BrotliEncoderParams {
-                    quality: 5,
+                    quality: 2,
                     ..Default::default()
                 };
                 brotli::BrotliCompress(&mut &b[..], &mut out, &params)?;
@@ -150,7 +150,7 @@ impl CachedPage {
             Encoding::Gzip => compress(&self.gzip, |b| {
                 let mut e = flate2::write::GzEncoder::new(
                     Vec::with_capacity(b.len() / 4),
-                    flate2::Compression::new(5),
+                    flate2::Compression::new(1),
                 );
                 e.write_all(b)?;
                 e.finish()

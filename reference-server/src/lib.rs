@@ -404,7 +404,7 @@ pub async fn serve(
     Ok(())
 }
 
-/// Why [`serve`] returned with an error.
+/// Why [`serve()`] returned with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// Start failed (exit code 2).

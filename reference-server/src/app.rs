@@ -320,10 +320,11 @@ async fn count_requests(
     next: Next,
 ) -> Response {
     let path = request.uri().path().to_owned();
+    let started = std::time::Instant::now();
     let response = next.run(request).await;
     state
         .metrics
-        .record_request(&path, response.status().as_u16());
+        .record_request(&path, response.status().as_u16(), started.elapsed());
     response
 }
 
@@ -382,12 +383,13 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut text = state.metrics.render();
-    state.interest.render_metrics(&mut text);
-    state.connections.render_metrics(&mut text);
-    licensing::payment::render_payment_metrics(&state.payments, &mut text);
-    state.settlements.render_metrics(&mut text);
-    state.stores.backend.render_metrics(&mut text);
+    let text = state.metrics.render(|| {
+        licensing::payment::record_payment_metrics(&state.payments);
+        state.settlements.record_metrics();
+        state.interest.record_metrics();
+        state.connections.record_metrics();
+        state.stores.backend.record_metrics();
+    });
     (
         [(
             header::CONTENT_TYPE,

@@ -1,7 +1,22 @@
-//! Prometheus text metrics of the server (the x402 layer's payment counters are appended by the app).
+//! The server's metrics, through the `metrics` facade, rendered by `metrics-exporter-prometheus` (one
+//! renderer for every family: HELP and TYPE lines, histograms with their buckets, sum and count).
+//!
+//! Each server owns its recorder (not the process-global one): several servers in one process (tests,
+//! embedding) keep separate counts. Everything is recorded with [`Metrics::record`], which makes this server's
+//! recorder current for a closure; counts kept elsewhere (the x402 layer's, the settlement log's, the
+//! database's, the connection loop's) are copied in when `/metrics` is scraped ([`Metrics::render`]).
+//!
+//! Families: `http_requests_total{route,status}` and `http_request_duration_seconds{route,status}` (a
+//! histogram; `route` is one of [`ROUTES`], `status` a class like `2xx`), `http_payment_required_total`,
+//! `license_receipts_issued_total`, `license_receipt_failures_total`, `build_info{version,commit}`,
+//! `process_*` (CPU, memory, file descriptors), and the families the other modules record.
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 /// Route groups counted separately (a fixed set, so a client cannot blow up label cardinality).
 pub const ROUTES: &[&str] = &[
@@ -21,23 +36,84 @@ pub const ROUTES: &[&str] = &[
 
 const STATUS_CLASSES: &[&str] = &["1xx", "2xx", "3xx", "4xx", "5xx"];
 
-/// Counters updated by the request-counting middleware and the handlers.
-#[derive(Debug)]
+/// Request latency buckets, seconds (a 402 takes tens of µs, a registry page a few ms, a settlement seconds).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The server's recorder and what renders it.
 pub struct Metrics {
-    requests: Vec<[AtomicU64; 5]>,
-    payment_required: AtomicU64,
-    receipts_issued: AtomicU64,
-    receipt_write_failures: AtomicU64,
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    process: metrics_process::Collector,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self {
-            requests: ROUTES.iter().map(|_| Default::default()).collect(),
-            payment_required: AtomicU64::new(0),
-            receipts_issued: AtomicU64::new(0),
-            receipt_write_failures: AtomicU64::new(0),
-        }
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("http_request_duration_seconds".into()),
+                LATENCY_BUCKETS,
+            )
+            // A fixed bucket list for a fixed name cannot be refused; fall back to summaries if it were.
+            .unwrap_or_else(|_| PrometheusBuilder::new())
+            .build_recorder();
+        let handle = recorder.handle();
+        let process = metrics_process::Collector::default();
+        let metrics = Self {
+            recorder,
+            handle,
+            process,
+        };
+        metrics.record(|| {
+            describe_counter!(
+                "http_requests_total",
+                "HTTP requests answered, by route group and status class."
+            );
+            describe_histogram!(
+                "http_request_duration_seconds",
+                Unit::Seconds,
+                "Time to answer, by route group and status class."
+            );
+            describe_counter!(
+                "http_payment_required_total",
+                "Responses with status 402 Payment Required."
+            );
+            describe_counter!(
+                "license_receipts_issued_total",
+                "License receipts stored since start."
+            );
+            describe_counter!(
+                "license_receipt_failures_total",
+                "Paid requests whose receipt could not be stored (answered 500)."
+            );
+            describe_gauge!("build_info", "Always 1; the labels say what is running.");
+            gauge!(
+                "build_info",
+                "version" => env!("CARGO_PKG_VERSION"),
+                "commit" => option_env!("REFERENCE_SERVER_GIT_COMMIT").unwrap_or("unknown"),
+                "x402_tower" => x402_tower::VERSION,
+            )
+            .set(1.0);
+            metrics.process.describe();
+            // Every route and class from the start, so rates have a zero to start from.
+            for route in ROUTES {
+                for class in ["2xx", "4xx", "5xx"] {
+                    counter!("http_requests_total", "route" => *route, "status" => class)
+                        .absolute(0);
+                }
+            }
+            counter!("http_payment_required_total").absolute(0);
+            counter!("license_receipts_issued_total").absolute(0);
+            counter!("license_receipt_failures_total").absolute(0);
+        });
+        metrics
     }
 }
 
@@ -60,82 +136,57 @@ pub fn route_of(path: &str) -> &'static str {
 }
 
 impl Metrics {
-    /// Count one answered request.
-    pub fn record_request(&self, path: &str, status: u16) {
+    /// Runs `f` with this server's recorder current: the `metrics` macros inside it record here.
+    pub fn record<T>(&self, f: impl FnOnce() -> T) -> T {
+        metrics::with_local_recorder(&self.recorder, f)
+    }
+
+    /// Count one answered request and its latency.
+    pub fn record_request(&self, path: &str, status: u16, latency: Duration) {
         let route = route_of(path);
-        let r = ROUTES
-            .iter()
-            .position(|x| *x == route)
-            .unwrap_or(ROUTES.len() - 1);
-        let class = usize::from(status / 100).clamp(1, 5) - 1;
-        self.requests[r][class].fetch_add(1, Ordering::Relaxed);
-        if status == 402 {
-            self.payment_required.fetch_add(1, Ordering::Relaxed);
-        }
+        let class = STATUS_CLASSES[usize::from(status / 100).clamp(1, 5) - 1];
+        self.record(|| {
+            counter!("http_requests_total", "route" => route, "status" => class).increment(1);
+            histogram!("http_request_duration_seconds", "route" => route, "status" => class)
+                .record(latency.as_secs_f64());
+            if status == 402 {
+                counter!("http_payment_required_total").increment(1);
+            }
+        });
     }
 
     /// Count one stored receipt.
     pub fn record_receipt(&self, ok: bool) {
-        let c = if ok {
-            &self.receipts_issued
-        } else {
-            &self.receipt_write_failures
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Render in the Prometheus text exposition format.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(2048);
-        out.push_str(
-            "# HELP http_requests_total HTTP requests answered, by route group and status class.\n",
-        );
-        out.push_str("# TYPE http_requests_total counter\n");
-        for (route, counts) in ROUTES.iter().zip(&self.requests) {
-            for (class, c) in STATUS_CLASSES.iter().zip(counts) {
-                let n = c.load(Ordering::Relaxed);
-                if n > 0 {
-                    let _ = writeln!(
-                        out,
-                        "http_requests_total{{route=\"{route}\",status=\"{class}\"}} {n}"
-                    );
-                }
+        self.record(|| {
+            if ok {
+                counter!("license_receipts_issued_total").increment(1);
+            } else {
+                counter!("license_receipt_failures_total").increment(1);
             }
-        }
-        counter(
-            &mut out,
-            "http_payment_required_total",
-            "Responses with status 402 Payment Required.",
-            self.payment_required.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "license_receipts_issued_total",
-            "License receipts stored since start.",
-            self.receipts_issued.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "license_receipt_failures_total",
-            "Paid requests whose receipt could not be stored (answered 500).",
-            self.receipt_write_failures.load(Ordering::Relaxed),
-        );
-        out
+        });
+    }
+
+    /// The Prometheus text exposition, after `collect` copied in the counts kept elsewhere (it runs with
+    /// this server's recorder current).
+    pub fn render(&self, collect: impl FnOnce()) -> String {
+        self.record(|| {
+            self.process.collect();
+            collect();
+        });
+        self.handle.render()
     }
 }
 
-pub(crate) fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = write!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
-    );
+/// Sets counter `name` to `value` (a count kept elsewhere), with its help text.
+pub(crate) fn counter(name: &'static str, help: &'static str, value: u64) {
+    describe_counter!(name, help);
+    counter!(name).absolute(value);
 }
 
-pub(crate) fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = write!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
-    );
+/// Sets gauge `name` to `value`, with its help text.
+pub(crate) fn gauge(name: &'static str, help: &'static str, value: u64) {
+    describe_gauge!(name, help);
+    gauge!(name).set(value as f64);
 }
 
 #[cfg(test)]
@@ -143,17 +194,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_counts() {
+    fn renders_counts_histograms_and_build_info_per_server() {
         let m = Metrics::default();
-        m.record_request("/x402Article", 402);
-        m.record_request("/x402Article", 200);
-        m.record_request("/nope", 404);
-        let text = m.render();
+        let other = Metrics::default();
+        m.record_request("/x402Article", 402, Duration::from_micros(40));
+        m.record_request("/x402Article", 200, Duration::from_millis(3));
+        m.record_request("/nope", 404, Duration::from_millis(1));
+        let text = m.render(|| counter("extra_total", "An extra count.", 7));
         assert!(
             text.contains("http_requests_total{route=\"/x402Article\",status=\"4xx\"} 1"),
             "{text}"
         );
         assert!(text.contains("http_requests_total{route=\"other\",status=\"4xx\"} 1"));
         assert!(text.contains("http_payment_required_total 1"));
+        assert!(text.contains("extra_total 7"));
+        assert!(text.contains("# TYPE http_request_duration_seconds histogram"));
+        assert!(text.contains("build_info{"));
+        // Another server's recorder saw none of it.
+        assert!(
+            other
+                .render(|| ())
+                .contains("http_payment_required_total 0")
+        );
     }
 }

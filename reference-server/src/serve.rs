@@ -69,29 +69,25 @@ pub struct ConnectionStats {
 }
 
 impl ConnectionStats {
-    /// Appends the counters to a Prometheus text exposition.
-    pub fn render_metrics(&self, out: &mut String) {
+    /// Records the counters (with the server's recorder current).
+    pub fn record_metrics(&self) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         crate::metrics::counter(
-            out,
             "http_connections_accepted_total",
             "TCP connections accepted.",
             get(&self.accepted),
         );
         crate::metrics::counter(
-            out,
             "http_connections_refused_total",
             "Connections closed on accept because --max-connections were open.",
             get(&self.refused),
         );
         crate::metrics::counter(
-            out,
             "http_connections_write_stalled_total",
             "Connections dropped because a response write made no progress for --write-stall-timeout-secs.",
             get(&self.stalled),
         );
         crate::metrics::gauge(
-            out,
             "http_connections_open",
             "Connections open now.",
             get(&self.open),

@@ -81,22 +81,19 @@ impl InterestRecorder {
         self.overflowed.load(Ordering::Relaxed)
     }
 
-    /// Appends the recorder's counters to a Prometheus text exposition.
-    pub fn render_metrics(&self, out: &mut String) {
+    /// Records the recorder's counters (with the server's metrics recorder current).
+    pub fn record_metrics(&self) {
         crate::metrics::counter(
-            out,
             "llms_txt_requests_total",
             "GET /serveLlmsTxt requests since start (this instance).",
             self.requests(),
         );
         crate::metrics::counter(
-            out,
             "llms_txt_requests_flushed_total",
             "Of those, requests written to the database (in per-second batches).",
             self.flushed(),
         );
         crate::metrics::counter(
-            out,
             "llms_txt_requests_overflowed_total",
             "Of those, requests counted under (overflow) because too many distinct clients came at once.",
             self.overflowed(),

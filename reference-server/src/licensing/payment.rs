@@ -1,7 +1,6 @@
 //! The bridge between the licensing handlers and the x402 layer: which network and token articles are
 //! sold in, and what a verified (and settled) payment tells the handler.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -210,28 +209,29 @@ pub(crate) fn settler(settings: &Settings) -> Result<Arc<dyn Settler>, BuildErro
 }
 
 /// Append the x402 layer's payment counters (by outcome) to the Prometheus text.
-pub(crate) fn render_payment_metrics(layer: &X402Layer, out: &mut String) {
+/// Records the x402 layer's counters (with the server's metrics recorder current).
+pub(crate) fn record_payment_metrics(layer: &X402Layer) {
     let m = layer.metrics().snapshot();
-    let _ = write!(
-        out,
-        "# HELP x402_payment_required_total 402 answers sent by the x402 layer.\n\
-         # TYPE x402_payment_required_total counter\nx402_payment_required_total {}\n\
-         # HELP x402_payments_total Payments by outcome.\n# TYPE x402_payments_total counter\n\
-         x402_payments_total{{outcome=\"accepted\"}} {}\n\
-         x402_payments_total{{outcome=\"settlement_failed\"}} {}\n\
-         x402_payments_total{{outcome=\"settlement_unknown\"}} {}\n\
-         x402_payments_total{{outcome=\"upstream_error\"}} {}\n",
+    crate::metrics::counter(
+        "x402_payment_required_total",
+        "402 answers sent by the x402 layer.",
         m.payment_required_sent,
-        m.payments_accepted,
-        m.settlements_failed,
-        m.settlements_unknown,
-        m.upstream_errors
     );
+    metrics::describe_counter!(
+        "x402_payments_total",
+        "Payments by outcome (rejected ones by the x402 reason)."
+    );
+    for (outcome, n) in [
+        ("accepted", m.payments_accepted),
+        ("settlement_failed", m.settlements_failed),
+        ("settlement_unknown", m.settlements_unknown),
+        ("upstream_error", m.upstream_errors),
+    ] {
+        metrics::counter!("x402_payments_total", "outcome" => outcome).absolute(n);
+    }
     for (reason, n) in &m.rejected {
-        let _ = writeln!(
-            out,
-            "x402_payments_total{{outcome=\"rejected\",reason=\"{reason}\"}} {n}"
-        );
+        metrics::counter!("x402_payments_total", "outcome" => "rejected", "reason" => reason.to_string())
+            .absolute(*n);
     }
 }
 

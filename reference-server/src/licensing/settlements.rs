@@ -48,28 +48,20 @@ impl SettlementLog {
 
     /// Append `x402_settlements_recorded_total{outcome}` and `x402_settlement_record_failures_total` to the
     /// Prometheus text.
-    pub fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        out.push_str(
-            "# HELP x402_settlements_recorded_total Settlement attempts written to the settlements table \
-             since start, by outcome (unknown: money may have moved, reconcile).\n\
-             # TYPE x402_settlements_recorded_total counter\n",
+    pub fn record_metrics(&self) {
+        metrics::describe_counter!(
+            "x402_settlements_recorded_total",
+            "Settlement attempts written to the settlements table since start, by outcome (unknown: money may \
+             have moved, reconcile)."
         );
         for o in SettlementOutcome::ALL {
-            let _ = writeln!(
-                out,
-                "x402_settlements_recorded_total{{outcome=\"{}\"}} {}",
-                o.as_str(),
-                self.recorded(o)
-            );
+            metrics::counter!("x402_settlements_recorded_total", "outcome" => o.as_str())
+                .absolute(self.recorded(o));
         }
-        let _ = write!(
-            out,
-            "# HELP x402_settlement_record_failures_total Settlement attempts that could not be written \
-             (logged as SETTLEMENT NOT RECORDED).\n\
-             # TYPE x402_settlement_record_failures_total counter\n\
-             x402_settlement_record_failures_total {}\n",
-            self.failures.load(Ordering::Relaxed)
+        crate::metrics::counter(
+            "x402_settlement_record_failures_total",
+            "Settlement attempts that could not be written (logged as SETTLEMENT NOT RECORDED).",
+            self.failures.load(Ordering::Relaxed),
         );
     }
 

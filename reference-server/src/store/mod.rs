@@ -216,8 +216,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn kind(&self) -> &'static str;
     /// One round trip to the database (`/healthz`, `/readyz`).
     fn ping(&self) -> StoreFuture<'_, ()>;
-    /// Appends the backend's own counters to a Prometheus text exposition.
-    fn render_metrics(&self, out: &mut String);
+    /// Records the backend's own counters (with the server's metrics recorder current).
+    fn record_metrics(&self);
 }
 
 /// The stores of one database, as the application uses them. Cheap to clone.

@@ -281,15 +281,13 @@ impl super::Backend for Db {
         }))
     }
 
-    fn render_metrics(&self, out: &mut String) {
+    fn record_metrics(&self) {
         crate::metrics::counter(
-            out,
             "sqlite_group_commits_total",
             "Durable commits of the SQLite writer (each carries one or more writes).",
             self.commits(),
         );
         crate::metrics::counter(
-            out,
             "sqlite_group_commit_writes_total",
             "Writes carried by those commits.",
             self.committed_writes(),

@@ -216,3 +216,79 @@ async fn catalog_openapi_and_receipts_are_tagged_and_compressed() {
         assert_eq!(gz.headers()["content-encoding"], "gzip", "{path}");
     }
 }
+
+#[tokio::test]
+async fn metrics_parse_as_prometheus_text_every_family_typed_and_described() {
+    let server = TestServer::start().await;
+    for path in ["/healthz", "/x402Article?articleId=c2pa-explained", "/nope"] {
+        server.get(path).await;
+    }
+    let text = server.get("/metrics").await.text().await.unwrap();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .expect("valid Prometheus text");
+    assert!(scrape.samples.len() > 20, "{text}");
+    let types: std::collections::HashMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    for sample in &scrape.samples {
+        // The parser folds `_bucket` lines into their histogram and leaves `_sum`/`_count` as samples of
+        // their own: those belong to the histogram family.
+        let family = ["_sum", "_count"]
+            .iter()
+            .find_map(|suffix| sample.metric.strip_suffix(suffix))
+            .filter(|base| types.get(base) == Some(&"histogram"))
+            .unwrap_or(&sample.metric);
+        assert!(types.contains_key(family), "{} has no TYPE", sample.metric);
+        assert!(
+            scrape.docs.contains_key(family),
+            "{} has no HELP",
+            sample.metric
+        );
+    }
+    let latency = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "http_request_duration_seconds"
+                && s.labels.get("route") == Some("/x402Article")
+        })
+        .expect("a latency histogram for the paid route");
+    let prometheus_parse::Value::Histogram(buckets) = &latency.value else {
+        panic!("not a histogram: {:?}", latency.value)
+    };
+    assert!(
+        buckets.iter().any(|b| b.less_than.is_infinite()),
+        "+Inf bucket"
+    );
+    assert!(
+        text.contains("http_request_duration_seconds_sum{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("http_request_duration_seconds_count{"),
+        "{text}"
+    );
+    for family in [
+        "build_info",
+        "x402_payments_total",
+        "x402_payment_required_total",
+        "x402_settlements_recorded_total",
+        "sqlite_group_commits_total",
+        "http_connections_accepted_total",
+        "llms_txt_requests_total",
+    ] {
+        assert!(
+            scrape.samples.iter().any(|s| s.metric == family),
+            "{family} missing"
+        );
+    }
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .any(|s| s.metric.starts_with("process_")),
+        "process metrics"
+    );
+}

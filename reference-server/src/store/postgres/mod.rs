@@ -175,7 +175,7 @@ impl Backend for Pg {
         })
     }
 
-    fn render_metrics(&self, out: &mut String) {
+    fn record_metrics(&self) {
         let status = self.pool.status();
         for (name, help, value) in [
             (
@@ -194,7 +194,7 @@ impl Backend for Pg {
                 status.waiting,
             ),
         ] {
-            crate::metrics::gauge(out, name, help, value as u64);
+            crate::metrics::gauge(name, help, value as u64);
         }
     }
 }

@@ -14,13 +14,13 @@ source scripts/test-services.sh
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy (warnings are errors)"
-cargo clippy --workspace --all-targets --features x402-tower/redis -- -D warnings
+cargo clippy --workspace --all-targets --features x402-tower/redis,x402-tower/metrics -- -D warnings
 echo "==> cargo test"
 # x402-tower's Redis replay store is a cargo feature: built and tested here against the Redis started above.
-cargo test --workspace --all-targets --features x402-tower/redis
+cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics
 echo "==> reference-server integration suite on PostgreSQL"
 # The same test binary the line above built and ran on SQLite (no second build), pointed at PostgreSQL.
-it_bin="$(cargo test --workspace --all-targets --features x402-tower/redis --no-run --message-format=json 2>/dev/null \
+it_bin="$(cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json, sys
 for m in map(json.loads, sys.stdin):
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "it" \
@@ -28,6 +28,6 @@ for m in map(json.loads, sys.stdin):
         print(m["executable"])')"
 [ -x "$it_bin" ] || { echo "error: reference-server's integration test binary not found" >&2; exit 1; }
 (cd reference-server && REFERENCE_SERVER_TEST_POSTGRES="$X402_TEST_POSTGRES_ADMIN" "$it_bin")
-cargo test --workspace --doc --features x402-tower/redis
+cargo test --workspace --doc --features x402-tower/redis,x402-tower/metrics
 echo "==> cargo doc (warnings are errors)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features x402-tower/redis
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features x402-tower/redis,x402-tower/metrics

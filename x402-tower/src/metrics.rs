@@ -1,4 +1,10 @@
 //! Counters a server can export (to Prometheus, say): plain atomics, read as a [`MetricsSnapshot`].
+//!
+//! With the `metrics` feature, every count is also recorded through the [`metrics`](https://docs.rs/metrics)
+//! facade, to whatever recorder the application installed (`metrics-exporter-prometheus`, StatsD, ...):
+//! `x402_payment_required_total`, `x402_payments_total{outcome, reason}` (outcomes `accepted`, `rejected`
+//! with the x402 reason, `settlement_failed`, `settlement_unknown`, `upstream_error`) and
+//! `x402_settlement_observer_errors_total`. [`describe`] registers their help texts.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -54,25 +60,60 @@ impl X402Metrics {
 
     pub(crate) fn payment_required(&self) {
         self.payment_required.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("x402_payment_required_total").increment(1);
     }
     pub(crate) fn accepted(&self) {
         self.accepted.fetch_add(1, Relaxed);
+        facade_outcome("accepted");
     }
     pub(crate) fn rejected(&self, reason: RejectReason) {
         self.rejected[reason as usize].fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("x402_payments_total", "outcome" => "rejected", "reason" => reason.as_str())
+            .increment(1);
     }
     pub(crate) fn settlement_failed(&self) {
         self.settlements_failed.fetch_add(1, Relaxed);
+        facade_outcome("settlement_failed");
     }
     pub(crate) fn settlement_unknown(&self) {
         self.settlements_unknown.fetch_add(1, Relaxed);
+        facade_outcome("settlement_unknown");
     }
     pub(crate) fn observer_error(&self) {
         self.observer_errors.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("x402_settlement_observer_errors_total").increment(1);
     }
     pub(crate) fn upstream_error(&self) {
         self.upstream_errors.fetch_add(1, Relaxed);
+        facade_outcome("upstream_error");
     }
+}
+
+/// Records one payment outcome through the facade (feature `metrics`).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+fn facade_outcome(outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("x402_payments_total", "outcome" => outcome).increment(1);
+}
+
+/// Registers the help texts of the facade's x402 counters with the current recorder (feature `metrics`).
+#[cfg(feature = "metrics")]
+pub fn describe() {
+    metrics::describe_counter!(
+        "x402_payment_required_total",
+        "402 answers sent by the x402 layer."
+    );
+    metrics::describe_counter!(
+        "x402_payments_total",
+        "Payments by outcome (rejected ones by the x402 reason)."
+    );
+    metrics::describe_counter!(
+        "x402_settlement_observer_errors_total",
+        "Settlements the settlement observer failed to record."
+    );
 }
 
 impl MetricsSnapshot {

@@ -4,6 +4,8 @@ mod support;
 
 mod clients;
 mod engine;
+#[cfg(feature = "metrics")]
+mod facade;
 #[cfg(feature = "facilitator")]
 mod facilitator;
 mod observer;

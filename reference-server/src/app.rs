@@ -192,6 +192,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
     Ok(counted
         .clone()
         .layer(cors)
+        .layer(middleware::from_fn(error_request_id))
         // JSON and HTML answers of 1 KiB or more, compressed when the client accepts it (listing pages come
         // compressed from their cache, and media files are not compressed again).
         .layer(
@@ -216,6 +217,42 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         // and every response carries it back.
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid)))
+}
+
+/// Largest JSON error body given its request id.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Puts the request id (`x-request-id`) into JSON error bodies (`"request_id"` beside `"error"`), so the id
+/// a user reports is in what they saw. 402s are x402 documents and stay as the protocol defines them.
+async fn error_request_id(request: Request, next: Next) -> Response {
+    let id = request.headers().get("x-request-id").cloned();
+    let response = next.run(request).await;
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let (Some(id), true, true) = (
+        id.and_then(|v| v.to_str().ok().map(str::to_owned)),
+        json,
+        (status.is_client_error() && status != StatusCode::PAYMENT_REQUIRED)
+            || status.is_server_error(),
+    ) else {
+        return response;
+    };
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_ERROR_BODY).await else {
+        return (status, "error body too large").into_response();
+    };
+    let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Object(mut map)) => {
+            map.insert("request_id".into(), serde_json::Value::String(id));
+            parts.headers.remove(header::CONTENT_LENGTH);
+            serde_json::to_vec(&map).unwrap_or_else(|_| bytes.to_vec())
+        }
+        _ => bytes.to_vec(),
+    };
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 /// The span every log line of a request is written in: its id, method, path, client address, user agent.

@@ -22,6 +22,33 @@ async fn every_response_carries_a_request_id_and_a_callers_id_is_kept() {
         .await;
     assert_eq!(kept.status(), 404);
     assert_eq!(kept.headers()["x-request-id"], "trace-7f3a");
+    // The id is in the error body too (what a user copies into a report).
+    let body: Value = kept.json().await.unwrap();
+    assert_eq!(body["request_id"], "trace-7f3a", "{body}");
+    assert_eq!(body["error"], "not_found");
+    let registry_error: Value = server
+        .get_with(
+            server.url("/api/v3/assets/?format=xml"),
+            "x-request-id",
+            "trace-2",
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(registry_error["request_id"], "trace-2", "{registry_error}");
+    // A 402 is an x402 document: left as the protocol defines it.
+    let unpaid = server
+        .get_with(
+            server.url("/x402Article?articleId=c2pa-explained"),
+            "x-request-id",
+            "trace-3",
+        )
+        .await;
+    assert_eq!(unpaid.status(), 402);
+    assert_eq!(unpaid.headers()["x-request-id"], "trace-3");
+    let doc: Value = unpaid.json().await.unwrap();
+    assert!(doc.get("request_id").is_none(), "{doc}");
 }
 
 #[tokio::test]

@@ -181,7 +181,11 @@ pub fn licensing_openapi(public_url: &str, payment: &PaymentNetwork) -> Value {
             "Error": {
                 "type": "object",
                 "required": ["error"],
-                "properties": {"error": {"type": "string"}, "detail": {"type": "string"}}
+                "properties": {
+                    "error": {"type": "string"},
+                    "detail": {"type": "string"},
+                    "request_id": {"type": "string", "description": "The request's x-request-id, to quote when reporting the error."}
+                }
             }
         }}
     })

@@ -85,3 +85,47 @@ async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_
     assert_eq!(resp.status(), 402, "the migrated record refuses the nonce");
     assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_that_fails_half_way_writes_nothing() {
+    if backend() != "postgres" {
+        eprintln!("runs in the PostgreSQL pass of the suite ({POSTGRES_ENV})");
+        return;
+    }
+    let dir = TempDir::new();
+    let sqlite = dir.path().join("bad.sqlite3");
+    reference_server::store::Db::open(&sqlite).unwrap();
+    // Articles copy fine; a receipt whose x402 version does not fit PostgreSQL's SMALLINT fails the copy
+    // after them.
+    let conn = rusqlite::Connection::open(&sqlite).unwrap();
+    conn.execute_batch(
+        "INSERT INTO articles (id, title, excerpt, content, author_name, published_date, price_atomic, published)
+             VALUES ('a', 't', 'e', 'c', 'n', '2025-01-01', 10000, 1);
+         INSERT INTO receipts (token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce,
+             x402_version, settlement, created_at)
+             VALUES ('1', 'a', '0x1', '0x2', '10000', 'eip155:84532', '0x3', '0xaa', 70000, 'verify-only', 't');",
+    )
+    .unwrap();
+    drop(conn);
+    let target = fresh_database(dir.path(), "unused").await;
+    let out = migrate(&sqlite, &target);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was written"));
+    let (client, connection) = tokio_postgres::connect(&target, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    for table in reference_server::store::migrate::TABLES {
+        let n: i64 = client
+            .query_one(&format!("SELECT COUNT(*) FROM {table}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0, "{table} kept rows of a failed migration");
+    }
+    // And the same file, once fixed, migrates.
+    let conn = rusqlite::Connection::open(&sqlite).unwrap();
+    conn.execute("UPDATE receipts SET x402_version = 2", []).unwrap();
+    drop(conn);
+    assert!(migrate(&sqlite, &target).status.success());
+}

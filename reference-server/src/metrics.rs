@@ -2,8 +2,9 @@
 //! renderer for every family: HELP and TYPE lines, histograms with their buckets, sum and count).
 //!
 //! Each server owns its recorder (not the process-global one): several servers in one process (tests,
-//! embedding) keep separate counts. Everything is recorded with [`Metrics::record`], which makes this server's
-//! recorder current for a closure; counts kept elsewhere (the x402 layer's, the settlement log's, the
+//! embedding) keep separate counts. The per-request families are registered once, as handles the request
+//! path only increments; [`Metrics::record`] makes this server's recorder current for a closure; counts kept
+//! elsewhere (the x402 layer's, the settlement log's, the
 //! database's, the connection loop's) are copied in when `/metrics` is scraped ([`Metrics::render`]).
 //!
 //! Families: `http_requests_total{route,status}` and `http_request_duration_seconds{route,status}` (a
@@ -14,7 +15,8 @@
 use std::time::Duration;
 
 use metrics::{
-    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+    Counter, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    histogram,
 };
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
@@ -34,7 +36,7 @@ pub const ROUTES: &[&str] = &[
     "other",
 ];
 
-const STATUS_CLASSES: &[&str] = &["1xx", "2xx", "3xx", "4xx", "5xx"];
+const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// Request latency buckets, seconds (a 402 takes tens of µs, a registry page a few ms, a settlement seconds).
 const LATENCY_BUCKETS: &[f64] = &[
@@ -46,6 +48,17 @@ pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
     process: metrics_process::Collector,
+    /// Registered once: a request increments a handle, it builds no key and looks nothing up.
+    requests: Vec<[RouteClass; 5]>,
+    payment_required: Counter,
+    receipts_issued: Counter,
+    receipt_failures: Counter,
+}
+
+/// The handles of one route group and status class.
+struct RouteClass {
+    count: Counter,
+    latency: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -66,54 +79,66 @@ impl Default for Metrics {
             .build_recorder();
         let handle = recorder.handle();
         let process = metrics_process::Collector::default();
-        let metrics = Self {
+        let (requests, payment_required, receipts_issued, receipt_failures) =
+            metrics::with_local_recorder(&recorder, || {
+                describe_counter!(
+                    "http_requests_total",
+                    "HTTP requests answered, by route group and status class."
+                );
+                describe_histogram!(
+                    "http_request_duration_seconds",
+                    Unit::Seconds,
+                    "Time to answer, by route group and status class."
+                );
+                describe_counter!(
+                    "http_payment_required_total",
+                    "Responses with status 402 Payment Required."
+                );
+                describe_counter!(
+                    "license_receipts_issued_total",
+                    "License receipts stored since start."
+                );
+                describe_counter!(
+                    "license_receipt_failures_total",
+                    "Paid requests whose receipt could not be stored (answered 500)."
+                );
+                describe_gauge!("build_info", "Always 1; the labels say what is running.");
+                gauge!(
+                    "build_info",
+                    "version" => env!("CARGO_PKG_VERSION"),
+                    "commit" => option_env!("REFERENCE_SERVER_GIT_COMMIT").unwrap_or("unknown"),
+                    "x402_tower" => x402_tower::VERSION,
+                )
+                .set(1.0);
+                process.describe();
+                // Every route and class registered from the start (rates have a zero to start from).
+                let requests = ROUTES
+                .iter()
+                .map(|route| {
+                    STATUS_CLASSES.map(|class| RouteClass {
+                        count: counter!("http_requests_total", "route" => *route, "status" => class),
+                        latency: histogram!(
+                            "http_request_duration_seconds", "route" => *route, "status" => class
+                        ),
+                    })
+                })
+                .collect();
+                (
+                    requests,
+                    counter!("http_payment_required_total"),
+                    counter!("license_receipts_issued_total"),
+                    counter!("license_receipt_failures_total"),
+                )
+            });
+        Self {
             recorder,
             handle,
             process,
-        };
-        metrics.record(|| {
-            describe_counter!(
-                "http_requests_total",
-                "HTTP requests answered, by route group and status class."
-            );
-            describe_histogram!(
-                "http_request_duration_seconds",
-                Unit::Seconds,
-                "Time to answer, by route group and status class."
-            );
-            describe_counter!(
-                "http_payment_required_total",
-                "Responses with status 402 Payment Required."
-            );
-            describe_counter!(
-                "license_receipts_issued_total",
-                "License receipts stored since start."
-            );
-            describe_counter!(
-                "license_receipt_failures_total",
-                "Paid requests whose receipt could not be stored (answered 500)."
-            );
-            describe_gauge!("build_info", "Always 1; the labels say what is running.");
-            gauge!(
-                "build_info",
-                "version" => env!("CARGO_PKG_VERSION"),
-                "commit" => option_env!("REFERENCE_SERVER_GIT_COMMIT").unwrap_or("unknown"),
-                "x402_tower" => x402_tower::VERSION,
-            )
-            .set(1.0);
-            metrics.process.describe();
-            // Every route and class from the start, so rates have a zero to start from.
-            for route in ROUTES {
-                for class in ["2xx", "4xx", "5xx"] {
-                    counter!("http_requests_total", "route" => *route, "status" => class)
-                        .absolute(0);
-                }
-            }
-            counter!("http_payment_required_total").absolute(0);
-            counter!("license_receipts_issued_total").absolute(0);
-            counter!("license_receipt_failures_total").absolute(0);
-        });
-        metrics
+            requests,
+            payment_required,
+            receipts_issued,
+            receipt_failures,
+        }
     }
 }
 
@@ -144,26 +169,25 @@ impl Metrics {
     /// Count one answered request and its latency.
     pub fn record_request(&self, path: &str, status: u16, latency: Duration) {
         let route = route_of(path);
-        let class = STATUS_CLASSES[usize::from(status / 100).clamp(1, 5) - 1];
-        self.record(|| {
-            counter!("http_requests_total", "route" => route, "status" => class).increment(1);
-            histogram!("http_request_duration_seconds", "route" => route, "status" => class)
-                .record(latency.as_secs_f64());
-            if status == 402 {
-                counter!("http_payment_required_total").increment(1);
-            }
-        });
+        let r = ROUTES
+            .iter()
+            .position(|x| *x == route)
+            .unwrap_or(ROUTES.len() - 1);
+        let handles = &self.requests[r][usize::from(status / 100).clamp(1, 5) - 1];
+        handles.count.increment(1);
+        handles.latency.record(latency.as_secs_f64());
+        if status == 402 {
+            self.payment_required.increment(1);
+        }
     }
 
     /// Count one stored receipt.
     pub fn record_receipt(&self, ok: bool) {
-        self.record(|| {
-            if ok {
-                counter!("license_receipts_issued_total").increment(1);
-            } else {
-                counter!("license_receipt_failures_total").increment(1);
-            }
-        });
+        if ok {
+            self.receipts_issued.increment(1);
+        } else {
+            self.receipt_failures.increment(1);
+        }
     }
 
     /// The Prometheus text exposition, after `collect` copied in the counts kept elsewhere (it runs with

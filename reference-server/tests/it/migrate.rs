@@ -125,7 +125,8 @@ async fn a_migration_that_fails_half_way_writes_nothing() {
     }
     // And the same file, once fixed, migrates.
     let conn = rusqlite::Connection::open(&sqlite).unwrap();
-    conn.execute("UPDATE receipts SET x402_version = 2", []).unwrap();
+    conn.execute("UPDATE receipts SET x402_version = 2", [])
+        .unwrap();
     drop(conn);
     assert!(migrate(&sqlite, &target).status.success());
 }

@@ -47,6 +47,8 @@ pub struct AppState {
     pub interest: crate::licensing::interest::InterestRecorder,
     /// The OpenAPI document, serialised once.
     pub openapi: Bytes,
+    /// Its ETag, computed once.
+    pub openapi_etag: HeaderValue,
     /// The x402 layer of `/x402Article` (kept here for its metrics).
     pub payments: X402Layer,
     /// The settlement log the x402 layer reports every settlement attempt to (its store and counters).
@@ -62,7 +64,9 @@ impl AppState {
         public_url: String,
         stores: Stores,
     ) -> Result<Self, BuildError> {
-        let openapi = crate::openapi::licensing_openapi(&public_url, &settings.payment);
+        let openapi = Bytes::from(
+            crate::openapi::licensing_openapi(&public_url, &settings.payment).to_string(),
+        );
         let settler = licensing::payment::settler(&settings)?;
         let settlements = Arc::new(SettlementLog::new(stores.settlements.clone()));
         let payment_store = stores.payments.clone();
@@ -83,7 +87,11 @@ impl AppState {
             payment_store,
             settlements,
             licensing,
-            openapi: Bytes::from(openapi.to_string()),
+            openapi_etag: crate::conditional::body_etag(
+                &openapi,
+                Some(&HeaderValue::from_static("application/json")),
+            ),
+            openapi,
             metrics: Metrics::default(),
             interest: Default::default(),
             connections: Default::default(),
@@ -439,10 +447,13 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 async fn openapi_json(State(state): State<Arc<AppState>>) -> Response {
     (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::ETAG, state.openapi_etag.clone()),
+        ],
         state.openapi.clone(),
     )
         .into_response()

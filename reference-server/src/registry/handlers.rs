@@ -123,6 +123,10 @@ pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Respons
             serde_json::Value::Null,
         )
     };
+    // A file under its CID is content-addressed: the CID is its ETag.
+    let etag = path
+        .strip_prefix("/media/a/")
+        .and_then(|cid| HeaderValue::from_str(&format!("\"{cid}\"")).ok());
     let (mime, bytes): (String, Vec<u8>) = if let Some(cid) = path.strip_prefix("/media/a/") {
         match reg.store.file(cid.to_owned()).await {
             Ok(file) => match file.source {
@@ -150,7 +154,7 @@ pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Respons
     };
     let content_type = HeaderValue::from_str(&mime)
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));
-    (
+    let mut response = (
         [
             (header::CONTENT_TYPE, content_type),
             (
@@ -172,7 +176,11 @@ pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Respons
         ],
         bytes,
     )
-        .into_response()
+        .into_response();
+    if let Some(etag) = etag {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    response
 }
 
 /// `GET /verify/{cid}`: the public verification page linked by `certificate_link`.

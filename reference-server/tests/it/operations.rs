@@ -242,6 +242,23 @@ async fn catalog_openapi_and_receipts_are_tagged_and_compressed() {
             .await;
         assert_eq!(gz.headers()["content-encoding"], "gzip", "{path}");
     }
+    // A media file is content-addressed: its CID is its ETag, without reading it twice.
+    let page: Value = server
+        .get("/api/v3/assets/?limit=1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let record = &page["results"][0];
+    let url = record["asset_file"].as_str().unwrap();
+    let file = server.client.get(url).send().await.unwrap();
+    assert_eq!(file.status(), 200);
+    let cid = record["cid"].as_str().unwrap();
+    assert_eq!(file.headers()["etag"], format!("\"{cid}\"").as_str());
+    let again = server
+        .get_with(url, "if-none-match", &format!("\"{cid}\""))
+        .await;
+    assert_eq!(again.status(), 304);
 }
 
 #[tokio::test]

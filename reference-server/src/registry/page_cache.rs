@@ -46,7 +46,6 @@ struct Key {
 /// One cached page: what the handler answered, and its encodings once made.
 pub(crate) struct CachedPage {
     headers: HeaderMap,
-    etag: HeaderValue,
     identity: Bytes,
     zstd: OnceLock<Bytes>,
     br: OnceLock<Bytes>,
@@ -248,12 +247,11 @@ pub(crate) async fn serve(
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         }
     };
-    parts.headers.insert(header::ETAG, tag.clone());
+    parts.headers.insert(header::ETAG, tag);
     vary(&mut parts.headers);
     parts.headers.remove(header::CONTENT_LENGTH);
     let page = Arc::new(CachedPage {
         headers: parts.headers,
-        etag: tag,
         identity,
         zstd: OnceLock::new(),
         br: OnceLock::new(),
@@ -267,7 +265,7 @@ pub(crate) async fn serve(
 impl std::fmt::Debug for CachedPage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachedPage")
-            .field("etag", &self.etag)
+            .field("etag", &self.headers.get(header::ETAG))
             .field("bytes", &self.identity.len())
             .finish_non_exhaustive()
     }

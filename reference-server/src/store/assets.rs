@@ -110,14 +110,7 @@ impl AssetStore for SqliteAssetStore {
     }
 
     fn page(&self, offset: u64, limit: u64) -> StoreFuture<'_, PageRows> {
-        Box::pin(self.db.read(move |c| {
-            let rows = Vec::with_capacity(limit.min(1000) as usize);
-            let (count, rows) = page_each(c, offset, limit, rows, |rows, id, tpl| {
-                rows.push((id, bytes::Bytes::copy_from_slice(tpl)));
-                Ok(())
-            })?;
-            Ok(PageRows { count, rows })
-        }))
+        Box::pin(self.db.read(move |c| page(c, offset, limit)))
     }
 
     fn template(&self, cid: String) -> StoreFuture<'_, (u64, Vec<u8>)> {
@@ -188,17 +181,12 @@ fn count(c: &Connection) -> Result<u64, StoreError> {
     Ok(max.map_or(0, |m| (m + 1).max(0) as u64))
 }
 
-fn page_each<T>(
-    c: &Connection,
-    offset: u64,
-    limit: u64,
-    mut acc: T,
-    mut f: impl FnMut(&mut T, u64, &[u8]) -> Result<(), StoreError>,
-) -> Result<(u64, T), StoreError> {
+fn page(c: &Connection, offset: u64, limit: u64) -> Result<PageRows, StoreError> {
     tune_reader(c)?;
     // One read transaction: the count and the page agree even while uploads land.
     let tx = c.unchecked_transaction()?;
     let count = count(&tx)?;
+    let mut rows = Vec::with_capacity(limit.min(1000) as usize);
     if offset < count && limit > 0 {
         // Descending position `count-1-offset` down to `count-offset-limit` (clamped at 0).
         let hi = (count - 1 - offset) as i64;
@@ -206,18 +194,18 @@ fn page_each<T>(
         let mut stmt = tx.prepare_cached(
             "SELECT id, tpl FROM assets WHERE pos BETWEEN ?1 AND ?2 ORDER BY pos DESC",
         )?;
-        let mut rows = stmt.query(params![lo, hi])?;
-        while let Some(row) = rows.next()? {
+        let mut found = stmt.query(params![lo, hi])?;
+        while let Some(row) = found.next()? {
             let id: i64 = row.get(0)?;
             let blob = row
                 .get_ref(1)?
                 .as_blob()
                 .map_err(|e| StoreError::Invalid(e.to_string()))?;
-            f(&mut acc, id as u64, blob)?;
+            rows.push((id as u64, bytes::Bytes::copy_from_slice(blob)));
         }
     }
     tx.finish()?;
-    Ok((count, acc))
+    Ok(PageRows { count, rows })
 }
 
 /// Page cache of a connection that serves listings: big enough for the hot pages of 200 records of

@@ -128,7 +128,9 @@ impl Db {
         // Registry records are ~6 KB of JSON: 16 KiB pages keep one record on one page
         // (only takes effect when the file is new; WAL must come after it).
         writer.pragma_update(None, "page_size", 16384)?;
-        writer.pragma_update(None, "journal_mode", "WAL")?;
+        // Another process opening the same new file at the same moment may hold the lock the switch to WAL
+        // needs; SQLite answers that at once (no busy handler), so wait for it here.
+        retry_busy(|| writer.pragma_update(None, "journal_mode", "WAL"))?;
         migrate(&writer)?;
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
@@ -390,36 +392,59 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
          )",
     )?;
     for &(name, sql) in MIGRATIONS {
-        let done: bool = conn.query_row(
-            "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE name = ?1)",
-            [name],
-            |r| r.get(0),
-        )?;
-        if done {
-            continue;
-        }
-        let apply = || -> Result<(), rusqlite::Error> {
+        // Checked under the write lock: a second process starting on the same file waits here and then
+        // finds the migration recorded.
+        let apply = || -> Result<bool, rusqlite::Error> {
             conn.execute_batch("BEGIN IMMEDIATE")?;
-            let result = conn.execute_batch(sql).and_then(|()| {
-                conn.execute("INSERT INTO schema_migrations (name) VALUES (?1)", [name])
-            });
+            let result = conn
+                .query_row(
+                    "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE name = ?1)",
+                    [name],
+                    |r| r.get::<_, bool>(0),
+                )
+                .and_then(|done| {
+                    if done {
+                        return Ok(false);
+                    }
+                    conn.execute_batch(sql)?;
+                    conn.execute("INSERT INTO schema_migrations (name) VALUES (?1)", [name])?;
+                    Ok(true)
+                });
             match result {
-                Ok(_) => conn.execute_batch("COMMIT"),
+                Ok(applied) => conn.execute_batch("COMMIT").map(|()| applied),
                 Err(e) => {
                     let _ = conn.execute_batch("ROLLBACK");
                     Err(e)
                 }
             }
         };
-        apply().map_err(|source| StoreError::Migration {
+        let applied = apply().map_err(|source| StoreError::Migration {
             name,
             source: Box::new(source.into()),
         })?;
-        tracing::info!(migration = name, "applied schema migration");
+        if applied {
+            tracing::info!(migration = name, "applied schema migration");
+        }
     }
     Ok(())
 }
 
+/// Runs `f` again while SQLite answers `SQLITE_BUSY` at once (statements that do not wait on the busy
+/// handler), for at most [`BUSY_TIMEOUT`].
+fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match f() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -536,3 +536,46 @@ async fn a_payment_settled_through_one_instances_facilitator_is_settled_for_ever
     );
     assert_eq!(json_body(settle(&b.base).await.unwrap()).await, settled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_starting_together_on_an_empty_database_migrate_and_seed_it_once() {
+    // Both processes are started before either is listening: migrations and seeding race (PostgreSQL:
+    // advisory locks; SQLite: the first seed chunk's write transaction holds the emptiness check).
+    let dir = TempDir::new();
+    let db = fresh_database(dir.path(), "together.sqlite3").await;
+    let media = dir.path().join("media");
+    let starts: Vec<_> = (0..2)
+        .map(|_| {
+            let (db, media) = (db.clone(), media.clone());
+            std::thread::spawn(move || {
+                Instance::start_with(&db, &media, &["--seed-assets", "3000"])
+            })
+        })
+        .collect();
+    let instances: Vec<Instance> = starts.into_iter().map(|t| t.join().unwrap()).collect();
+    let client = test_client();
+    for instance in &instances {
+        let page: Value = client
+            .get(format!("{}/api/v3/assets/?limit=1", instance.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(page["count"], 3000, "seeded once, not twice");
+        let catalog: Value = client
+            .get(format!("{}/x402Article/list", instance.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            catalog.as_array().unwrap().len(),
+            12,
+            "the demo catalog once"
+        );
+    }
+}

@@ -389,11 +389,14 @@ async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_set
 async fn concurrent_copies_through_the_facilitator_door_settle_once() {
     let s = Scripted::new(settled_outcome());
     let e = Arc::new(engine(s.clone(), Arc::new(InMemoryReplayStore::default())));
+    // Copies of one payment, signed once (see the next test).
+    let payment = body(20);
     let tasks: Vec<_> = (0..16)
         .map(|_| {
             let e = e.clone();
+            let payment = payment.clone();
             tokio::spawn(async move {
-                e.facilitator_settle(&FacilitatorPolicy::default(), &body(20))
+                e.facilitator_settle(&FacilitatorPolicy::default(), &payment)
                     .await
                     .unwrap()
             })
@@ -428,11 +431,15 @@ async fn two_engines_on_one_store_settle_an_authorization_once_whichever_door() 
         Arc::new(engine(s1.clone(), store.clone())),
         Arc::new(engine(s2.clone(), store.clone())),
     );
+    // One payment, signed once: `body` puts `now + 300` in validBefore, so building it again a second later
+    // would be another authorization of the same nonce (a replay, not a resend).
+    let payment = body(21);
     let tasks: Vec<_> = (0..16)
         .map(|i| {
             let e = if i % 2 == 0 { e1.clone() } else { e2.clone() };
+            let payment = payment.clone();
             tokio::spawn(async move {
-                e.facilitator_settle(&FacilitatorPolicy::default(), &body(21))
+                e.facilitator_settle(&FacilitatorPolicy::default(), &payment)
                     .await
                     .unwrap()
             })
@@ -444,10 +451,10 @@ async fn two_engines_on_one_store_settle_an_authorization_once_whichever_door() 
     assert_eq!(s1.settles() + s2.settles(), 1);
     let p = FacilitatorPolicy::default();
     let (a, b) = (
-        e1.facilitator_settle(&p, &body(21)).await.unwrap(),
-        e2.facilitator_settle(&p, &body(21)).await.unwrap(),
+        e1.facilitator_settle(&p, &payment).await.unwrap(),
+        e2.facilitator_settle(&p, &payment).await.unwrap(),
     );
-    assert!(a.success && a == b);
+    assert!(a.success && a == b, "{a:?} {b:?}");
     assert_eq!(s1.settles() + s2.settles(), 1);
 }
 

@@ -65,7 +65,8 @@ impl AppState {
         stores: Stores,
     ) -> Result<Self, BuildError> {
         let openapi = Bytes::from(
-            crate::openapi::licensing_openapi(&public_url, &settings.payment).to_string(),
+            serde_json::to_vec(&crate::openapi::document(&public_url, &settings.payment))
+                .map_err(BuildError::OpenApi)?,
         );
         let settler = licensing::payment::settler(&settings)?;
         let settlements = Arc::new(SettlementLog::new(stores.settlements.clone()));
@@ -124,6 +125,9 @@ pub enum BuildError {
     /// The registry could not be set up.
     #[error("registry: {0}")]
     Registry(String),
+    /// The OpenAPI document could not be serialised.
+    #[error("OpenAPI document: {0}")]
+    OpenApi(#[source] serde_json::Error),
 }
 
 /// Build the whole router: interface A, interface B, operations endpoints, and the common layers.
@@ -166,7 +170,12 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .route("/readyz", get(readyz))
         .route("/version", get(version))
         .route("/metrics", get(metrics))
-        .with_state(state.clone());
+        .with_state(state.clone())
+        // Swagger UI for /openapi.json (its files are compiled in: no CDN, works offline).
+        .merge(
+            utoipa_swagger_ui::SwaggerUi::new("/docs")
+                .config(utoipa_swagger_ui::Config::from("/openapi.json")),
+        );
     // Interface B: `/api/v3/assets/`, its signed media URLs and verification pages.
     // The x402 facilitator API for other services: a second door into the paid route's payment engine (one
     // store, one settler: an authorization settles once whichever door it comes through).

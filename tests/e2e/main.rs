@@ -10,4 +10,5 @@ mod common;
 mod facilitator_api;
 mod official_clients;
 mod onchain_settler;
+mod openapi;
 mod purchases_onchain;

@@ -155,6 +155,8 @@ pub mod layer;
 pub mod metrics;
 pub mod network;
 pub mod offer;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod payment;
 pub mod price;
 pub mod pricing;

@@ -90,6 +90,7 @@ pub const SCHEME_EXACT: &str = "exact";
 
 /// `extra` of an EIP-3009 offer: the token's EIP-712 domain name and version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Eip712Extra {
     /// EIP-712 domain name.
     pub name: String,
@@ -99,6 +100,7 @@ pub struct Eip712Extra {
 
 /// v1 PaymentRequirements (one element of the v1 `accepts`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequirementsV1 {
     /// `"exact"`.
@@ -107,6 +109,7 @@ pub struct PaymentRequirementsV1 {
     pub network: String,
     /// Atomic units, base-10 string.
     #[serde(with = "wire::decimal")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,78}$"))]
     pub max_amount_required: U256,
     /// Absolute URL of the resource.
     pub resource: String,
@@ -121,19 +124,23 @@ pub struct PaymentRequirementsV1 {
     pub output_schema: Option<Value>,
     /// Recipient.
     #[serde(with = "wire::address")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
     pub pay_to: Address,
     /// Seconds a client should allow (`validBefore = now + maxTimeoutSeconds`).
     pub max_timeout_seconds: u64,
     /// Token contract.
     #[serde(with = "wire::address")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
     pub asset: Address,
     /// EIP-712 domain name/version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Eip712Extra>))]
     pub extra: Option<Value>,
 }
 
 /// v2 PaymentRequirements (an element of `accepts`, and the `accepted` a client echoes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequirementsV2 {
     /// `"exact"`.
@@ -142,22 +149,27 @@ pub struct PaymentRequirementsV2 {
     pub network: String,
     /// Atomic units, base-10 string.
     #[serde(with = "wire::decimal")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,78}$"))]
     pub amount: U256,
     /// Token contract.
     #[serde(with = "wire::address")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
     pub asset: Address,
     /// Recipient.
     #[serde(with = "wire::address")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
     pub pay_to: Address,
     /// Seconds a client should allow.
     pub max_timeout_seconds: u64,
     /// EIP-712 domain name/version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Eip712Extra>))]
     pub extra: Option<Value>,
 }
 
 /// v2 `resource` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceInfo {
     /// Absolute URL.
@@ -172,6 +184,7 @@ pub struct ResourceInfo {
 
 /// The v1 402 body: `{x402Version:1, error, accepts}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequiredV1 {
     /// Always 1.
@@ -184,6 +197,7 @@ pub struct PaymentRequiredV1 {
 
 /// The v2 PaymentRequired document (Base64 in `PAYMENT-REQUIRED`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequiredV2 {
     /// Always 2.
@@ -202,30 +216,38 @@ pub struct PaymentRequiredV2 {
 
 /// The EIP-3009 authorization a client signed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Authorization {
     /// Payer.
     #[serde(with = "wire::address")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
     pub from: Address,
     /// Recipient.
     #[serde(with = "wire::address")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
     pub to: Address,
     /// Amount, atomic units.
     #[serde(with = "wire::decimal")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,78}$"))]
     pub value: U256,
     /// Unix seconds.
     #[serde(with = "wire::decimal")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,78}$"))]
     pub valid_after: U256,
     /// Unix seconds.
     #[serde(with = "wire::decimal")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,78}$"))]
     pub valid_before: U256,
     /// 32-byte nonce.
     #[serde(with = "wire::bytes32")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
     pub nonce: B256,
 }
 
 /// `payload` of an exact/EVM payment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExactEvmPayload {
     /// `0x` + hex; 65 bytes for an ordinary wallet.
     pub signature: String,
@@ -235,6 +257,7 @@ pub struct ExactEvmPayload {
 
 /// v1 PaymentPayload (Base64 in `X-PAYMENT`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentPayloadV1 {
     /// 1.
@@ -249,6 +272,7 @@ pub struct PaymentPayloadV1 {
 
 /// v2 PaymentPayload (Base64 in `PAYMENT-SIGNATURE`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentPayloadV2 {
     /// 2.
@@ -305,6 +329,7 @@ pub enum PaymentRequirements {
 
 /// The receipt (Base64 in `X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE`) and a facilitator's `/settle` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SettleResponse {
     /// Whether the payment settled.
@@ -328,18 +353,22 @@ pub struct SettleResponse {
 
 /// Body of a facilitator's `/verify` and `/settle` requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct FacilitatorRequest {
     /// 1 or 2.
     pub x402_version: u8,
     /// The payload as the client sent it (decoded JSON).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payment_payload: Value,
     /// The matched requirements, in the payload's version.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payment_requirements: Value,
 }
 
 /// A facilitator's `/verify` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyResponse {
     /// Whether the payment is valid.
@@ -357,6 +386,7 @@ pub struct VerifyResponse {
 
 /// One kind a facilitator supports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SupportedKind {
     /// 1 or 2.
@@ -372,6 +402,7 @@ pub struct SupportedKind {
 
 /// A facilitator's `/supported` answer.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SupportedResponse {
     /// Supported kinds.

@@ -10,7 +10,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::payment::PaidBy;
 use super::receipt::{self, ReceiptView};
@@ -56,27 +55,54 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// The JSON body of an [`ApiError`] (interface A's error shape).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// A stable machine-readable code (`not_found`, `bad_request`, `storage_error`...).
+    error: &'static str,
+    /// What went wrong, for people.
+    detail: String,
+    /// The request's `x-request-id`, to quote when reporting the error (added on the way out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<String>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": self.error, "detail": self.detail})),
-        )
-            .into_response()
+        let body = ErrorBody {
+            error: self.error,
+            detail: self.detail,
+            request_id: None,
+        };
+        (self.status, Json(body)).into_response()
     }
 }
 
 /// One element of `GET /x402Article/list`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CatalogEntry {
+    /// The `articleId` to buy it with.
     id: String,
+    /// Title.
     title: String,
+    /// A free excerpt.
     excerpt: String,
+    /// `YYYY-MM-DD`.
+    #[schema(format = Date)]
     published_date: String,
+    /// Price in USDC (the 402 carries it in atomic units).
     price_amount: f64,
 }
 
 /// `GET /x402Article/list`: the free catalog.
+#[utoipa::path(
+    get,
+    path = "/x402Article/list",
+    tag = "licensing",
+    operation_id = "listArticles",
+    summary = "The catalog of published articles (free)",
+    responses((status = 200, description = "Published articles, newest first.", body = Vec<CatalogEntry>)),
+)]
 pub async fn list_articles(
     State(state): State<Arc<AppState>>,
 ) -> Result<Json<Vec<CatalogEntry>>, ApiError> {
@@ -148,6 +174,32 @@ pub async fn require_article(
 }
 
 /// `GET /x402Article?articleId=` after a valid payment: store the receipt, then answer the article.
+#[utoipa::path(
+    get,
+    path = "/x402Article",
+    tag = "licensing",
+    operation_id = "getArticle",
+    summary = "One article, sold at its own price",
+    description = "Without a payment: 402 with the offer (x402 v1 body, v2 `PAYMENT-REQUIRED` header). With a \
+        valid payment: the article and its license receipt. A browser (Accept prefers text/html) gets the \
+        402 as a paywall page. `HEAD` answers the 402 and its headers and never takes a payment.",
+    params(
+        ("articleId" = String, Query, description = "An `id` from the catalog (at most 128 bytes)."),
+        x402_tower::openapi::PaymentHeaders,
+    ),
+    responses(
+        (status = 200, description = "Paid: the article and its license receipt.", body = PaidArticle,
+            headers(
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 (paid with PAYMENT-SIGNATURE): Base64 of the JSON SettleResponse."),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 (paid with X-PAYMENT): Base64 of the JSON SettleResponse."),
+            )),
+        (status = 400, description = "`articleId` missing or too long.", body = ErrorBody),
+        (status = 404, description = "No published article has this id (never a 402).", body = ErrorBody),
+        x402_tower::openapi::PaymentRequired,
+        (status = 502, description = "The facilitator failed or answered garbage; nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),
+        (status = 503, description = "The payment store is unavailable; retry later. Nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),
+    ),
+)]
 pub async fn get_article(
     State(state): State<Arc<AppState>>,
     request: Request,
@@ -218,23 +270,73 @@ pub async fn get_article(
     Ok(article_response(&state, &article, &token_id))
 }
 
+/// The paid answer of `GET /x402Article`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PaidArticle<'a> {
+    /// The article.
+    article: ArticleText<'a>,
+    /// Where its license receipt is.
+    receipt: ReceiptLinks,
+}
+
+/// `article` of a [`PaidArticle`].
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ArticleText<'a> {
+    /// Title.
+    title: &'a str,
+    /// The full text.
+    content: &'a str,
+    /// Author.
+    author_name: &'a str,
+}
+
+/// `receipt` of a [`PaidArticle`].
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReceiptLinks {
+    /// The receipt's token.
+    nft: ReceiptToken,
+    /// The printable certificate.
+    certificate: CertificateLink,
+}
+
+/// `receipt.nft`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptToken {
+    /// The receipt's id (a decimal number).
+    token_id: String,
+    /// `GET` it for the stored receipt (JSON).
+    #[schema(format = "uri")]
+    verify_url: String,
+}
+
+/// `receipt.certificate`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CertificateLink {
+    /// The HTML certificate.
+    #[schema(format = "uri")]
+    url: String,
+}
+
 /// The paid answer: the article and its receipt links.
 fn article_response(state: &AppState, article: &Article, token_id: &str) -> Response {
-    let body = json!({
-        "article": {
-            "title": article.title,
-            "content": article.content,
-            "author_name": article.author_name,
+    Json(PaidArticle {
+        article: ArticleText {
+            title: &article.title,
+            content: &article.content,
+            author_name: &article.author_name,
         },
-        "receipt": {
-            "nft": {
-                "tokenId": token_id,
-                "verifyUrl": receipt::verify_url(&state.public_url, token_id),
+        receipt: ReceiptLinks {
+            nft: ReceiptToken {
+                token_id: token_id.to_owned(),
+                verify_url: receipt::verify_url(&state.public_url, token_id),
             },
-            "certificate": {"url": receipt::certificate_url(&state.public_url, token_id)},
+            certificate: CertificateLink {
+                url: receipt::certificate_url(&state.public_url, token_id),
+            },
         },
-    });
-    Json(body).into_response()
+    })
+    .into_response()
 }
 
 /// The 402 for a payment the receipts table already holds: the x402 layer's 402 for the article's offer
@@ -252,6 +354,15 @@ fn replayed_payment(state: &AppState, article: &Article, uri: &axum::http::Uri) 
 }
 
 /// `GET /serveLlmsTxt`: the licensing instructions; each call is recorded as interest in licensing.
+#[utoipa::path(
+    get,
+    path = "/serveLlmsTxt",
+    tag = "licensing",
+    operation_id = "serveLlmsTxt",
+    summary = "Licensing instructions for machines (llms.txt)",
+    description = "Each request is recorded as interest in licensing (client address and user agent).",
+    responses((status = 200, description = "Plain-text instructions.", body = String, content_type = "text/plain")),
+)]
 pub async fn serve_llms_txt(
     State(state): State<Arc<AppState>>,
     request: Request,
@@ -296,6 +407,18 @@ async fn load_receipt(
 }
 
 /// `GET /receipts/{tokenId}`: the receipt as JSON (the `verifyUrl`).
+#[utoipa::path(
+    get,
+    path = "/receipts/{tokenId}",
+    tag = "licensing",
+    operation_id = "getReceipt",
+    summary = "A license receipt as stored (the `verifyUrl` of a paid answer)",
+    params(("tokenId" = String, Path, description = "The receipt's token id.")),
+    responses(
+        (status = 200, description = "The receipt.", body = ReceiptView),
+        (status = 404, description = "No such receipt.", body = ErrorBody),
+    ),
+)]
 pub async fn receipt_json(
     State(state): State<Arc<AppState>>,
     token: Result<Path<String>, PathRejection>,
@@ -308,6 +431,18 @@ pub async fn receipt_json(
 }
 
 /// `GET /receipts/{tokenId}/certificate`: the HTML certificate.
+#[utoipa::path(
+    get,
+    path = "/receipts/{tokenId}/certificate",
+    tag = "licensing",
+    operation_id = "getReceiptCertificate",
+    summary = "A printable HTML license certificate (the `certificate.url` of a paid answer)",
+    params(("tokenId" = String, Path, description = "The receipt's token id.")),
+    responses(
+        (status = 200, description = "The certificate.", body = String, content_type = "text/html"),
+        (status = 404, description = "No such receipt.", body = ErrorBody),
+    ),
+)]
 pub async fn receipt_certificate(
     State(state): State<Arc<AppState>>,
     token: Result<Path<String>, PathRejection>,

@@ -29,7 +29,7 @@ pub fn certificate_url(public_url: &str, token_id: &str) -> String {
 }
 
 /// The JSON a verify URL answers.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReceiptView {
     /// Receipt token id.
@@ -57,8 +57,10 @@ pub struct ReceiptView {
     /// Settlement transaction hash, or `verify-only`.
     pub settlement: String,
     /// Issue time (RFC 3339 UTC).
+    #[schema(format = DateTime)]
     pub issued_at: String,
     /// Where the HTML certificate is.
+    #[schema(format = "uri")]
     pub certificate_url: String,
 }
 

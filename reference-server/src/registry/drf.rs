@@ -100,9 +100,16 @@ pub(crate) fn negotiate(query: Option<&str>, headers: &HeaderMap) -> Result<Rend
     }
 }
 
+/// DRF's `{"detail": "..."}` answer (unknown page, unsupported `Accept`, method not allowed).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct Detail<'a> {
+    /// For people.
+    detail: &'a str,
+}
+
 /// DRF's `{"detail": "..."}` answer.
 pub(crate) fn detail(status: StatusCode, message: &str) -> Response {
-    (status, axum::Json(json!({ "detail": message }))).into_response()
+    (status, axum::Json(Detail { detail: message })).into_response()
 }
 
 /// Middleware around the collection: early 404/406, HEAD as GET without a body, HTML rendering, and
@@ -265,6 +272,14 @@ fn linkify(pretty: &str) -> String {
 }
 
 /// OPTIONS: DRF `SimpleMetadata` of the collection.
+#[utoipa::path(
+    options,
+    path = "/api/v3/assets/",
+    tag = "registry",
+    operation_id = "describeAssets",
+    summary = "DRF's metadata of the collection (name, renders, parses, the POST fields)",
+    responses((status = 200, description = "DRF SimpleMetadata.", body = Object)),
+)]
 pub(crate) async fn options() -> Response {
     let field = |ty: &str, required: bool, label: &str, extra: serde_json::Value| {
         let mut f = json!({"type": ty, "required": required, "read_only": false, "label": label});

@@ -7,14 +7,14 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use http::{HeaderValue, StatusCode, Uri, header};
 use registry_pagination::{Page, PageCount};
-use serde_json::json;
 
 use super::Registry;
-use super::model::Template;
+use super::model::{AssetRecord, Template};
 use super::seed::seed_file;
 use super::signing::unix_now;
 use crate::store::StoreError;
 use crate::store::assets::FileSource;
+use serde::Serialize;
 
 /// The registry error shape `{"error":{"type","message","details"}}`.
 pub(crate) fn error(
@@ -23,11 +23,49 @@ pub(crate) fn error(
     message: &str,
     details: serde_json::Value,
 ) -> Response {
-    (
-        status,
-        Json(json!({"error": {"type": kind, "message": message, "details": details}})),
-    )
-        .into_response()
+    let body = RegistryError {
+        error: RegistryErrorInfo {
+            kind,
+            message,
+            details,
+        },
+    };
+    (status, Json(body)).into_response()
+}
+
+/// The registry's error answer: `{"error": {"type", "message", "details"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RegistryError<'a> {
+    /// What went wrong.
+    error: RegistryErrorInfo<'a>,
+}
+
+/// The `error` object of a registry error answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RegistryErrorInfo<'a> {
+    /// A stable code: `validation_error`, `not_authenticated`, `duplicate_asset`, `forbidden`...
+    #[serde(rename = "type")]
+    kind: &'a str,
+    /// For people.
+    message: &'a str,
+    /// Per-field messages for `validation_error` (`{"caption": ["..."]}`), `null` otherwise or a small object.
+    #[schema(required = true)]
+    details: serde_json::Value,
+}
+
+/// A page of the collection: DRF's `LimitOffsetPagination` envelope around the records.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct AssetPage {
+    /// How many assets the registry holds.
+    count: u64,
+    /// The next page's URL, `null` on the last page.
+    #[schema(required = true, format = "uri")]
+    next: Option<String>,
+    /// The previous page's URL, `null` on the first page.
+    #[schema(required = true, format = "uri")]
+    previous: Option<String>,
+    /// The records, newest upload first.
+    results: Vec<AssetRecord>,
 }
 
 pub(crate) fn store_error(e: &StoreError) -> Response {
@@ -67,6 +105,27 @@ pub(crate) fn render_one(reg: &Registry, id: u64, template: &[u8]) -> Result<Vec
 /// `GET /api/v3/assets/`: the page's records as a JSON array, marked with the count for the
 /// pagination layer (which writes the envelope around it). Each stored template is copied into the
 /// body with its signed URLs spliced in: no JSON re-serialisation.
+#[utoipa::path(
+    get,
+    path = "/api/v3/assets/",
+    tag = "registry",
+    operation_id = "listAssets",
+    summary = "A page of assets, newest upload first (DRF LimitOffsetPagination)",
+    description = "`HEAD` answers the same headers without a body; `OPTIONS` answers DRF's metadata. \
+        `format=api` or an Accept that prefers text/html renders DRF's browsable page.",
+    params(
+        ("limit" = Option<u64>, Query, description = "Records per page (default 200, at most 200; a bad value means the default, as DRF)."),
+        ("offset" = Option<u64>, Query, description = "Records to skip (a bad value means 0, as DRF)."),
+        ("format" = Option<String>, Query, description = "`json` or `api` (the browsable HTML page)."),
+    ),
+    responses(
+        (status = 200, description = "A page.", body = AssetPage,
+            headers(("ETag" = String, description = "Strong tag of the page's bytes (If-None-Match answers 304)."))),
+        (status = 304, description = "Not modified (If-None-Match matched)."),
+        (status = 404, description = "A page past the last one (`Invalid page.`).", body = super::drf::Detail),
+        (status = 406, description = "Accept allows neither JSON nor HTML.", body = super::drf::Detail),
+    ),
+)]
 pub(crate) async fn list(
     State(reg): State<Arc<Registry>>,
     page: Option<Extension<Page>>,
@@ -105,6 +164,25 @@ pub(crate) async fn list(
 }
 
 /// `GET /media/...`: a file behind a signed URL. Expired, tampered or unsigned → 403.
+#[utoipa::path(
+    get,
+    path = "/media/{path}",
+    tag = "registry",
+    operation_id = "getMedia",
+    summary = "A record's file, behind the signed URL the record carries",
+    params(
+        ("path" = String, Path, description = "The file's path (as in the record's URL; may contain `/`)."),
+        ("Expires" = u64, Query, description = "Unix time the URL stops working."),
+        ("Signature" = String, Query, description = "The URL's signature."),
+        ("Key-Pair-Id" = String, Query, description = "The signing key's id."),
+    ),
+    responses(
+        (status = 200, description = "The file, with its stored MIME type; ETag is its CID.", body = Vec<u8>, content_type = "application/octet-stream"),
+        (status = 304, description = "Not modified (If-None-Match matched)."),
+        (status = 403, description = "Unsigned, expired or tampered URL.", body = RegistryError),
+        (status = 404, description = "No such file.", body = RegistryError),
+    ),
+)]
 pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Response {
     let path = uri.path();
     if let Err(e) = reg.signer.verify(path, uri.query(), unix_now()) {
@@ -184,6 +262,18 @@ pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Respons
 }
 
 /// `GET /verify/{cid}`: the public verification page linked by `certificate_link`.
+#[utoipa::path(
+    get,
+    path = "/verify/{cid}",
+    tag = "registry",
+    operation_id = "verifyAsset",
+    summary = "The public verification page of an asset (its `certificate_link`)",
+    params(("cid" = String, Path, description = "The asset's CIDv1.")),
+    responses(
+        (status = 200, description = "An HTML page.", body = String, content_type = "text/html"),
+        (status = 404, description = "No such asset.", body = RegistryError),
+    ),
+)]
 pub(crate) async fn verify_page(
     State(reg): State<Arc<Registry>>,
     cid: Result<Path<String>, axum::extract::rejection::PathRejection>,

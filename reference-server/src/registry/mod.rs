@@ -38,14 +38,14 @@
 //! # Ok(()) }
 //! ```
 
-mod drf;
-mod handlers;
+pub(crate) mod drf;
+pub(crate) mod handlers;
 pub mod media;
 pub mod model;
 mod page_cache;
 pub mod seed;
 pub mod signing;
-mod upload;
+pub(crate) mod upload;
 
 use std::path::PathBuf;
 use std::sync::Arc;

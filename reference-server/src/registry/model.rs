@@ -14,6 +14,20 @@ use serde_json::{Map, Value};
 #[serde(transparent)]
 pub struct Link(String);
 
+impl utoipa::PartialSchema for Link {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .format(Some(utoipa::openapi::schema::SchemaFormat::Custom(
+                "uri".to_owned(),
+            )))
+            .description(Some("An absolute URL; media links are signed and expire."))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Link {}
+
 /// Collects the links of one record while it is built.
 #[derive(Debug)]
 pub struct Linker {
@@ -153,7 +167,7 @@ fn push_item(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
 }
 
 /// One registry asset, field for field as interfaces.md part B lists them.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct AssetRecord {
     // Identity and file
@@ -162,16 +176,21 @@ pub struct AssetRecord {
     pub cid: String,
     #[serde(rename = "type")]
     pub kind: String,
+    #[schema(required = true)]
     pub c2pa: Option<bool>,
     pub asset_file: Link,
     pub asset_file_url: String,
     pub asset_file_name: String,
     pub asset_file_size: u64,
     pub asset_file_mime_type: String,
+    #[schema(required = true)]
     pub asset_file_snapshot: Option<Link>,
     pub asset_file_snapshot_url: String,
+    #[schema(required = true)]
     pub asset_file_thumbnail: Option<Link>,
+    #[schema(required = true)]
     pub sharable_copy: Option<Link>,
+    #[schema(required = true)]
     pub image_file: Option<String>,
     pub image_file_url: String,
     pub image_file_size: u64,
@@ -189,10 +208,12 @@ pub struct AssetRecord {
     pub nit_commit_custom: Map<String, Value>,
     // NFT
     pub nft_spec: String,
+    #[schema(required = true)]
     pub nft_token_id: Option<String>,
     pub nft_token_uri: String,
     pub nft_creation_tx_hash: String,
     pub nft_creator_address: String,
+    #[schema(required = true)]
     pub nft_chain_id: Option<i64>,
     pub nft_blockchain_name: String,
     pub nft_contract_address: String,
@@ -202,6 +223,7 @@ pub struct AssetRecord {
     pub tag: String,
     pub information: Information,
     pub signed_metadata: String,
+    #[schema(required = true)]
     pub metadata_cid: Option<String>,
     pub signature: Vec<SignatureEntry>,
     pub signature_provider: String,
@@ -217,26 +239,37 @@ pub struct AssetRecord {
     pub owner_profile_picture: Link,
     pub owner_profile_picture_thumbnail: Link,
     pub owner_addresses: Addresses,
+    #[schema(required = true)]
     pub creator: Option<String>,
+    #[schema(required = true)]
     pub creator_name: Option<String>,
+    #[schema(required = true)]
     pub creator_profile_display_name: Option<String>,
+    #[schema(required = true)]
     pub creator_profile_picture: Option<Link>,
+    #[schema(required = true)]
     pub creator_profile_picture_thumbnail: Option<Link>,
     pub creator_addresses: Addresses,
     pub is_original_owner: bool,
     // Lineage and transactions
+    #[schema(required = true)]
     pub parent_asset: Option<String>,
     pub parent_asset_cid: String,
+    #[schema(required = true)]
     pub source_transaction: Option<SourceTransaction>,
+    #[schema(required = true)]
     pub task_id: Option<String>,
     pub post_creation_workflow_id: String,
+    #[schema(required = true)]
     pub mint_workflow_id: Option<String>,
     pub search_image_samples_error: String,
     pub create_image_sample_error: String,
     pub preexisting: Vec<Preexisting>,
     // Certificate and flags
+    #[schema(required = true)]
     pub certified_asset: Option<Link>,
     pub certified_asset_mime_type: String,
+    #[schema(required = true)]
     pub certified_asset_thumbnail: Option<Link>,
     pub certificate_qrcode: Link,
     pub certificate_link: Link,
@@ -250,7 +283,7 @@ pub struct AssetRecord {
 }
 
 /// `integrity_info[]`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct IntegrityInfo {
     pub integrity_provider: String,
@@ -261,7 +294,7 @@ pub struct IntegrityInfo {
 }
 
 /// `information`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct Information {
     pub proof: Proof,
@@ -270,7 +303,7 @@ pub struct Information {
 }
 
 /// `information.proof`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct Proof {
     pub hash: String,
@@ -280,7 +313,7 @@ pub struct Proof {
 }
 
 /// `information.information[]`: `value` is a string or a number.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct InfoItem {
     pub provider: String,
@@ -289,7 +322,7 @@ pub struct InfoItem {
 }
 
 /// `signature[]`: `signature`, `publicKey` and `integritySha` are optional keys.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct SignatureEntry {
     pub provider: String,
@@ -304,15 +337,17 @@ pub struct SignatureEntry {
 }
 
 /// `owner_addresses` / `creator_addresses`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct Addresses {
+    #[schema(required = true)]
     pub asset_wallet_address: Option<String>,
+    #[schema(required = true)]
     pub managed_wallet_address: Option<String>,
 }
 
 /// `source_transaction` (non-null for `source_type` = `store`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct SourceTransaction {
     pub id: String,
@@ -331,7 +366,7 @@ pub struct SourceTransaction {
 }
 
 /// `preexisting[]`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct Preexisting {
     pub id: String,
@@ -342,7 +377,7 @@ pub struct Preexisting {
 }
 
 /// `parsed_meta`: the capture keys are optional.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[allow(missing_docs)]
 pub struct ParsedMeta {
     pub proof_hash: String,

@@ -39,6 +39,50 @@ const UPLOADER: (&str, &str, &str) = ("api@reference-server.local", "api", "Regi
 
 type FieldErrors = BTreeMap<&'static str, Vec<String>>;
 
+/// The multipart form `POST /api/v3/assets/` takes (documentation of the wire; the handler reads the parts).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct UploadForm {
+    /// The media file; its CIDv1 and SHA-256 are computed by the server.
+    #[schema(value_type = String, format = Binary)]
+    asset_file: Vec<u8>,
+    /// Caption (at most 10,000 characters).
+    #[schema(required = false)]
+    caption: String,
+    /// Headline (at most 25 characters).
+    #[schema(required = false)]
+    headline: String,
+    /// JSON object; `proof` and `information` fill the record's `information`.
+    #[schema(required = false)]
+    meta: String,
+    /// JSON object, stored as a string.
+    #[schema(required = false)]
+    signed_metadata: String,
+    /// JSON array of `{provider, proofHash, signature?, publicKey?, integritySha?}`.
+    signature: Option<String>,
+    /// JSON object.
+    nit_commit_custom: Option<String>,
+}
+
+/// `POST /api/v3/assets/`: register a file.
+#[utoipa::path(
+    post,
+    path = "/api/v3/assets/",
+    tag = "registry",
+    operation_id = "createAsset",
+    summary = "Register a file (needs the API token)",
+    request_body(content = UploadForm, content_type = "multipart/form-data"),
+    security(("token" = [])),
+    responses(
+        (status = 201, description = "Registered: the new record.", body = AssetRecord),
+        (status = 400, description = "Invalid input (`details` per field) or a malformed body.", body = super::handlers::RegistryError),
+        (status = 401, description = "No or a wrong `Authorization: token <t>`.", body = super::handlers::RegistryError),
+        (status = 403, description = "Registration is disabled (no API token configured).", body = super::handlers::RegistryError),
+        (status = 409, description = "The same file is already registered (`details.cid`).", body = super::handlers::RegistryError),
+        (status = 413, description = "The file exceeds the size limit (`details.max_bytes`).", body = super::handlers::RegistryError),
+        (status = 415, description = "Not multipart/form-data.", body = super::handlers::RegistryError),
+    ),
+)]
 pub(crate) async fn create(State(reg): State<Arc<Registry>>, req: Request) -> Response {
     if let Err(r) = authorize(&reg, req.headers()) {
         return r;

@@ -488,12 +488,19 @@ async fn operator_endpoint_requires_the_api_token_when_one_is_set() {
 }
 
 #[tokio::test]
-async fn openapi_describes_interface_a_with_the_402() {
+async fn openapi_describes_both_interfaces_with_the_402() {
     let server = TestServer::start().await;
     let doc = json(server.get("/openapi.json").await).await;
+    // The document's validity and the real answers' fit are checked by independent validators in
+    // workspace-tests (e2e/openapi.rs); here, what this server puts in it.
     assert_eq!(doc["openapi"], "3.1.0");
-    assert_eq!(doc["info"]["version"], "2.0");
+    assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(doc["servers"][0]["url"], server.base);
+    assert!(doc["paths"]["/api/v3/assets/"]["post"].is_object());
+    assert_eq!(
+        doc["components"]["schemas"]["PaymentRequirementsV2"]["properties"]["amount"]["type"],
+        "string"
+    );
     let get = &doc["paths"]["/x402Article"]["get"];
     assert!(get["responses"]["402"]["headers"]["X-Payment-Required"].is_object());
     assert!(get["responses"]["402"]["headers"]["PAYMENT-REQUIRED"].is_object());
@@ -885,122 +892,6 @@ async fn through_the_whole_app_head_equals_get_minus_the_body() {
         }
         assert!(head.bytes().await.unwrap().is_empty(), "{path}");
     }
-}
-
-/// Check `value` against the small subset of JSON Schema the document uses (type, required, properties,
-/// items, $ref into components).
-fn check_schema(doc: &Value, schema: &Value, value: &Value, at: &str) {
-    if let Some(r) = schema["$ref"].as_str() {
-        let name = r.trim_start_matches("#/components/schemas/");
-        return check_schema(doc, &doc["components"]["schemas"][name], value, at);
-    }
-    if let Some(t) = schema["type"].as_str() {
-        let ok = match t {
-            "object" => value.is_object(),
-            "array" => value.is_array(),
-            "string" => value.is_string(),
-            "number" => value.is_number(),
-            "integer" => value.is_i64() || value.is_u64(),
-            "boolean" => value.is_boolean(),
-            _ => false,
-        };
-        assert!(ok, "{at}: expected {t}, got {value}");
-    }
-    for key in schema["required"].as_array().into_iter().flatten() {
-        let key = key.as_str().unwrap();
-        assert!(value.get(key).is_some(), "{at}: missing {key} in {value}");
-    }
-    if let Some(props) = schema["properties"].as_object() {
-        for (key, v) in value.as_object().into_iter().flatten() {
-            let sub = props
-                .get(key)
-                .unwrap_or_else(|| panic!("{at}: undocumented field {key}"));
-            check_schema(doc, sub, v, &format!("{at}.{key}"));
-        }
-    }
-    if let (Some(items), Some(values)) = (schema.get("items"), value.as_array()) {
-        for (i, v) in values.iter().enumerate() {
-            check_schema(doc, items, v, &format!("{at}[{i}]"));
-        }
-    }
-}
-
-#[tokio::test]
-async fn real_responses_match_the_openapi_schemas() {
-    let server = TestServer::start().await;
-    let doc = json(server.get("/openapi.json").await).await;
-    let ok_schema = |path: &str, code: &str, ct: &str| {
-        doc["paths"][path]["get"]["responses"][code]["content"][ct]["schema"].clone()
-    };
-    let list = json(server.get("/x402Article/list").await).await;
-    check_schema(
-        &doc,
-        &ok_schema("/x402Article/list", "200", "application/json"),
-        &list,
-        "list",
-    );
-
-    for (q, code) in [("", "400"), ("?articleId=nope", "404")] {
-        let body = json(server.get(&format!("/x402Article{q}")).await).await;
-        check_schema(
-            &doc,
-            &ok_schema("/x402Article", code, "application/json"),
-            &body,
-            code,
-        );
-    }
-    let unpaid = server
-        .get(&format!("/x402Article?articleId={ARTICLE}"))
-        .await;
-    for h in doc["paths"]["/x402Article"]["get"]["responses"]["402"]["headers"]
-        .as_object()
-        .unwrap()
-        .keys()
-    {
-        assert!(
-            unpaid.headers().contains_key(h.as_str()),
-            "402 lacks documented header {h}"
-        );
-    }
-    let required = decode_header(&unpaid, "payment-required");
-    let body = json(unpaid).await;
-    check_schema(
-        &doc,
-        &ok_schema("/x402Article", "402", "application/json"),
-        &body,
-        "402",
-    );
-
-    let paid = server
-        .get_with(
-            server.url(&format!("/x402Article?articleId={ARTICLE}")),
-            "PAYMENT-SIGNATURE",
-            Payer::new().pay_v2(&required),
-        )
-        .await;
-    assert!(paid.headers().contains_key("payment-response"));
-    let body = json(paid).await;
-    check_schema(
-        &doc,
-        &ok_schema("/x402Article", "200", "application/json"),
-        &body,
-        "200",
-    );
-    let receipt = json(
-        server
-            .client
-            .get(body["receipt"]["nft"]["verifyUrl"].as_str().unwrap())
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    check_schema(
-        &doc,
-        &ok_schema("/receipts/{tokenId}", "200", "application/json"),
-        &receipt,
-        "receipt",
-    );
 }
 
 #[tokio::test]

@@ -34,7 +34,13 @@
 //! concurrently (pipelining). A send the node refuses does not consume the nonce (a refused *nonce*, when
 //! the key was used elsewhere, is re-read and the send tried once more); a send whose answer is lost, or
 //! whose future is dropped mid-flight (the client went away during settlement), makes the manager re-read
-//! the pending count before the next one.
+//! the pending count before the next one. (alloy's nonce fillers are not used for this: a cached nonce
+//! manager cannot know that a send whose answer was lost may have taken its nonce, and a filler does not
+//! hold the order between signing and sending.)
+//!
+//! **Transport.** JSON-RPC goes through `alloy-provider` (its reqwest transport, rustls on ring, no fillers:
+//! nonce, gas and fees are set here and the transaction is signed locally), with every call bounded by the
+//! builder's `rpc_timeout`. The node is the operator's: its answers are read whole, as alloy reads them.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -156,8 +162,8 @@ impl OnchainSettlerBuilder {
         if !(self.rpc_url.starts_with("http://") || self.rpc_url.starts_with("https://")) {
             return Err(OnchainConfigError::Url(self.rpc_url));
         }
-        let rpc = rpc::RpcClient::new(self.rpc_url.clone(), self.rpc_timeout)
-            .map_err(|e| OnchainConfigError::Http(e.to_string()))?;
+        let rpc =
+            rpc::Rpc::new(&self.rpc_url, self.rpc_timeout).map_err(OnchainConfigError::Http)?;
         Ok(OnchainSettler {
             inner: Arc::new(Inner {
                 rpc,
@@ -182,7 +188,7 @@ pub struct OnchainSettler {
 }
 
 struct Inner {
-    rpc: rpc::RpcClient,
+    rpc: rpc::Rpc,
     rpc_url: String,
     relayer: Address,
     signer: PrivateKeySigner,
@@ -285,10 +291,6 @@ fn hex_u64(v: &str) -> Option<u64> {
     u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
 }
 
-fn hex_u128(v: &str) -> Option<u128> {
-    u128::from_str_radix(v.trim_start_matches("0x"), 16).ok()
-}
-
 /// How a settlement attempt ended before the receipt.
 enum SendError {
     /// Nothing reached the chain; the authorization may be used again.
@@ -303,13 +305,7 @@ enum SendError {
 impl Inner {
     async fn chain_id(&self) -> Result<u64, RpcError> {
         self.chain_id
-            .get_or_try_init(|| async {
-                let id: String = self.rpc.call("eth_chainId", json!([])).await?;
-                hex_u64(&id).ok_or(RpcError::BadResponse {
-                    method: "eth_chainId",
-                    message: id,
-                })
-            })
+            .get_or_try_init(|| self.rpc.chain_id())
             .await
             .copied()
     }
@@ -327,21 +323,17 @@ impl Inner {
         })
     }
 
-    fn call_object(&self, request: &SettleRequest) -> Value {
-        json!({
-            "from": self.relayer,
-            "to": request.offer.token.address,
-            "data": transfer_calldata(request),
-        })
+    fn call_object(&self, request: &SettleRequest) -> alloy_rpc_types_eth::TransactionRequest {
+        rpc::call_request(
+            Some(self.relayer),
+            request.offer.token.address,
+            transfer_calldata(request),
+        )
     }
 
     /// Simulates with `eth_call`: `Ok(None)` = would succeed, `Ok(Some(revert))` = would revert.
     async fn simulate(&self, request: &SettleRequest) -> Result<Option<Revert>, RpcError> {
-        match self
-            .rpc
-            .call::<Bytes>("eth_call", json!([self.call_object(request), "latest"]))
-            .await
-        {
+        match self.rpc.call(self.call_object(request)).await {
             Ok(_) => Ok(None),
             Err(e) => revert::from_rpc(&e).map(Some).ok_or(e),
         }
@@ -355,12 +347,9 @@ impl Inner {
         }
         .abi_encode()
         .into();
-        let out: Bytes = self
+        let out = self
             .rpc
-            .call(
-                "eth_call",
-                json!([{"to": request.offer.token.address, "data": data}, "latest"]),
-            )
+            .call(rpc::call_request(None, request.offer.token.address, data))
             .await?;
         Ok(out.len() >= 32 && out[31] == 1)
     }
@@ -383,13 +372,12 @@ impl Inner {
         let chain_id = self.chain_id().await.map_err(not_sent)?;
         let call = self.call_object(request);
         let (gas, gas_price, tip) = tokio::join!(
-            self.rpc.call::<String>("eth_estimateGas", json!([call])),
-            self.rpc.call::<String>("eth_gasPrice", json!([])),
-            self.rpc
-                .call::<String>("eth_maxPriorityFeePerGas", json!([])),
+            self.rpc.estimate_gas(call),
+            self.rpc.gas_price(),
+            self.rpc.max_priority_fee(),
         );
         let gas = match gas {
-            Ok(g) => hex_u64(&g).ok_or_else(|| not_sent(bad("eth_estimateGas", &g)))?,
+            Ok(g) => g,
             Err(e) => {
                 return Err(match revert::from_rpc(&e) {
                     Some(r) => SendError::NotSent {
@@ -401,10 +389,7 @@ impl Inner {
             }
         };
         let gas_price = gas_price.map_err(not_sent)?;
-        let gas_price =
-            hex_u128(&gas_price).ok_or_else(|| not_sent(bad("eth_gasPrice", &gas_price)))?;
         let tip = tip.map_err(not_sent)?;
-        let tip = hex_u128(&tip).ok_or_else(|| not_sent(bad("eth_maxPriorityFeePerGas", &tip)))?;
 
         let tx = TxEip1559 {
             chain_id,
@@ -426,15 +411,11 @@ impl Inner {
             attempt += 1;
             let nonce = match slot.get() {
                 Some(n) => n,
-                None => {
-                    let count: String = self
-                        .rpc
-                        .call("eth_getTransactionCount", json!([self.relayer, "pending"]))
-                        .await
-                        .map_err(not_sent)?;
-                    hex_u64(&count)
-                        .ok_or_else(|| not_sent(bad("eth_getTransactionCount", &count)))?
-                }
+                None => self
+                    .rpc
+                    .pending_count(self.relayer)
+                    .await
+                    .map_err(not_sent)?,
             };
             let mut tx = tx.clone();
             tx.nonce = nonce;
@@ -447,16 +428,12 @@ impl Inner {
                 })?;
             let envelope = TxEnvelope::from(tx.into_signed(signature));
             let hash = *envelope.tx_hash();
-            let raw: Bytes = envelope.encoded_2718().into();
+            let raw = envelope.encoded_2718();
             // Until the node answers, the next nonce is unknown: if this future is dropped mid-send (the
             // client went away during settlement), the next settlement re-reads the pending count instead of
             // reusing a nonce that may already be taken by a pending transaction.
             slot.set(None);
-            match self
-                .rpc
-                .call::<B256>("eth_sendRawTransaction", json!([raw]))
-                .await
-            {
+            match self.rpc.send_raw(&raw).await {
                 Ok(_) => {
                     slot.set(Some(nonce + 1));
                     return Ok(hash);
@@ -489,7 +466,7 @@ impl Inner {
         loop {
             match self
                 .rpc
-                .call::<Option<Receipt>>("eth_getTransactionReceipt", json!([hash]))
+                .by_hash::<Option<Receipt>>("eth_getTransactionReceipt", hash)
                 .await
             {
                 Ok(Some(receipt)) => return Ok(receipt),
@@ -599,7 +576,7 @@ impl Inner {
         if let Some(hash) = hash {
             match self
                 .rpc
-                .call::<Option<Receipt>>("eth_getTransactionReceipt", json!([hash]))
+                .by_hash::<Option<Receipt>>("eth_getTransactionReceipt", hash)
                 .await
             {
                 Ok(Some(receipt)) => return self.judge(request, hash, &receipt).await,
@@ -608,7 +585,7 @@ impl Inner {
             }
             match self
                 .rpc
-                .call::<Option<Value>>("eth_getTransactionByHash", json!([hash]))
+                .by_hash::<Option<Value>>("eth_getTransactionByHash", hash)
                 .await
             {
                 Ok(Some(_)) => return unknown(format!("transaction {hash} is not mined yet")),
@@ -633,13 +610,6 @@ impl Inner {
             },
             Err(e) => unknown(format!("authorizationState unreadable: {e}")),
         }
-    }
-}
-
-fn bad(method: &'static str, value: &str) -> RpcError {
-    RpcError::BadResponse {
-        method,
-        message: format!("not a hex quantity: {value:?}"),
     }
 }
 

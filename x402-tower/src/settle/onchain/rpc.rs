@@ -1,11 +1,20 @@
-//! A minimal Ethereum JSON-RPC client over HTTP (reqwest, rustls on ring).
+//! The node, through alloy's provider (`alloy-provider` over its reqwest transport, rustls on ring), with
+//! this crate's error type: every failure says which JSON-RPC method failed and whether the node refused
+//! (nothing happened) or the answer was lost (something may have happened).
+//!
+//! Quantities, addresses and transactions are typed by alloy; the two answers this settler reads only a
+//! little of (a receipt's status and logs, a transaction's presence) are read into small local types with
+//! `raw_request`, so a chain whose receipts carry extra fields is read the same way.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::borrow::Cow;
 use std::time::Duration;
 
-use alloy_primitives::Bytes;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use alloy_eips::BlockId;
+use alloy_primitives::{Address, B256, Bytes};
+use alloy_provider::transport::{TransportError, TransportErrorKind};
+use alloy_provider::{Provider, ProviderBuilder, RootProvider};
+use alloy_rpc_types_eth::{TransactionInput, TransactionRequest};
+use serde::de::DeserializeOwned;
 
 /// Why a JSON-RPC call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -51,117 +60,119 @@ impl RpcError {
     pub fn is_rejection(&self) -> bool {
         matches!(self, RpcError::Node { .. })
     }
+
+    fn from_transport(method: &'static str, error: TransportError) -> Self {
+        use alloy_provider::transport::RpcError as E;
+        match error {
+            E::ErrorResp(payload) => RpcError::Node {
+                method,
+                code: payload.code,
+                data: payload.as_revert_data(),
+                message: payload.message.into_owned(),
+            },
+            E::Transport(kind) => {
+                let timed_out = matches!(&kind, TransportErrorKind::Custom(e)
+                    if e.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_timeout));
+                if timed_out {
+                    RpcError::Timeout { method }
+                } else {
+                    RpcError::Transport {
+                        method,
+                        message: kind.to_string(),
+                    }
+                }
+            }
+            other => RpcError::BadResponse {
+                method,
+                message: other.to_string(),
+            },
+        }
+    }
 }
 
-#[derive(Deserialize)]
-struct RpcAnswer {
-    result: Option<Value>,
-    error: Option<RpcErrorObject>,
+/// A call from `from` to `to` with `data`, as `eth_call` and `eth_estimateGas` take it. The calldata goes
+/// in both `input` and `data`: nodes read one or the other.
+pub(crate) fn call_request(from: Option<Address>, to: Address, data: Bytes) -> TransactionRequest {
+    TransactionRequest {
+        from,
+        to: Some(to.into()),
+        input: TransactionInput::both(data),
+        ..Default::default()
+    }
 }
 
-#[derive(Deserialize)]
-struct RpcErrorObject {
-    code: i64,
-    message: String,
-    data: Option<Value>,
+#[derive(Debug, Clone)]
+pub(crate) struct Rpc {
+    provider: RootProvider,
 }
 
-/// Caps an answer we are willing to read (a receipt with many logs stays far below).
-const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
-
-#[derive(Debug)]
-pub(crate) struct RpcClient {
-    url: String,
-    http: reqwest::Client,
-    next_id: AtomicU64,
-}
-
-impl RpcClient {
-    pub(crate) fn new(url: String, timeout: Duration) -> Result<Self, reqwest::Error> {
+impl Rpc {
+    /// A provider for `url` whose every request times out after `timeout` (connecting: at most 10 s).
+    pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, String> {
         // reqwest is built with `rustls-no-provider`: make ring the default if nothing else was chosen.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let url: reqwest::Url = url.parse().map_err(|e| format!("{e}"))?;
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(10)))
-            .build()?;
-        Ok(RpcClient {
-            url,
-            http,
-            next_id: AtomicU64::new(1),
-        })
+            .build()
+            .map_err(|e| e.to_string())?;
+        // No fillers: this settler sets the nonce, gas and fees itself and signs locally.
+        let provider = ProviderBuilder::new()
+            .disable_recommended_fillers()
+            .connect_reqwest(http, url);
+        Ok(Rpc { provider })
     }
 
-    /// Calls `method` and deserializes its result.
-    pub(crate) async fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        method: &'static str,
-        params: Value,
-    ) -> Result<T, RpcError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let response = self
-            .http
-            .post(&self.url)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| transport(method, e))?;
-        let status = response.status();
-        // Read at most MAX_ANSWER_BYTES: a misbehaving endpoint cannot make us buffer without bound.
-        let too_large = || RpcError::BadResponse {
-            method,
-            message: format!("answer larger than {MAX_ANSWER_BYTES} bytes"),
-        };
-        if response
-            .content_length()
-            .is_some_and(|l| l > MAX_ANSWER_BYTES as u64)
-        {
-            return Err(too_large());
-        }
-        let mut response = response;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| transport(method, e))? {
-            if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(too_large());
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        let answer: RpcAnswer =
-            serde_json::from_slice(&bytes).map_err(|e| RpcError::BadResponse {
-                method,
-                message: format!("HTTP {status}, not a JSON-RPC answer: {e}"),
-            })?;
-        if let Some(error) = answer.error {
-            let data = match error.data {
-                Some(Value::String(s)) => s.parse::<Bytes>().ok(),
-                Some(Value::Object(o)) => o
-                    .get("data")
-                    .and_then(Value::as_str)
-                    .and_then(|s| s.parse().ok()),
-                _ => None,
-            };
-            return Err(RpcError::Node {
-                method,
-                code: error.code,
-                message: error.message,
-                data,
-            });
-        }
-        let result = answer.result.unwrap_or(Value::Null);
-        serde_json::from_value(result).map_err(|e| RpcError::BadResponse {
-            method,
-            message: e.to_string(),
-        })
+    pub(crate) async fn chain_id(&self) -> Result<u64, RpcError> {
+        let r = self.provider.get_chain_id().await;
+        r.map_err(|e| RpcError::from_transport("eth_chainId", e))
     }
-}
 
-fn transport(method: &'static str, error: reqwest::Error) -> RpcError {
-    if error.is_timeout() {
-        RpcError::Timeout { method }
-    } else {
-        RpcError::Transport {
-            method,
-            message: error.to_string(),
-        }
+    /// `eth_call` at the latest block: the returned data, or the node's error (a revert).
+    pub(crate) async fn call(&self, tx: TransactionRequest) -> Result<Bytes, RpcError> {
+        let r = self.provider.call(tx).block(BlockId::latest()).await;
+        r.map_err(|e| RpcError::from_transport("eth_call", e))
+    }
+
+    pub(crate) async fn estimate_gas(&self, tx: TransactionRequest) -> Result<u64, RpcError> {
+        let r = self.provider.estimate_gas(tx).await;
+        r.map_err(|e| RpcError::from_transport("eth_estimateGas", e))
+    }
+
+    pub(crate) async fn gas_price(&self) -> Result<u128, RpcError> {
+        let r = self.provider.get_gas_price().await;
+        r.map_err(|e| RpcError::from_transport("eth_gasPrice", e))
+    }
+
+    pub(crate) async fn max_priority_fee(&self) -> Result<u128, RpcError> {
+        let r = self.provider.get_max_priority_fee_per_gas().await;
+        r.map_err(|e| RpcError::from_transport("eth_maxPriorityFeePerGas", e))
+    }
+
+    /// `eth_getTransactionCount(address, "pending")`.
+    pub(crate) async fn pending_count(&self, address: Address) -> Result<u64, RpcError> {
+        let r = self.provider.get_transaction_count(address).pending().await;
+        r.map_err(|e| RpcError::from_transport("eth_getTransactionCount", e))
+    }
+
+    /// `eth_sendRawTransaction`: the hash the node reports.
+    pub(crate) async fn send_raw(&self, raw: &[u8]) -> Result<B256, RpcError> {
+        let r = self.provider.send_raw_transaction(raw).await;
+        r.map(|pending| *pending.tx_hash())
+            .map_err(|e| RpcError::from_transport("eth_sendRawTransaction", e))
+    }
+
+    /// A method taking one transaction hash (`eth_getTransactionReceipt`, `eth_getTransactionByHash`), its
+    /// answer read into `R`.
+    pub(crate) async fn by_hash<R>(&self, method: &'static str, hash: B256) -> Result<R, RpcError>
+    where
+        R: DeserializeOwned + Send + Sync + Unpin + std::fmt::Debug + 'static,
+    {
+        let r = self
+            .provider
+            .raw_request(Cow::Borrowed(method), (hash,))
+            .await;
+        r.map_err(|e| RpcError::from_transport(method, e))
     }
 }

@@ -18,6 +18,8 @@ cargo clippy --workspace --all-targets --features x402-tower/redis,x402-tower/me
 echo "==> cargo test"
 # x402-tower's Redis replay store is a cargo feature: built and tested here against the Redis started above.
 cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics
+echo "==> deploy/: the systemd unit and its environment file"
+scripts/check-deploy.sh target/debug/reference-server
 echo "==> reference-server integration suite on PostgreSQL"
 # The same test binary the line above built and ran on SQLite (no second build), pointed at PostgreSQL.
 it_bin="$(cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics --no-run --message-format=json 2>/dev/null \

@@ -14,15 +14,15 @@ source scripts/test-services.sh
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy (warnings are errors)"
-cargo clippy --workspace --all-targets --features x402-tower/redis,x402-tower/metrics -- -D warnings
+cargo clippy --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware -- -D warnings
 echo "==> cargo test"
 # x402-tower's Redis replay store is a cargo feature: built and tested here against the Redis started above.
-cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics
+cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
 echo "==> deploy/: the systemd unit and its environment file"
 scripts/check-deploy.sh target/debug/reference-server
 echo "==> reference-server integration suite on PostgreSQL"
 # The same test binary the line above built and ran on SQLite (no second build), pointed at PostgreSQL.
-it_bin="$(cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics --no-run --message-format=json 2>/dev/null \
+it_bin="$(cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json, sys
 for m in map(json.loads, sys.stdin):
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "it" \
@@ -30,6 +30,6 @@ for m in map(json.loads, sys.stdin):
         print(m["executable"])')"
 [ -x "$it_bin" ] || { echo "error: reference-server's integration test binary not found" >&2; exit 1; }
 (cd reference-server && REFERENCE_SERVER_TEST_POSTGRES="$X402_TEST_POSTGRES_ADMIN" "$it_bin")
-cargo test --workspace --doc --features x402-tower/redis,x402-tower/metrics
+cargo test --workspace --doc --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
 echo "==> cargo doc (warnings are errors)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features x402-tower/redis,x402-tower/metrics
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware

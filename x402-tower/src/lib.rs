@@ -150,6 +150,8 @@
 /// This crate's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+#[cfg(feature = "client")]
+pub mod client;
 pub mod engine;
 pub mod layer;
 pub mod metrics;

@@ -9,6 +9,8 @@ mod facade;
 #[cfg(feature = "facilitator")]
 mod facilitator;
 mod observer;
+#[cfg(feature = "client")]
+mod paying_client;
 mod protocol;
 mod rejections;
 mod replay;

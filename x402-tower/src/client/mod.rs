@@ -1,0 +1,304 @@
+//! The paying side (feature `client`): buy from any x402 server.
+//!
+//! A [`Payer`] holds a signer (any [`alloy_signer::Signer`]: a local key, a hardware or remote signer) and a
+//! [`PaymentPolicy`] (networks and tokens allowed, a maximum per request, an optional shared [`Budget`]). On
+//! a 402 it reads the requirements (`PAYMENT-REQUIRED`, x402 v2, or the v1 JSON body), picks the first offer
+//! the policy accepts, reserves its price from the budget, signs an EIP-3009 authorization exactly as the
+//! official clients do ([`sign`]) and the request is sent again with the payment. The answer carries a
+//! [`Paid`] extension with what was paid and the decoded settlement receipt.
+//!
+//! Two adapters run that flow:
+//!
+//! - [`X402ClientLayer`]: a Tower layer for any HTTP client service (`Service<http::Request<B>>`, e.g.
+//!   hyper-util's legacy client). The request body must be `Clone` (`Full<Bytes>`, `String`, `Empty`...),
+//!   since a paid request is the same request sent again.
+//! - `reqwest::X402Middleware` (feature `reqwest-middleware`): for `reqwest-middleware` clients. A request
+//!   whose body is a stream cannot be sent twice: its 402 is returned as it came.
+//!
+//! Guarantees: nothing is signed unless the policy accepts the offer and the budget covers it (a refusal is
+//! a typed [`ClientError`], not a response); one request pays at most once (a server that answers 402 again
+//! after being paid gets no second payment: that 402 is returned, with [`Paid`] saying what was sent); a
+//! payment whose settlement the server reports pending is sent again identical, never re-signed, a bounded
+//! number of times; when the server declares `payment-identifier`, the payment carries a fresh id.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use alloy_signer_local::PrivateKeySigner;
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use tower::{Layer, ServiceExt};
+//! use x402_tower::Price;
+//! use x402_tower::client::{PaymentPolicy, X402ClientLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let policy = PaymentPolicy::new(Price::from_usdc_decimal("0.10").unwrap());
+//! let layer = X402ClientLayer::new(PrivateKeySigner::random(), policy);
+//! // Any client service; here one that is not for sale.
+//! let http = tower::service_fn(|_: Request<Full<Bytes>>| async {
+//!     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"free"))))
+//! });
+//! let client = layer.layer(http);
+//! let res = client.oneshot(Request::get("http://127.0.0.1/").body(Full::default()).unwrap()).await.unwrap();
+//! assert!(res.extensions().get::<x402_tower::client::Paid>().is_none()); // nothing was paid
+//! # }
+//! ```
+
+mod layer;
+mod policy;
+#[cfg(feature = "reqwest-middleware")]
+pub mod reqwest;
+pub mod sign;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::{Address, U256};
+use alloy_signer::Signer;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use http::{HeaderMap, StatusCode};
+
+pub use layer::{X402Client, X402ClientLayer};
+pub use policy::{Budget, PaymentPolicy};
+pub use sign::{Offer, Requirements, RequirementsError, SignOptions, SignedPayment};
+
+use crate::network::{Network, Token};
+use crate::proto::SettleResponse;
+
+/// A boxed error (a request or response body's).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a client did not pay. Nothing was signed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    /// No offer is on an allowed network in an allowed token with the domain this client knows.
+    #[error("no acceptable offer among {offered} ({})", reasons.join("; "))]
+    NoAcceptableOffer {
+        /// How many offers the 402 made.
+        offered: usize,
+        /// Why each signable offer was refused.
+        reasons: Vec<String>,
+    },
+    /// The cheapest acceptable offer costs more than the policy's maximum per request.
+    #[error("the price {amount} exceeds the maximum per request {max} (atomic units)")]
+    OverMaximum {
+        /// Its price, in atomic units.
+        amount: U256,
+        /// The maximum.
+        max: U256,
+    },
+    /// The budget does not cover the price.
+    #[error("the price {amount} exceeds the budget left {remaining} (atomic units)")]
+    BudgetExhausted {
+        /// The price.
+        amount: U256,
+        /// What the budget has left.
+        remaining: U256,
+    },
+}
+
+/// Why a paying request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError<E> {
+    /// The inner HTTP service failed.
+    #[error(transparent)]
+    Service(E),
+    /// The 402's payment requirements could not be read.
+    #[error("unreadable payment requirements: {0}")]
+    Requirements(#[from] RequirementsError),
+    /// The policy refused every offer, or the budget is spent.
+    #[error("payment refused by the client's policy: {0}")]
+    Refused(#[from] Refusal),
+    /// The signer failed.
+    #[error("signing the payment failed: {0}")]
+    Signing(#[source] alloy_signer::Error),
+    /// The request cannot be sent again with the payment (its body is a stream).
+    #[error("the request cannot be sent again with a payment: its body is a stream")]
+    NotResendable,
+}
+
+/// What a paid request paid: in the answer's extensions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paid {
+    /// The payment sent (its header value is in [`SignedPayment::header_value`]).
+    pub payment: SignedPayment,
+    /// The offer paid.
+    pub offer: Offer,
+    /// The payer (`authorization.from`).
+    pub payer: Address,
+    /// The settlement receipt (`PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`), when the server sent one.
+    pub settlement: Option<SettleResponse>,
+    /// How many times the identical payment was sent again because its settlement was pending.
+    pub resends: u32,
+}
+
+impl Paid {
+    /// The network paid on.
+    pub fn network(&self) -> &Network {
+        &self.offer.network
+    }
+
+    /// The amount paid, in atomic units.
+    pub fn amount(&self) -> U256 {
+        self.offer.amount
+    }
+}
+
+/// The settlement receipt a response carries (`PAYMENT-RESPONSE`, else `X-PAYMENT-RESPONSE`), decoded.
+pub fn settlement(headers: &HeaderMap) -> Option<SettleResponse> {
+    let value = headers
+        .get("payment-response")
+        .or_else(|| headers.get("x-payment-response"))?;
+    if value.len() > sign::MAX_REQUIREMENTS_BYTES {
+        return None;
+    }
+    let bytes = B64.decode(value.as_bytes().trim_ascii()).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// What to do with the answer to a paid request.
+#[derive(Debug)]
+pub(crate) enum AfterPaid {
+    /// Hand it to the caller.
+    Deliver(Option<SettleResponse>),
+    /// The settlement is pending: send the identical payment again after this wait.
+    Resend(Duration),
+}
+
+/// The signer and the policy: reads requirements, chooses, reserves, signs. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Payer {
+    signer: Arc<dyn Signer + Send + Sync>,
+    policy: Arc<PaymentPolicy>,
+}
+
+impl std::fmt::Debug for Payer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Payer")
+            .field("address", &self.signer.address())
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl Payer {
+    /// A payer signing with `signer` within `policy`.
+    pub fn new(signer: impl Signer + Send + Sync + 'static, policy: PaymentPolicy) -> Self {
+        Payer {
+            signer: Arc::new(signer),
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// The paying address.
+    pub fn address(&self) -> Address {
+        self.signer.address()
+    }
+
+    /// The first offer the policy accepts, with the token it pays in.
+    pub fn choose<'r>(
+        &self,
+        requirements: &'r Requirements,
+    ) -> Result<(&'r Offer, Token), Refusal> {
+        let mut reasons = Vec::new();
+        let mut cheapest_over: Option<U256> = None;
+        for offer in &requirements.offers {
+            let Some(token) = self.policy.token(offer.network.chain_id(), offer.asset) else {
+                reasons.push(format!(
+                    "{} on {} is not an allowed token",
+                    offer.asset,
+                    offer.network.caip2()
+                ));
+                continue;
+            };
+            let name_ok = offer.domain_name.as_deref().is_none_or(|n| n == token.name);
+            let version_ok = offer
+                .domain_version
+                .as_deref()
+                .is_none_or(|v| v == token.version);
+            if !(name_ok && version_ok) {
+                reasons.push(format!(
+                    "{} on {}: the offer's EIP-712 domain is not the token's ({:?} {:?})",
+                    offer.asset,
+                    offer.network.caip2(),
+                    token.name,
+                    token.version
+                ));
+                continue;
+            }
+            if offer.amount > self.policy.max_per_request {
+                cheapest_over = Some(cheapest_over.map_or(offer.amount, |c| c.min(offer.amount)));
+                continue;
+            }
+            return Ok((offer, token.clone()));
+        }
+        Err(match cheapest_over {
+            Some(amount) => Refusal::OverMaximum {
+                amount,
+                max: self.policy.max_per_request,
+            },
+            None => Refusal::NoAcceptableOffer {
+                offered: requirements.offered,
+                reasons,
+            },
+        })
+    }
+
+    /// Chooses an offer, reserves its price from the budget and signs the payment.
+    pub async fn pay<E>(
+        &self,
+        requirements: &Requirements,
+    ) -> Result<(SignedPayment, Offer), ClientError<E>> {
+        let (offer, token) = self.choose(requirements)?;
+        if let Some(budget) = &self.policy.budget {
+            budget
+                .take(offer.amount)
+                .map_err(|remaining| Refusal::BudgetExhausted {
+                    amount: offer.amount,
+                    remaining,
+                })?;
+        }
+        let signed = sign::sign(
+            &*self.signer,
+            requirements,
+            offer,
+            &token,
+            &SignOptions::default(),
+        )
+        .await;
+        match signed {
+            Ok(payment) => Ok((payment, offer.clone())),
+            Err(e) => {
+                // Nothing was signed: the reservation goes back.
+                if let Some(budget) = &self.policy.budget {
+                    budget.give_back(offer.amount);
+                }
+                Err(ClientError::Signing(e))
+            }
+        }
+    }
+
+    /// What to do with the answer to the paid request after `resends` resends.
+    pub(crate) fn after_paid(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        resends: u32,
+    ) -> AfterPaid {
+        let receipt = settlement(headers);
+        let pending = status == StatusCode::PAYMENT_REQUIRED
+            && receipt
+                .as_ref()
+                .is_some_and(|r| r.error_reason.as_deref() == Some("settlement_pending"));
+        if pending && resends < self.policy.pending_resends {
+            let wait = self
+                .policy
+                .pending_delay
+                .saturating_mul(1u32 << resends.min(10));
+            return AfterPaid::Resend(wait.min(Duration::from_secs(30)));
+        }
+        AfterPaid::Deliver(receipt)
+    }
+}

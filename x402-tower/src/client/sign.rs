@@ -1,0 +1,305 @@
+//! Reading a 402's offers and signing an EIP-3009 payment for one of them, exactly as the official clients
+//! do: x402 v1 (`X-PAYMENT`, `validAfter = now - 600`) and v2 (`PAYMENT-SIGNATURE`, `validAfter = 0`, the
+//! chosen `accepts` entry echoed verbatim, the 402's extensions echoed).
+//!
+//! This is the one place in the workspace that signs payments; [`sign`] takes explicit
+//! [`SignOptions`] so tests can also make payments that are wrong on purpose.
+
+use alloy_primitives::{Address, B256, U256};
+use alloy_signer::Signer;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::{Map, Value, json};
+
+use crate::engine::identifier;
+use crate::network::{Network, Token};
+use crate::proto::{
+    Authorization, ExactEvmPayload, PaymentRequirementsV1, PaymentRequirementsV2, SCHEME_EXACT,
+};
+use crate::verify::{authorization_digest, domain_separator};
+
+/// Largest `PAYMENT-REQUIRED` header or v1 402 body read (the official servers' are under 2 KiB).
+pub const MAX_REQUIREMENTS_BYTES: usize = 64 * 1024;
+
+/// Why a 402's payment requirements could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RequirementsError {
+    /// Neither a `PAYMENT-REQUIRED` header nor a JSON body with `accepts`.
+    #[error(
+        "the 402 carries no payment requirements (no PAYMENT-REQUIRED header, no v1 JSON body)"
+    )]
+    Missing,
+    /// Over [`MAX_REQUIREMENTS_BYTES`].
+    #[error("the payment requirements exceed {MAX_REQUIREMENTS_BYTES} bytes")]
+    TooLarge,
+    /// The header is not standard Base64.
+    #[error("PAYMENT-REQUIRED is not Base64: {0}")]
+    Base64(#[from] base64::DecodeError),
+    /// Not the JSON document of the protocol.
+    #[error("the payment requirements are not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// An `x402Version` this client does not speak.
+    #[error("unsupported x402Version {0}")]
+    Version(u64),
+    /// The body of the 402 could not be read.
+    #[error("reading the 402 body failed: {0}")]
+    Body(#[source] super::BoxError),
+}
+
+/// One offer of a 402 this client can sign for: scheme `exact` on an EVM network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    /// 1 or 2.
+    pub x402_version: u8,
+    /// The network (from a v1 name or a CAIP-2 id).
+    pub network: Network,
+    /// The token contract.
+    pub asset: Address,
+    /// Who is paid.
+    pub pay_to: Address,
+    /// The price, in atomic units.
+    pub amount: U256,
+    /// Seconds the server allows for the payment (`validBefore = now + maxTimeoutSeconds`).
+    pub max_timeout_seconds: u64,
+    /// `extra.name`: the token's EIP-712 domain name, as the server states it.
+    pub domain_name: Option<String>,
+    /// `extra.version`.
+    pub domain_version: Option<String>,
+    /// The `accepts` entry exactly as the server sent it (echoed as `accepted` in v2).
+    pub raw: Value,
+}
+
+/// A 402's payment requirements: the offers this client could sign for, and what it echoes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Requirements {
+    /// 1 (JSON body) or 2 (`PAYMENT-REQUIRED` header).
+    pub x402_version: u8,
+    /// The server's `error`, if any (why the payment is required, or what was wrong with the last one).
+    pub error: Option<String>,
+    /// Signable offers, in the server's order (others, e.g. another scheme, are left out).
+    pub offers: Vec<Offer>,
+    /// How many `accepts` entries there were, signable or not.
+    pub offered: usize,
+    /// v2 `resource`, echoed in the payment.
+    pub resource: Option<Value>,
+    /// v2 `extensions`, echoed in the payment.
+    pub extensions: Option<Map<String, Value>>,
+}
+
+impl Requirements {
+    /// From the value of a `PAYMENT-REQUIRED` header (x402 v2).
+    pub fn from_header(value: &[u8]) -> Result<Self, RequirementsError> {
+        if value.len() > MAX_REQUIREMENTS_BYTES {
+            return Err(RequirementsError::TooLarge);
+        }
+        let trimmed = value.trim_ascii();
+        Self::from_json(&B64.decode(trimmed)?)
+    }
+
+    /// From a 402's JSON body (x402 v1; a v2 document in the body is read too).
+    pub fn from_body(body: &[u8]) -> Result<Self, RequirementsError> {
+        if body.len() > MAX_REQUIREMENTS_BYTES {
+            return Err(RequirementsError::TooLarge);
+        }
+        Self::from_json(body)
+    }
+
+    fn from_json(bytes: &[u8]) -> Result<Self, RequirementsError> {
+        let doc: Value = serde_json::from_slice(bytes)?;
+        let version = doc
+            .get("x402Version")
+            .and_then(Value::as_u64)
+            .ok_or(RequirementsError::Missing)?;
+        let accepts = doc
+            .get("accepts")
+            .and_then(Value::as_array)
+            .ok_or(RequirementsError::Missing)?;
+        let offers = match version {
+            1 => accepts.iter().filter_map(offer_v1).collect(),
+            2 => accepts.iter().filter_map(offer_v2).collect(),
+            v => return Err(RequirementsError::Version(v)),
+        };
+        Ok(Requirements {
+            x402_version: version as u8,
+            error: doc.get("error").and_then(Value::as_str).map(str::to_owned),
+            offers,
+            offered: accepts.len(),
+            resource: doc.get("resource").cloned(),
+            extensions: doc.get("extensions").and_then(Value::as_object).cloned(),
+        })
+    }
+}
+
+fn extra(raw: &Option<Value>, key: &str) -> Option<String> {
+    raw.as_ref()?.get(key)?.as_str().map(str::to_owned)
+}
+
+fn offer_v1(raw: &Value) -> Option<Offer> {
+    let r: PaymentRequirementsV1 = serde_json::from_value(raw.clone()).ok()?;
+    if r.scheme != SCHEME_EXACT {
+        return None;
+    }
+    Some(Offer {
+        x402_version: 1,
+        network: r.network.parse().ok()?,
+        asset: r.asset,
+        pay_to: r.pay_to,
+        amount: r.max_amount_required,
+        max_timeout_seconds: r.max_timeout_seconds,
+        domain_name: extra(&r.extra, "name"),
+        domain_version: extra(&r.extra, "version"),
+        raw: raw.clone(),
+    })
+}
+
+fn offer_v2(raw: &Value) -> Option<Offer> {
+    let r: PaymentRequirementsV2 = serde_json::from_value(raw.clone()).ok()?;
+    if r.scheme != SCHEME_EXACT {
+        return None;
+    }
+    Some(Offer {
+        x402_version: 2,
+        network: r.network.parse().ok()?,
+        asset: r.asset,
+        pay_to: r.pay_to,
+        amount: r.amount,
+        max_timeout_seconds: r.max_timeout_seconds,
+        domain_name: extra(&r.extra, "name"),
+        domain_version: extra(&r.extra, "version"),
+        raw: raw.clone(),
+    })
+}
+
+/// How to sign beyond the offer. The defaults are the official clients' choices; tests change them to make
+/// payments that are wrong on purpose.
+#[derive(Debug, Clone, Default)]
+pub struct SignOptions {
+    /// Unix seconds "now" (default: the system clock).
+    pub now: Option<u64>,
+    /// `validAfter` (default v1 `now - 600`, v2 `0`).
+    pub valid_after: Option<U256>,
+    /// `validBefore` (default `now + maxTimeoutSeconds`).
+    pub valid_before: Option<U256>,
+    /// The EIP-3009 nonce (default 32 random bytes).
+    pub nonce: Option<B256>,
+    /// `authorization.from` (default the signer's address): a contract wallet the signer controls.
+    pub from: Option<Address>,
+    /// The `payment-identifier` id to send when the server declared the extension (default: a new
+    /// `pay_` + 32 hex id for each payment).
+    pub payment_id: Option<String>,
+}
+
+/// A signed payment, ready to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignedPayment {
+    /// 1 or 2.
+    pub x402_version: u8,
+    /// `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1).
+    pub header_name: &'static str,
+    /// Base64 of [`payload`](Self::payload): the header's value.
+    pub header_value: String,
+    /// The PaymentPayload document.
+    pub payload: Value,
+    /// The signed authorization.
+    pub authorization: Authorization,
+    /// The 65-byte signature `r‖s‖v` (or what [`SignOptions`] asked for).
+    pub signature: Vec<u8>,
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Signs an EIP-3009 `transferWithAuthorization` for `offer` under `token`'s EIP-712 domain (its name and
+/// version; its address should be the offer's asset) and wraps it in the PaymentPayload of the offer's
+/// version, echoing `requirements` where v2 asks for it.
+pub async fn sign(
+    signer: &(dyn Signer + Send + Sync),
+    requirements: &Requirements,
+    offer: &Offer,
+    token: &Token,
+    options: &SignOptions,
+) -> Result<SignedPayment, alloy_signer::Error> {
+    let now = options.now.unwrap_or_else(unix_now);
+    let v1 = offer.x402_version == 1;
+    let authorization = Authorization {
+        from: options.from.unwrap_or_else(|| signer.address()),
+        to: offer.pay_to,
+        value: offer.amount,
+        valid_after: options.valid_after.unwrap_or(if v1 {
+            U256::from(now.saturating_sub(600))
+        } else {
+            U256::ZERO
+        }),
+        valid_before: options
+            .valid_before
+            .unwrap_or_else(|| U256::from(now.saturating_add(offer.max_timeout_seconds))),
+        nonce: options.nonce.unwrap_or_else(B256::random),
+    };
+    let digest = authorization_digest(
+        &authorization,
+        &domain_separator(offer.network.chain_id(), token),
+    );
+    let signature = signer.sign_hash(&digest).await?.as_bytes().to_vec();
+    Ok(wrap(requirements, offer, authorization, signature, options))
+}
+
+/// The PaymentPayload for an authorization and its signature (any bytes: tests send wrong ones on purpose).
+pub fn wrap(
+    requirements: &Requirements,
+    offer: &Offer,
+    authorization: Authorization,
+    signature: Vec<u8>,
+    options: &SignOptions,
+) -> SignedPayment {
+    let exact = ExactEvmPayload {
+        signature: format!("0x{}", alloy_primitives::hex::encode(&signature)),
+        authorization: authorization.clone(),
+    };
+    let (header_name, payload) = if offer.x402_version == 1 {
+        let network = offer
+            .raw
+            .get("network")
+            .cloned()
+            .unwrap_or_else(|| json!(offer.network.caip2()));
+        (
+            "X-PAYMENT",
+            json!({"x402Version": 1, "scheme": SCHEME_EXACT, "network": network, "payload": exact}),
+        )
+    } else {
+        let mut payload = json!({"x402Version": 2, "accepted": offer.raw, "payload": exact});
+        if let Some(resource) = &requirements.resource {
+            payload["resource"] = resource.clone();
+        }
+        if let Some(declared) = &requirements.extensions {
+            let mut extensions = declared.clone();
+            if let Some(entry) = extensions.get_mut(identifier::KEY)
+                && let Some(info) = entry.get_mut("info").and_then(Value::as_object_mut)
+            {
+                let id = options.payment_id.clone().unwrap_or_else(new_payment_id);
+                info.insert("id".to_owned(), Value::String(id));
+            }
+            payload["extensions"] = Value::Object(extensions);
+        }
+        ("PAYMENT-SIGNATURE", payload)
+    };
+    SignedPayment {
+        x402_version: offer.x402_version,
+        header_name,
+        header_value: B64.encode(payload.to_string()),
+        payload,
+        authorization,
+        signature,
+    }
+}
+
+/// A new `payment-identifier` id: `pay_` and 32 random hex digits, as the official client makes them.
+pub fn new_payment_id() -> String {
+    format!(
+        "pay_{}",
+        alloy_primitives::hex::encode(&B256::random()[..16])
+    )
+}

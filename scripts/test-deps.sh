@@ -41,7 +41,7 @@ _x402_setup() {
     stamp_have=""
     [ -f "$venv/.x402-stamp" ] && stamp_have="$(cat "$venv/.x402-stamp")"
     if [ "$stamp_want" != "$stamp_have" ]; then
-        echo "==> python venv (.cache/py) with x402[evm,httpx]"
+        echo "==> python venv (.cache/py) with x402[evm,httpx] and Flask"
         rm -rf "$venv"
         python3 -m venv "$venv" || _x402_die "python3 -m venv failed (Debian: apt-get install python3-venv)" || return 1
         "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req" \

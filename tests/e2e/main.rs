@@ -12,3 +12,4 @@ mod official_clients;
 mod onchain_settler;
 mod openapi;
 mod purchases_onchain;
+mod rust_client;

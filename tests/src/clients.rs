@@ -1,5 +1,7 @@
 //! The official x402 clients (`tests/js/pay-v1.mjs`, `tests/js/pay-v2.mjs`, `tests/py/pay.py`) and the
-//! official `@x402/express` server (`tests/js/express-server.mjs`), run as child processes.
+//! official servers (`@x402/express` v2: `tests/js/express-server.mjs`; legacy `x402-express` v1:
+//! `tests/js/express-v1-server.mjs`; the Python package's Flask middleware: `tests/py/flask_server.py`), run as
+//! child processes.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -81,7 +83,18 @@ pub async fn buy(client: Client, url: &str, key: &str) -> Purchase {
     }
 }
 
-/// A running official `@x402/express` server, killed on drop.
+/// Which official resource server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// `@x402/express` 2.x (x402 v2, `PAYMENT-REQUIRED`).
+    ExpressV2,
+    /// Legacy `x402-express` 1.x (x402 v1, JSON body only; the network is a v1 name).
+    ExpressV1,
+    /// PyPI `x402`'s Flask middleware (x402 v2).
+    Flask,
+}
+
+/// A running official server, killed on drop.
 #[derive(Debug)]
 pub struct ExpressServer {
     _child: Child,
@@ -89,12 +102,12 @@ pub struct ExpressServer {
     pub url: String,
 }
 
-/// What the express server sells, and through which facilitator.
+/// What the server sells, and through which facilitator.
 #[derive(Debug, Clone)]
 pub struct ExpressConfig {
     /// The facilitator's base URL (`.../facilitator`).
     pub facilitator: String,
-    /// CAIP-2 network.
+    /// CAIP-2 network (a v1 name for [`Server::ExpressV1`]).
     pub network: String,
     /// Token address.
     pub asset: String,
@@ -113,9 +126,19 @@ pub struct ExpressConfig {
 impl ExpressServer {
     /// Starts `tests/js/express-server.mjs` and waits until it listens.
     pub async fn start(c: &ExpressConfig) -> ExpressServer {
-        let mut child = Command::new(tools::node())
+        ExpressServer::start_kind(Server::ExpressV2, c).await
+    }
+
+    /// Starts `server` and waits until it listens.
+    pub async fn start_kind(server: Server, c: &ExpressConfig) -> ExpressServer {
+        let (program, script, cwd) = match server {
+            Server::ExpressV2 => (tools::node(), "express-server.mjs", tools::js_dir()),
+            Server::ExpressV1 => (tools::node(), "express-v1-server.mjs", tools::js_dir()),
+            Server::Flask => (tools::python(), "flask_server.py", tools::py_dir()),
+        };
+        let mut child = Command::new(program)
             .args([
-                "express-server.mjs",
+                script,
                 &c.facilitator,
                 &c.network,
                 &c.asset,
@@ -124,7 +147,7 @@ impl ExpressServer {
                 &c.pay_to,
                 &c.amount,
             ])
-            .current_dir(tools::js_dir())
+            .current_dir(cwd)
             .envs(
                 c.facilitator_token
                     .as_deref()
@@ -135,14 +158,14 @@ impl ExpressServer {
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
-            .expect("cannot start node express-server.mjs");
+            .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
             .await
-            .expect("express server did not start within 60 s")
-            .expect("express server output")
-            .expect("express server exited before listening");
+            .unwrap_or_else(|_| panic!("{script} did not start within 60 s"))
+            .expect("server output")
+            .unwrap_or_else(|| panic!("{script} exited before listening"));
         let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
         ExpressServer {
             _child: child,

@@ -1,0 +1,141 @@
+//! The workspace's Rust client (`x402_tower::client`) buys from the official servers and from the reference
+//! server, the money moving on anvil where a chain is involved: `@x402/express` v2 and the Python package's
+//! Flask middleware (x402 v2, through the reference facilitator), the legacy `x402-express` v1 server (JSON
+//! body only), and the reference server in verify-only and on-chain modes. Both adapters are used: the
+//! Tower layer over hyper-util's client, and the reqwest-middleware adapter.
+
+use alloy_primitives::{B256, U256};
+use workspace_tests::buyer::{Bought, buy_with_layer, buy_with_middleware, policy};
+use workspace_tests::chain::{CHAIN_ID, Chain, TOKEN_NAME, TOKEN_VERSION};
+use workspace_tests::clients::{ExpressConfig, ExpressServer, Server};
+use x402_tower::Network;
+
+use crate::common::{
+    ARTICLE_PRICE, FACILITATOR_TOKEN, PAY_TO, RefServer, facilitator_for, pay_to, payer,
+};
+
+/// Checks a settled purchase of `price` by `from` on `chain`: 200, the receipt's transaction is mined, the
+/// balances moved by exactly the price.
+async fn settled(
+    chain: &Chain,
+    bought: &Bought,
+    from: alloy_primitives::Address,
+    before: (U256, U256),
+    price: u64,
+) {
+    assert_eq!(bought.status, 200, "{}", bought.body);
+    let paid = bought.paid.as_ref().expect("Paid in the extensions");
+    assert_eq!(paid.payer, from);
+    let receipt = paid.settlement.as_ref().expect("a settlement receipt");
+    assert!(receipt.success, "{receipt:?}");
+    let tx: B256 = receipt.transaction.parse().expect("a transaction hash");
+    assert!(
+        chain.receipt(tx).await.is_some(),
+        "the transaction is on chain"
+    );
+    let price = U256::from(price);
+    assert_eq!(chain.balance(from).await, before.0 - price);
+    assert_eq!(chain.balance(pay_to()).await, before.1 + price);
+}
+
+async fn official(server: Server, chain: &Chain, network: &str, payer_index: usize, layer: bool) {
+    let facilitator = facilitator_for(chain).await;
+    let official = ExpressServer::start_kind(
+        server,
+        &ExpressConfig {
+            facilitator,
+            network: network.to_owned(),
+            asset: chain.usdc.to_checksum(None),
+            name: TOKEN_NAME.into(),
+            version: TOKEN_VERSION.into(),
+            pay_to: PAY_TO.into(),
+            amount: "10000".into(),
+            facilitator_token: Some(FACILITATOR_TOKEN.into()),
+        },
+    )
+    .await;
+    let (key, from) = payer(payer_index);
+    chain.mint(from, 1_000_000).await;
+    let before = (chain.balance(from).await, chain.balance(pay_to()).await);
+    let net: Network = network.parse().expect("network");
+    let policy = policy(Some(chain), &net, "0.05");
+    let bought = if layer {
+        buy_with_layer(&official.url, key, policy).await
+    } else {
+        buy_with_middleware(&official.url, key, policy).await
+    };
+    assert!(bought.body.contains("sunny"), "{}", bought.body);
+    settled(chain, &bought, from, before, 10_000).await;
+    let version = bought.paid.as_ref().map(|p| p.payment.x402_version);
+    assert_eq!(
+        version,
+        Some(if server == Server::ExpressV1 { 1 } else { 2 })
+    );
+}
+
+#[tokio::test]
+async fn buys_from_the_official_express_v2_server_money_moving_on_anvil() {
+    let chain = Chain::start().await;
+    official(
+        Server::ExpressV2,
+        &chain,
+        &format!("eip155:{CHAIN_ID}"),
+        3,
+        true,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn buys_from_the_legacy_v1_express_server() {
+    // v1 knows networks by name: anvil runs as Base Sepolia's chain id, with our token.
+    let chain = Chain::start_as(84532).await;
+    official(Server::ExpressV1, &chain, "base-sepolia", 4, false).await;
+}
+
+#[tokio::test]
+async fn buys_from_the_python_flask_middleware() {
+    let chain = Chain::start().await;
+    official(
+        Server::Flask,
+        &chain,
+        &format!("eip155:{CHAIN_ID}"),
+        5,
+        true,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn buys_an_article_from_the_reference_server_verify_only_and_on_chain() {
+    // Verify-only (the default: Base Sepolia, nothing settles): the receipt says so.
+    let server = RefServer::start(|_| {}).await;
+    let (key, _) = payer(6);
+    let bought = buy_with_middleware(
+        &server.article_url(),
+        key,
+        policy(None, &"base-sepolia".parse().unwrap(), "0.10"),
+    )
+    .await;
+    assert_eq!(bought.status, 200, "{}", bought.body);
+    assert!(bought.body.contains("\"article\""), "{}", bought.body);
+    let paid = bought.paid.expect("paid");
+    assert_eq!(paid.settlement.expect("receipt").transaction, "verify-only");
+
+    // On chain: the reference server settles itself (--rpc-url, --settler-key).
+    let chain = Chain::start().await;
+    let server = RefServer::settling_on(&chain, |_| {}).await;
+    let (key, from) = payer(7);
+    chain.mint(from, 1_000_000).await;
+    let before = (chain.balance(from).await, chain.balance(pay_to()).await);
+    let net: Network = format!("eip155:{CHAIN_ID}").parse().unwrap();
+    let bought = buy_with_layer(
+        &server.article_url(),
+        key,
+        policy(Some(&chain), &net, "0.10"),
+    )
+    .await;
+    settled(&chain, &bought, from, before, ARTICLE_PRICE).await;
+    let body: serde_json::Value = serde_json::from_str(&bought.body).expect("JSON");
+    assert!(body["receipt"]["nft"]["tokenId"].is_string(), "{body}");
+}

@@ -2,12 +2,7 @@
 //! paid purchase (local verification, verify-only settlement, receipt write to an in-memory database),
 //! and the catalog. The loopback figures with wrk are in docs/bench/reference-server-licensing.md.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use alloy_primitives::{Address, B256, U256};
-use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use alloy_sol_types::{Eip712Domain, SolStruct};
 use axum::body::Body;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -16,71 +11,27 @@ use http::Request;
 use http_body_util::BodyExt as _;
 use reference_server::store::{Db, Stores};
 use reference_server::{Config, build_app};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tower::ServiceExt as _;
-use x402_tower::verify::TransferWithAuthorization;
+use x402_tower::client::sign::{Requirements, SignOptions, sign_sync};
 
 const BASE: &str = "http://127.0.0.1:8080";
 const PATH: &str = "/x402Article?articleId=c2pa-explained";
 
+/// A payment for the first offer of `required`, signed by the workspace's client as `@x402/fetch` signs.
 fn sign(signer: &PrivateKeySigner, required: &Value) -> String {
-    let accepted = &required["accepts"][0];
-    let asset: Address = accepted["asset"].as_str().unwrap().parse().unwrap();
-    let to: Address = accepted["payTo"].as_str().unwrap().parse().unwrap();
-    let value: U256 = accepted["amount"].as_str().unwrap().parse().unwrap();
-    let domain = Eip712Domain::new(
-        Some(
-            accepted["extra"]["name"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-                .into(),
-        ),
-        Some(
-            accepted["extra"]["version"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-                .into(),
-        ),
-        Some(U256::from(84532u64)),
-        Some(asset),
-        None,
-    );
-    let mut n = [0u8; 32];
-    n[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    n[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    let nonce = B256::from(n);
-    let before = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 300;
-    let msg = TransferWithAuthorization {
-        from: signer.address(),
-        to,
-        value,
-        validAfter: U256::ZERO,
-        validBefore: U256::from(before),
-        nonce,
-    };
-    let sig = signer
-        .sign_hash_sync(&msg.eip712_signing_hash(&domain))
-        .unwrap();
-    let doc = json!({
-        "x402Version": 2,
-        "payload": {
-            "authorization": {
-                "from": signer.address().to_checksum(None), "to": to.to_checksum(None),
-                "value": value.to_string(), "validAfter": "0", "validBefore": before.to_string(),
-                "nonce": nonce.to_string(),
-            },
-            "signature": format!("0x{}", alloy_primitives::hex::encode(sig.as_bytes())),
-        },
-        "resource": required["resource"],
-        "accepted": accepted,
-    });
-    B64.encode(doc.to_string())
+    let requirements = Requirements::from_document(required).unwrap();
+    let offer = &requirements.offers[0];
+    let token = offer.token().unwrap();
+    sign_sync(
+        signer,
+        &requirements,
+        offer,
+        &token,
+        &SignOptions::default(),
+    )
+    .unwrap()
+    .header_value
 }
 
 fn bench(c: &mut Criterion) {

@@ -8,19 +8,17 @@
 //! PRESIGN_OUT=/tmp/payments.txt cargo bench -p reference-server --bench presign
 //! ```
 //!
-//! It fetches the 402 once, then signs `PRESIGN_COUNT` payments exactly as `@x402/fetch` does (first offer,
-//! validAfter "0", validBefore now + maxTimeoutSeconds, random nonce), one Base64 `PAYMENT-SIGNATURE` a line.
+//! It fetches the 402 once, then signs `PRESIGN_COUNT` payments with the workspace's client exactly as
+//! `@x402/fetch` does (first offer, validAfter "0", validBefore now + maxTimeoutSeconds, random nonce), one
+//! Base64 `PAYMENT-SIGNATURE` a line.
 
 use std::io::Write as _;
 
-use alloy_primitives::{Address, B256, U256};
-use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use alloy_sol_types::{Eip712Domain, SolStruct};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use serde_json::{Value, json};
-use x402_tower::verify::TransferWithAuthorization;
+use serde_json::Value;
+use x402_tower::client::sign::{Requirements, SignOptions, sign_sync};
 
 fn main() {
     let Ok(url) = std::env::var("PRESIGN_URL") else {
@@ -47,89 +45,23 @@ fn main() {
             .clone();
         serde_json::from_slice(&B64.decode(raw.as_bytes()).expect("base64")).expect("json")
     });
-    let accepted = &required["accepts"][0];
-    let chain_id: u64 = accepted["network"]
-        .as_str()
-        .and_then(|n| n.strip_prefix("eip155:"))
-        .and_then(|n| n.parse().ok())
-        .expect("CAIP-2 network");
-    let asset: Address = accepted["asset"]
-        .as_str()
-        .expect("asset")
-        .parse()
-        .expect("asset");
-    let to: Address = accepted["payTo"]
-        .as_str()
-        .expect("payTo")
-        .parse()
-        .expect("payTo");
-    let value: U256 = accepted["amount"]
-        .as_str()
-        .expect("amount")
-        .parse()
-        .expect("amount");
-    let timeout = accepted["maxTimeoutSeconds"]
-        .as_u64()
-        .expect("maxTimeoutSeconds");
-    let domain = Eip712Domain::new(
-        Some(
-            accepted["extra"]["name"]
-                .as_str()
-                .expect("name")
-                .to_owned()
-                .into(),
-        ),
-        Some(
-            accepted["extra"]["version"]
-                .as_str()
-                .expect("version")
-                .to_owned()
-                .into(),
-        ),
-        Some(U256::from(chain_id)),
-        Some(asset),
-        None,
-    );
+    let requirements = Requirements::from_document(&required).expect("requirements");
+    let offer = requirements.offers.first().expect("a signable offer");
+    let token = offer.token().expect("extra.name and extra.version");
     let signer = PrivateKeySigner::random();
-    let valid_before = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs()
-        + timeout;
     let mut file = std::io::BufWriter::new(std::fs::File::create(&out).expect("create output"));
+    let mut valid_before = 0;
     for _ in 0..count {
-        let mut nonce = [0u8; 32];
-        nonce[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        nonce[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        let nonce = B256::from(nonce);
-        let msg = TransferWithAuthorization {
-            from: signer.address(),
-            to,
-            value,
-            validAfter: U256::ZERO,
-            validBefore: U256::from(valid_before),
-            nonce,
-        };
-        let sig = signer
-            .sign_hash_sync(&msg.eip712_signing_hash(&domain))
-            .expect("sign");
-        let doc = json!({
-            "x402Version": 2,
-            "payload": {
-                "authorization": {
-                    "from": signer.address().to_checksum(None),
-                    "to": to.to_checksum(None),
-                    "value": value.to_string(),
-                    "validAfter": "0",
-                    "validBefore": valid_before.to_string(),
-                    "nonce": nonce.to_string(),
-                },
-                "signature": format!("0x{}", alloy_primitives::hex::encode(sig.as_bytes())),
-            },
-            "resource": required["resource"],
-            "accepted": accepted,
-        });
-        writeln!(file, "{}", B64.encode(doc.to_string())).expect("write");
+        let payment = sign_sync(
+            &signer,
+            &requirements,
+            offer,
+            &token,
+            &SignOptions::default(),
+        )
+        .expect("sign");
+        valid_before = payment.authorization.valid_before.to::<u64>();
+        writeln!(file, "{}", payment.header_value).expect("write");
     }
     file.flush().expect("flush");
     eprintln!("presign: wrote {count} payments to {out} (valid until {valid_before})");

@@ -1,15 +1,14 @@
-//! x402 v2 payments signed in Rust with alloy, exactly as `@x402/evm` signs them (validAfter 0), with knobs
-//! to make them wrong on purpose (domain name, time window).
+//! x402 v2 payments signed by the workspace's client (`x402_tower::client::sign`), exactly as `@x402/evm`
+//! signs them (validAfter 0), with knobs to make them wrong on purpose (domain name, time window, payer,
+//! signature bytes).
 
 use alloy_primitives::{Address, B256, U256};
-use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
+use x402_tower::client::sign::{Requirements, SignOptions, sign_sync, wrap};
 use x402_tower::network::Token;
-use x402_tower::proto::Authorization;
-use x402_tower::verify::{authorization_digest, domain_separator};
 
 /// Unix seconds now.
 pub fn now() -> u64 {
@@ -21,15 +20,7 @@ pub fn now() -> u64 {
 
 /// A fresh random EIP-3009 nonce.
 pub fn random_nonce() -> B256 {
-    let mut bytes = [0u8; 32];
-    for chunk in bytes.chunks_mut(8) {
-        let r = std::collections::hash_map::RandomState::new();
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = r.build_hasher();
-        h.write_u64(now());
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    B256::from(bytes)
+    B256::random()
 }
 
 /// How to sign, beyond the offer.
@@ -53,67 +44,37 @@ pub fn decode_b64_json(header: &str) -> Value {
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {header}"))
 }
 
-/// Signs a v2 payment for the first offer of the decoded `PAYMENT-REQUIRED` document; returns the
-/// `PAYMENT-SIGNATURE` header value.
+/// Signs a v2 payment for the first offer of the decoded `PAYMENT-REQUIRED` document with the workspace's
+/// client (`x402_tower::client::sign`), bent by `knobs`; returns the `PAYMENT-SIGNATURE` header value.
 pub fn pay_v2(key: &str, payment_required: &Value, knobs: &Knobs) -> String {
     let signer: PrivateKeySigner = key.parse().expect("key");
-    let accepted = &payment_required["accepts"][0];
-    let network = accepted["network"].as_str().expect("network");
-    let chain_id: u64 = network
-        .strip_prefix("eip155:")
-        .and_then(|c| c.parse().ok())
-        .expect("eip155 network");
-    let asset: Address = accepted["asset"]
-        .as_str()
-        .expect("asset")
-        .parse()
-        .expect("asset address");
-    let pay_to: Address = accepted["payTo"]
-        .as_str()
-        .expect("payTo")
-        .parse()
-        .expect("payTo address");
-    let amount =
-        U256::from_str_radix(accepted["amount"].as_str().expect("amount"), 10).expect("amount");
-    let timeout = accepted["maxTimeoutSeconds"]
-        .as_u64()
-        .expect("maxTimeoutSeconds");
-    let name = knobs
-        .domain_name
-        .clone()
-        .unwrap_or_else(|| accepted["extra"]["name"].as_str().expect("name").to_owned());
-    let version = accepted["extra"]["version"].as_str().expect("version");
-    let auth = Authorization {
-        from: knobs.from.unwrap_or(signer.address()),
-        to: pay_to,
-        value: amount,
-        valid_after: U256::ZERO,
-        valid_before: U256::from(knobs.valid_before.unwrap_or(now() + timeout)),
-        nonce: random_nonce(),
+    let requirements = Requirements::from_document(payment_required).expect("requirements");
+    let offer = requirements.offers.first().expect("a signable offer");
+    let token = Token::new(
+        offer.asset,
+        knobs
+            .domain_name
+            .clone()
+            .unwrap_or_else(|| offer.domain_name.clone().expect("extra.name")),
+        offer.domain_version.clone().expect("extra.version"),
+        6,
+    );
+    let options = SignOptions {
+        valid_before: knobs.valid_before.map(U256::from),
+        from: knobs.from,
+        ..Default::default()
     };
-    let token = Token::new(asset, name, version, 6);
-    let digest = authorization_digest(&auth, &domain_separator(chain_id, &token));
-    let sig = signer.sign_hash_sync(&digest).expect("sign");
-    let payload = json!({
-        "x402Version": 2,
-        "resource": payment_required["resource"],
-        "accepted": accepted,
-        "payload": {
-            "authorization": {
-                "from": auth.from.to_checksum(None),
-                "to": auth.to.to_checksum(None),
-                "value": auth.value.to_string(),
-                "validAfter": "0",
-                "validBefore": auth.valid_before.to_string(),
-                "nonce": auth.nonce.to_string(),
-            },
-            "signature": format!(
-                "0x{}",
-                alloy_primitives::hex::encode(knobs.signature.clone().unwrap_or_else(|| sig.as_bytes().to_vec()))
-            ),
-        },
-    });
-    B64.encode(payload.to_string())
+    let mut payment = sign_sync(&signer, &requirements, offer, &token, &options).expect("sign");
+    if let Some(signature) = &knobs.signature {
+        payment = wrap(
+            &requirements,
+            offer,
+            payment.authorization,
+            signature.clone(),
+            &options,
+        );
+    }
+    payment.header_value
 }
 
 /// Where the tests' payments go (`PAY_TO` of the reference server's demo).

@@ -8,18 +8,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use alloy_primitives::{Address, B256, U256, address};
-use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use base64::Engine as _;
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
+use x402_tower::client::sign::{self, Requirements, SignOptions};
 use x402_tower::pricing::BoxFuture;
 use x402_tower::replay::{IdBinding, IdClaim, PaymentRecord, Reservation, StoreError};
-use x402_tower::verify::TransferWithAuthorization;
 use x402_tower::{PaymentOffer, Price, PriceDecision, ReplayKey, ReplayStore, X402Layer};
 
 const VECTOR_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
@@ -106,45 +103,36 @@ impl ReplayStore for AlwaysFree {
     }
 }
 
-fn signed_header() -> String {
-    let signer: PrivateKeySigner =
-        "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
-            .parse()
-            .unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+fn payer() -> PrivateKeySigner {
+    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+        .parse()
         .unwrap()
-        .as_secs();
-    let msg = TransferWithAuthorization {
-        from: signer.address(),
-        to: PAY_TO,
-        value: U256::from(10_000u64),
-        validAfter: U256::ZERO,
-        validBefore: U256::from(now + 300),
-        nonce: B256::repeat_byte(7),
+}
+
+/// The requirements of `svc`'s 402 as the client reads them.
+fn requirements<S>(svc: &S) -> Requirements
+where
+    S: Service<
+            Request<Full<Bytes>>,
+            Response = Response<x402_tower::ResponseBody<Full<Bytes>>>,
+            Error = Infallible,
+        > + Clone,
+{
+    let res = block_on(svc.clone().oneshot(request(None))).unwrap();
+    Requirements::from_header(res.headers()["payment-required"].as_bytes()).unwrap()
+}
+
+/// A payment signed by the crate's client, as `@x402/fetch` makes it (fixed nonce).
+fn signed_header(requirements: &Requirements) -> String {
+    let offer = &requirements.offers[0];
+    let token = x402_tower::Token::usdc(&offer.network).unwrap();
+    let options = SignOptions {
+        nonce: Some(B256::repeat_byte(7)),
+        ..Default::default()
     };
-    let domain = alloy_sol_types::eip712_domain! {
-        name: "USDC", version: "2", chain_id: 84532,
-        verifying_contract: address!("0x036CbD53842c5426634e7929541eC2318f3dCF7e"),
-    };
-    let sig = signer.sign_typed_data_sync(&msg, &domain).unwrap();
-    let payload = json!({
-        "x402Version": 2,
-        "payload": {
-            "authorization": {
-                "from": signer.address().to_checksum(None), "to": PAY_TO.to_checksum(None), "value": "10000",
-                "validAfter": "0", "validBefore": (now + 300).to_string(), "nonce": B256::repeat_byte(7).to_string(),
-            },
-            "signature": format!("0x{}", sig.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>()),
-        },
-        "resource": {"url": "https://shop.example/report", "description": "A report", "mimeType": "application/json"},
-        "accepted": {
-            "scheme": "exact", "network": "eip155:84532", "amount": "10000",
-            "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "payTo": PAY_TO.to_checksum(None),
-            "maxTimeoutSeconds": 300, "extra": {"name": "USDC", "version": "2"},
-        },
-    });
-    base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&payload).unwrap())
+    sign::sign_sync(&payer(), requirements, offer, &token, &options)
+        .unwrap()
+        .header_value
 }
 
 fn request(header: Option<&str>) -> Request<Full<Bytes>> {
@@ -194,7 +182,12 @@ fn benches(c: &mut Criterion) {
     assert_eq!(run(&paid, request(None)), StatusCode::PAYMENT_REQUIRED);
     g.bench_function("402_answer", |b| b.iter(|| run(&paid, request(None))));
 
-    let header = signed_header();
+    let reqs = requirements(&paid);
+    let header = signed_header(&reqs);
+    // The client's side of a purchase: choose nothing, sign and encode the payment header.
+    g.bench_function("client_sign_and_encode", |b| {
+        b.iter(|| signed_header(&reqs))
+    });
     let verify_only = X402Layer::builder("https://shop.example")
         .offer(offer())
         .replay_store(Arc::new(AlwaysFree))

@@ -16,16 +16,18 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use alloy_primitives::{Address, B256, U256};
-use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use alloy_sol_types::{Eip712Domain, SolStruct};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use reference_server::{AppState, Config, Server};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use x402_tower::verify::TransferWithAuthorization;
+use x402_tower::client::sign::{
+    Offer, Requirements, SignOptions, sign_authorization_sync, sign_sync,
+};
+use x402_tower::network::Token;
+use x402_tower::proto::Authorization;
 
 /// A directory removed on drop.
 #[derive(Debug)]
@@ -229,28 +231,34 @@ pub fn now() -> u64 {
         .as_secs()
 }
 
-/// A random 32-byte nonce, `0x` + 64 hex.
+/// A random 32-byte nonce.
 pub fn random_nonce() -> B256 {
-    let mut bytes = [0u8; 32];
-    bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    B256::from(bytes)
+    B256::random()
 }
 
-fn chain_id_of(network: &str) -> u64 {
-    match network {
-        "base-sepolia" => 84532,
-        "base" => 8453,
-        n => n
-            .strip_prefix("eip155:")
-            .and_then(|id| id.parse().ok())
-            .expect("CAIP-2 network"),
-    }
-}
-
-/// A wallet that pays like the official x402 clients.
+/// A wallet that pays like the official x402 clients, signing with the workspace's client
+/// (`x402_tower::client::sign`).
 pub struct Payer {
     signer: PrivateKeySigner,
+}
+
+/// The one signable offer of a requirements object (`req`: a v2 `accepts` entry or a v1 one).
+fn offer_of(req: &Value) -> (Requirements, Offer, Token) {
+    let version = if req.get("maxAmountRequired").is_some() {
+        1
+    } else {
+        2
+    };
+    let requirements =
+        Requirements::from_document(&json!({"x402Version": version, "accepts": [req]}))
+            .expect("requirements");
+    let offer = requirements
+        .offers
+        .first()
+        .expect("a signable offer")
+        .clone();
+    let token = offer.token().expect("extra.name and extra.version");
+    (requirements, offer, token)
 }
 
 impl Payer {
@@ -273,7 +281,8 @@ impl Payer {
         self.signer.address()
     }
 
-    /// Sign an authorization for `req` (a v2 or v1 requirements object), returning `{authorization, signature}`.
+    /// Sign an authorization of `value` for `req` (a v2 or v1 requirements object) with the given window
+    /// and nonce, returning `{authorization, signature}`.
     pub fn sign(
         &self,
         req: &Value,
@@ -282,76 +291,42 @@ impl Payer {
         valid_before: u64,
         nonce: B256,
     ) -> Value {
-        let to: Address = req["payTo"]
-            .as_str()
-            .expect("payTo")
-            .parse()
-            .expect("payTo address");
-        let asset: Address = req["asset"]
-            .as_str()
-            .expect("asset")
-            .parse()
-            .expect("asset address");
-        let network = req["network"].as_str().expect("network");
-        let domain = Eip712Domain::new(
-            Some(
-                req["extra"]["name"]
-                    .as_str()
-                    .expect("extra.name")
-                    .to_owned()
-                    .into(),
-            ),
-            Some(
-                req["extra"]["version"]
-                    .as_str()
-                    .expect("extra.version")
-                    .to_owned()
-                    .into(),
-            ),
-            Some(U256::from(chain_id_of(network))),
-            Some(asset),
-            None,
-        );
-        let message = TransferWithAuthorization {
+        let (_, offer, token) = offer_of(req);
+        let authorization = Authorization {
             from: self.address(),
-            to,
+            to: offer.pay_to,
             value: value.parse().expect("value"),
-            validAfter: U256::from(valid_after),
-            validBefore: U256::from(valid_before),
+            valid_after: U256::from(valid_after),
+            valid_before: U256::from(valid_before),
             nonce,
         };
-        let digest = message.eip712_signing_hash(&domain);
-        let sig = self.signer.sign_hash_sync(&digest).expect("sign");
+        let signature = sign_authorization_sync(
+            &self.signer,
+            &authorization,
+            offer.network.chain_id(),
+            &token,
+        )
+        .expect("sign");
         json!({
-            "signature": format!("0x{}", alloy_primitives::hex::encode(sig.as_bytes())),
-            "authorization": {
-                "from": self.address().to_checksum(None),
-                "to": to.to_checksum(None),
-                "value": value,
-                "validAfter": valid_after.to_string(),
-                "validBefore": valid_before.to_string(),
-                "nonce": nonce.to_string(),
-            }
+            "signature": format!("0x{}", alloy_primitives::hex::encode(signature)),
+            "authorization": authorization,
         })
+    }
+
+    fn pay(&self, document: &Value, options: &SignOptions) -> String {
+        let requirements = Requirements::from_document(document).expect("requirements");
+        let offer = requirements.offers.first().expect("a signable offer");
+        let token = offer.token().expect("extra.name and extra.version");
+        sign_sync(&self.signer, &requirements, offer, &token, options)
+            .expect("sign")
+            .header_value
     }
 
     /// The `PAYMENT-SIGNATURE` value the official v2 client (`@x402/fetch`) sends for a decoded
     /// `PAYMENT-REQUIRED` document: first offer, validAfter "0", validBefore now + maxTimeoutSeconds,
     /// random nonce, `accepted` = the offer as given.
     pub fn pay_v2(&self, payment_required: &Value) -> String {
-        let accepted = &payment_required["accepts"][0];
-        let amount = accepted["amount"].as_str().expect("amount");
-        let timeout = accepted["maxTimeoutSeconds"]
-            .as_u64()
-            .expect("maxTimeoutSeconds");
-        let payload = self.sign(accepted, amount, 0, now() + timeout, random_nonce());
-        let doc = json!({
-            "x402Version": 2,
-            "payload": payload,
-            "resource": payment_required["resource"],
-            "accepted": accepted,
-        });
-        B64.encode(doc.to_string())
+        self.pay(payment_required, &SignOptions::default())
     }
 
     /// [`Payer::pay_v2`] for the offer in `payment_required`, re-using the nonce of an earlier
@@ -364,37 +339,18 @@ impl Payer {
             .expect("nonce")
             .parse()
             .expect("nonce hex");
-        let accepted = &payment_required["accepts"][0];
-        let amount = accepted["amount"].as_str().expect("amount");
-        let payload = self.sign(accepted, amount, 0, now() + 300, nonce);
-        let doc = json!({
-            "x402Version": 2,
-            "payload": payload,
-            "resource": payment_required["resource"],
-            "accepted": accepted,
-        });
-        B64.encode(doc.to_string())
+        let options = SignOptions {
+            nonce: Some(nonce),
+            valid_before: Some(U256::from(now() + 300)),
+            ..Default::default()
+        };
+        self.pay(payment_required, &options)
     }
 
     /// The `X-PAYMENT` value the legacy v1 client (`x402-fetch` 1.x) sends for a v1 402 body:
     /// validAfter now - 600, validBefore now + maxTimeoutSeconds.
     pub fn pay_v1(&self, body_v1: &Value) -> String {
-        let req = &body_v1["accepts"][0];
-        let amount = req["maxAmountRequired"]
-            .as_str()
-            .expect("maxAmountRequired");
-        let timeout = req["maxTimeoutSeconds"]
-            .as_u64()
-            .expect("maxTimeoutSeconds");
-        let t = now();
-        let payload = self.sign(req, amount, t - 600, t + timeout, random_nonce());
-        let doc = json!({
-            "x402Version": 1,
-            "scheme": req["scheme"],
-            "network": req["network"],
-            "payload": payload,
-        });
-        B64.encode(doc.to_string())
+        self.pay(body_v1, &SignOptions::default())
     }
 }
 

@@ -6,7 +6,7 @@
 //! [`SignOptions`] so tests can also make payments that are wrong on purpose.
 
 use alloy_primitives::{Address, B256, U256};
-use alloy_signer::Signer;
+use alloy_signer::{Signer, SignerSync};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Map, Value, json};
@@ -69,6 +69,20 @@ pub struct Offer {
     pub raw: Value,
 }
 
+impl Offer {
+    /// The token the offer names: its asset with the EIP-712 domain of its `extra` (6 decimals, as USDC),
+    /// when `extra` has both a name and a version. A client should pay only in tokens it knows
+    /// ([`PaymentPolicy`](super::PaymentPolicy) does); tests and load tools trust the server.
+    pub fn token(&self) -> Option<Token> {
+        Some(Token::new(
+            self.asset,
+            self.domain_name.clone()?,
+            self.domain_version.clone()?,
+            6,
+        ))
+    }
+}
+
 /// A 402's payment requirements: the offers this client could sign for, and what it echoes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Requirements {
@@ -105,7 +119,11 @@ impl Requirements {
     }
 
     fn from_json(bytes: &[u8]) -> Result<Self, RequirementsError> {
-        let doc: Value = serde_json::from_slice(bytes)?;
+        Self::from_document(&serde_json::from_slice(bytes)?)
+    }
+
+    /// From the decoded document (a v2 PaymentRequired, or a v1 402 body).
+    pub fn from_document(doc: &Value) -> Result<Self, RequirementsError> {
         let version = doc
             .get("x402Version")
             .and_then(Value::as_u64)
@@ -213,6 +231,53 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The authorization the official clients would sign for `offer` (see [`SignOptions`] for the defaults).
+pub fn authorization(payer: Address, offer: &Offer, options: &SignOptions) -> Authorization {
+    let now = options.now.unwrap_or_else(unix_now);
+    Authorization {
+        from: options.from.unwrap_or(payer),
+        to: offer.pay_to,
+        value: offer.amount,
+        valid_after: options.valid_after.unwrap_or(if offer.x402_version == 1 {
+            U256::from(now.saturating_sub(600))
+        } else {
+            U256::ZERO
+        }),
+        valid_before: options
+            .valid_before
+            .unwrap_or_else(|| U256::from(now.saturating_add(offer.max_timeout_seconds))),
+        nonce: options.nonce.unwrap_or_else(B256::random),
+    }
+}
+
+/// The EIP-712 digest an authorization is signed over: `token`'s domain (name, version, address) on
+/// `chain_id`.
+pub fn digest(authorization: &Authorization, chain_id: u64, token: &Token) -> B256 {
+    authorization_digest(authorization, &domain_separator(chain_id, token))
+}
+
+/// Signs `authorization` under `token`'s EIP-712 domain on `chain_id`: the 65-byte signature `r‖s‖v`.
+pub async fn sign_authorization(
+    signer: &(dyn Signer + Send + Sync),
+    authorization: &Authorization,
+    chain_id: u64,
+    token: &Token,
+) -> Result<Vec<u8>, alloy_signer::Error> {
+    let hash = digest(authorization, chain_id, token);
+    Ok(signer.sign_hash(&hash).await?.as_bytes().to_vec())
+}
+
+/// [`sign_authorization`] with a synchronous signer (a local key).
+pub fn sign_authorization_sync(
+    signer: &dyn SignerSync,
+    authorization: &Authorization,
+    chain_id: u64,
+    token: &Token,
+) -> Result<Vec<u8>, alloy_signer::Error> {
+    let hash = digest(authorization, chain_id, token);
+    Ok(signer.sign_hash_sync(&hash)?.as_bytes().to_vec())
+}
+
 /// Signs an EIP-3009 `transferWithAuthorization` for `offer` under `token`'s EIP-712 domain (its name and
 /// version; its address should be the offer's asset) and wraps it in the PaymentPayload of the offer's
 /// version, echoing `requirements` where v2 asks for it.
@@ -223,28 +288,22 @@ pub async fn sign(
     token: &Token,
     options: &SignOptions,
 ) -> Result<SignedPayment, alloy_signer::Error> {
-    let now = options.now.unwrap_or_else(unix_now);
-    let v1 = offer.x402_version == 1;
-    let authorization = Authorization {
-        from: options.from.unwrap_or_else(|| signer.address()),
-        to: offer.pay_to,
-        value: offer.amount,
-        valid_after: options.valid_after.unwrap_or(if v1 {
-            U256::from(now.saturating_sub(600))
-        } else {
-            U256::ZERO
-        }),
-        valid_before: options
-            .valid_before
-            .unwrap_or_else(|| U256::from(now.saturating_add(offer.max_timeout_seconds))),
-        nonce: options.nonce.unwrap_or_else(B256::random),
-    };
-    let digest = authorization_digest(
-        &authorization,
-        &domain_separator(offer.network.chain_id(), token),
-    );
-    let signature = signer.sign_hash(&digest).await?.as_bytes().to_vec();
-    Ok(wrap(requirements, offer, authorization, signature, options))
+    let auth = authorization(signer.address(), offer, options);
+    let signature = sign_authorization(signer, &auth, offer.network.chain_id(), token).await?;
+    Ok(wrap(requirements, offer, auth, signature, options))
+}
+
+/// [`sign`] with a synchronous signer (a local key): for tests and load tools that pre-sign.
+pub fn sign_sync<S: Signer + SignerSync>(
+    signer: &S,
+    requirements: &Requirements,
+    offer: &Offer,
+    token: &Token,
+    options: &SignOptions,
+) -> Result<SignedPayment, alloy_signer::Error> {
+    let auth = authorization(signer.address(), offer, options);
+    let signature = sign_authorization_sync(signer, &auth, offer.network.chain_id(), token)?;
+    Ok(wrap(requirements, offer, auth, signature, options))
 }
 
 /// The PaymentPayload for an authorization and its signature (any bytes: tests send wrong ones on purpose).

@@ -9,7 +9,6 @@ mod facade;
 #[cfg(feature = "facilitator")]
 mod facilitator;
 mod observer;
-#[cfg(feature = "client")]
 mod paying_client;
 mod protocol;
 mod rejections;

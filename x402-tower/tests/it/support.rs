@@ -1,4 +1,5 @@
-//! Shared test helpers: a counting inner service, signing like the official clients, header encoding.
+//! Shared test helpers: a counting inner service, payments shaped like the official clients' (signed by the
+//! crate's client), header encoding.
 #![allow(unreachable_pub)]
 
 use std::convert::Infallible;
@@ -6,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use alloy_primitives::{Address, B256, U256, address};
-use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{Eip712Domain, eip712_domain};
 use base64::Engine as _;
@@ -15,10 +15,12 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 use tower::ServiceExt;
+use x402_tower::client::sign::sign_authorization_sync;
+use x402_tower::network::Token;
 use x402_tower::pricing::BoxFuture;
+use x402_tower::proto::Authorization;
 use x402_tower::proto::{SettleResponse, SupportedResponse};
 use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use x402_tower::verify::TransferWithAuthorization;
 use x402_tower::{Network, PaymentOffer, Price, X402Config, X402Layer};
 
 pub const ACCOUNT0_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -95,17 +97,25 @@ impl Auth {
         }
     }
 
+    /// Signed with the crate's client (the workspace's one signer) under `domain`.
     pub fn sign(&self, signer: &PrivateKeySigner, domain: &Eip712Domain) -> String {
-        let msg = TransferWithAuthorization {
+        let authorization = Authorization {
             from: self.from,
             to: self.to,
             value: self.value,
-            validAfter: U256::from(self.valid_after),
-            validBefore: U256::from(self.valid_before),
+            valid_after: U256::from(self.valid_after),
+            valid_before: U256::from(self.valid_before),
             nonce: self.nonce,
         };
-        let sig = signer.sign_typed_data_sync(&msg, domain).unwrap();
-        format!("0x{}", hex(&sig.as_bytes()))
+        let token = Token::new(
+            domain.verifying_contract.expect("domain address"),
+            domain.name.as_deref().expect("domain name"),
+            domain.version.as_deref().expect("domain version"),
+            6,
+        );
+        let chain_id = domain.chain_id.expect("domain chain id").to::<u64>();
+        let sig = sign_authorization_sync(signer, &authorization, chain_id, &token).unwrap();
+        format!("0x{}", hex(&sig))
     }
 
     pub fn json(&self) -> Value {

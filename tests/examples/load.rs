@@ -20,6 +20,11 @@
 //! on one database, connections split between them, CPU of both). llms.txt floods: `flood` (one SQLite
 //! instance: purchases alone, then purchases while other connections flood `/serveLlmsTxt`) and
 //! `postgres-flood` (two PostgreSQL instances: purchases on B alone, then while A is flooded).
+//!
+//! `clients` (needs `source scripts/test-deps.sh`): whole purchases (402, sign, paid request) against one
+//! `:memory:` instance by the workspace's Rust client (`x402_tower::client`, reqwest-middleware adapter) and
+//! then by the official `@x402/fetch` (`tests/js/buy-loop.mjs`), the same connections in flight and seconds
+//! each; purchases/s and each client's own CPU per purchase.
 
 use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};
@@ -457,6 +462,98 @@ async fn run_scaled(mode: &str, o: &Options, dir: &std::path::Path, sqlite: Stri
     }
 }
 
+/// This process's user + system CPU time so far.
+fn own_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    Duration::from_millis((f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) * 10)
+}
+
+/// Whole purchases by the Rust client, then by `@x402/fetch`, against one `:memory:` instance.
+async fn clients(o: &Options) {
+    use x402_tower::client::{PaymentPolicy, reqwest::X402Middleware};
+    let dir = std::env::temp_dir().join(format!("load-clients-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let server = Process::start(&["--database".into(), ":memory:".into()], &dir);
+    let url = format!("{}{ARTICLE}", server.url);
+    let key = DEV_KEYS[2];
+
+    let signer: alloy_signer_local::PrivateKeySigner = key.parse().expect("key");
+    let policy = PaymentPolicy::new(x402_tower::Price::from_usdc_decimal("1").expect("price"));
+    let http = reqwest_middleware::ClientBuilder::new(client())
+        .with(X402Middleware::new(signer, policy))
+        .build();
+    let deadline = Instant::now() + Duration::from_secs(o.seconds);
+    let (ok, other) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (cpu0, server0, start) = (own_cpu(), server.cpu(), Instant::now());
+    let tasks: Vec<_> = (0..o.connections)
+        .map(|_| {
+            let (http, url, ok, other) = (http.clone(), url.clone(), ok.clone(), other.clone());
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    match http.get(&url).send().await {
+                        Ok(r) if r.status() == 200 => {
+                            let _ = r.bytes().await;
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            other.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let (elapsed, cpu, server_cpu) = (start.elapsed(), own_cpu() - cpu0, server.cpu() - server0);
+    let ok = ok.load(Ordering::Relaxed);
+    println!(
+        "{:>12}: {:>8.0} purchases/s ({ok} ok, {} other)  client CPU {:>7.1} µs/purchase  server CPU {:>6.1} µs/purchase  load {}",
+        "rust client",
+        ok as f64 / elapsed.as_secs_f64(),
+        other.load(Ordering::Relaxed),
+        cpu.as_secs_f64() * 1e6 / ok.max(1) as f64,
+        server_cpu.as_secs_f64() * 1e6 / ok.max(1) as f64,
+        load_average(),
+    );
+
+    let server0 = server.cpu();
+    let out = Command::new(workspace_tests::tools::node())
+        .args([
+            "buy-loop.mjs",
+            &url,
+            key,
+            &o.seconds.to_string(),
+            &o.connections.to_string(),
+        ])
+        .current_dir(workspace_tests::tools::js_dir())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("node buy-loop.mjs");
+    let server_cpu = server.cpu() - server0;
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let ok = v["ok"].as_u64().unwrap_or(0);
+    println!(
+        "{:>12}: {:>8.0} purchases/s ({ok} ok, {} other)  client CPU {:>7.1} µs/purchase  server CPU {:>6.1} µs/purchase  load {}",
+        "@x402/fetch",
+        ok as f64 / v["seconds"].as_f64().unwrap_or(1.0),
+        v["other"],
+        v["cpuMicros"].as_f64().unwrap_or(0.0) / ok.max(1) as f64,
+        server_cpu.as_secs_f64() * 1e6 / ok.max(1) as f64,
+        load_average(),
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::main]
 async fn main() {
     let o = options();
@@ -465,6 +562,10 @@ async fn main() {
         o.connections, o.seconds
     );
     for mode in o.modes.clone() {
-        run(&mode, &o).await;
+        if mode == "clients" {
+            clients(&o).await;
+        } else {
+            run(&mode, &o).await;
+        }
     }
 }

@@ -165,6 +165,7 @@ pub mod pricing;
 pub mod proto;
 pub mod replay;
 pub mod settle;
+pub mod siwx;
 pub mod verify;
 
 pub use engine::{Answer, PaymentEngine, PaymentEngineBuilder, PaymentIdentifier, ReconcileReport};

@@ -9,7 +9,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::sign::{MAX_REQUIREMENTS_BYTES, Requirements, RequirementsError};
-use super::{AfterPaid, BoxError, ClientError, Paid, Payer, PaymentPolicy};
+use super::{AfterPaid, BoxError, ClientError, Paid, Payer, PaymentPolicy, SignedInAs};
 use crate::BoxFuture;
 
 /// Pays for requests answered 402, within a [`PaymentPolicy`]. See the [module docs](super).
@@ -109,7 +109,25 @@ where
             if first.status() != StatusCode::PAYMENT_REQUIRED {
                 return Ok(first);
             }
-            let requirements = read_requirements(first).await?;
+            let mut requirements = read_requirements(first).await?;
+            if let Some(proof) = payer.sign_in(&requirements).await {
+                // Already bought? Read it again by signing in; a 402 means no: pay.
+                let header = HeaderValue::from_str(&proof)
+                    .map_err(|e| ClientError::Requirements(RequirementsError::Body(e.into())))?;
+                let mut svc = inner.clone();
+                let ready = std::future::poll_fn(|cx| svc.poll_ready(cx)).await;
+                ready.map_err(ClientError::Service)?;
+                let name = HeaderName::from_static(crate::siwx::HEADER);
+                let mut answer = svc
+                    .call(again(Some((&name, &header))))
+                    .await
+                    .map_err(ClientError::Service)?;
+                if answer.status() != StatusCode::PAYMENT_REQUIRED {
+                    answer.extensions_mut().insert(SignedInAs(payer.address()));
+                    return Ok(answer);
+                }
+                requirements = read_requirements(answer).await?;
+            }
             let (payment, offer) = payer.pay(&requirements).await?;
             let name = HeaderName::from_static(if payment.x402_version == 1 {
                 "x-payment"

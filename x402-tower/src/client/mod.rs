@@ -119,6 +119,11 @@ pub enum ClientError<E> {
     NotResendable,
 }
 
+/// In the answer's extensions when the request was let through by signing in (sign-in-with-x) instead of
+/// paying: the address that signed in. Nothing was paid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedInAs(pub Address);
+
 /// What a paid request paid: in the answer's extensions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Paid {
@@ -278,6 +283,62 @@ impl Payer {
                 Err(ClientError::Signing(e))
             }
         }
+    }
+
+    /// The `SIGN-IN-WITH-X` header value for a 402 that declares the extension on a chain the policy allows
+    /// (when the policy signs in: the default), so that a resource this address already paid for is read
+    /// again without paying. `None` when not offered or not wanted.
+    pub async fn sign_in(&self, requirements: &Requirements) -> Option<String> {
+        if !self.policy.sign_in {
+            return None;
+        }
+        let declared = requirements.extensions.as_ref()?.get(crate::siwx::KEY)?;
+        let info = declared.get("info")?.as_object()?;
+        let chain = declared
+            .get("supportedChains")?
+            .as_array()?
+            .iter()
+            .filter(|c| c.get("type").and_then(serde_json::Value::as_str) == Some("eip191"))
+            .filter_map(|c| c.get("chainId")?.as_str())
+            .find(|id| {
+                id.parse::<Network>().is_ok_and(|n| {
+                    self.policy
+                        .networks
+                        .as_ref()
+                        .is_none_or(|allowed| allowed.contains(&n.chain_id()))
+                })
+            })?;
+        let text = |k: &str| {
+            info.get(k)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        let mut proof = crate::siwx::Proof {
+            domain: text("domain")?,
+            address: self.signer.address().to_checksum(None),
+            uri: text("uri")?,
+            version: text("version")?,
+            chain_id: chain.to_owned(),
+            kind: "eip191".to_owned(),
+            nonce: text("nonce")?,
+            issued_at: text("issuedAt")?,
+            expiration_time: text("expirationTime"),
+            not_before: text("notBefore"),
+            request_id: text("requestId"),
+            statement: text("statement"),
+            resources: info.get("resources").and_then(|r| {
+                r.as_array()?
+                    .iter()
+                    .map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            }),
+            signature: String::new(),
+            signature_scheme: None,
+        };
+        let message = crate::siwx::message(&proof)?;
+        let signature = self.signer.sign_message(message.as_bytes()).await.ok()?;
+        proof.signature = format!("0x{}", alloy_primitives::hex::encode(signature.as_bytes()));
+        Some(B64.encode(serde_json::to_vec(&proof).ok()?))
     }
 
     /// What to do with the answer to the paid request after `resends` resends.

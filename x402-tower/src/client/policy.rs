@@ -68,6 +68,7 @@ pub struct PaymentPolicy {
     pub(crate) budget: Option<Budget>,
     pub(crate) pending_resends: u32,
     pub(crate) pending_delay: std::time::Duration,
+    pub(crate) sign_in: bool,
 }
 
 impl PaymentPolicy {
@@ -86,6 +87,7 @@ impl PaymentPolicy {
             budget: None,
             pending_resends: 5,
             pending_delay: std::time::Duration::from_millis(500),
+            sign_in: true,
         }
     }
 
@@ -112,6 +114,13 @@ impl PaymentPolicy {
     pub fn pending_resends(mut self, resends: u32, first_delay: std::time::Duration) -> Self {
         self.pending_resends = resends;
         self.pending_delay = first_delay;
+        self
+    }
+
+    /// Whether to sign in with x (when a 402 offers it) before paying, so a resource already bought is read
+    /// again for free (default `true`).
+    pub fn sign_in(mut self, sign_in: bool) -> Self {
+        self.sign_in = sign_in;
         self
     }
 

@@ -25,7 +25,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use reqwest_middleware::{Middleware, Next};
 
 use super::sign::{MAX_REQUIREMENTS_BYTES, Requirements, RequirementsError};
-use super::{AfterPaid, ClientError, Paid, Payer, PaymentPolicy};
+use super::{AfterPaid, ClientError, Paid, Payer, PaymentPolicy, SignedInAs};
 
 /// Pays for requests answered 402, within a [`PaymentPolicy`].
 #[derive(Debug, Clone)]
@@ -88,7 +88,28 @@ impl Middleware for X402Middleware {
         if first.status() != StatusCode::PAYMENT_REQUIRED {
             return Ok(first);
         }
-        let requirements = read_requirements(first).await.map_err(|e| fail(e.into()))?;
+        let mut requirements = read_requirements(first).await.map_err(|e| fail(e.into()))?;
+        if let Some(proof) = self.payer.sign_in(&requirements).await {
+            // Already bought? Read it again by signing in; a 402 means no: pay.
+            let mut signed = base
+                .try_clone()
+                .ok_or_else(|| fail(ClientError::NotResendable))?;
+            let value = HeaderValue::from_str(&proof)
+                .map_err(|e| fail(RequirementsError::Body(e.into()).into()))?;
+            signed
+                .headers_mut()
+                .insert(HeaderName::from_static(crate::siwx::HEADER), value);
+            let mut answer = next.clone().run(signed, extensions).await?;
+            if answer.status() != StatusCode::PAYMENT_REQUIRED {
+                answer
+                    .extensions_mut()
+                    .insert(SignedInAs(self.payer.address()));
+                return Ok(answer);
+            }
+            requirements = read_requirements(answer)
+                .await
+                .map_err(|e| fail(e.into()))?;
+        }
         let (payment, offer) = self.payer.pay(&requirements).await.map_err(fail)?;
         let name = HeaderName::from_static(if payment.x402_version == 1 {
             "x-payment"

@@ -54,6 +54,9 @@ pub enum ConfigError {
     /// No method is sold.
     #[error("no paid methods")]
     NoMethods,
+    /// The sign-in-with-x key is shorter than 16 bytes.
+    #[error("the sign-in-with-x key must be at least 16 bytes")]
+    SignInKeyTooShort,
     /// The payment engine refused its settings.
     #[error(transparent)]
     Engine(EngineConfigError),
@@ -87,6 +90,8 @@ pub(crate) struct Shared {
     pub(crate) extensions: Option<String>,
     /// No-payment 402s, ready.
     pub(crate) prebuilt: super::response::Prebuilt402s,
+    /// The sign-in-with-x extension, when declared.
+    pub(crate) siwx: Option<Arc<crate::siwx::SignInWithX>>,
 }
 
 impl Shared {
@@ -129,6 +134,7 @@ impl X402Layer {
             methods: vec![Method::GET],
             identifier: None,
             settle_without_verify: false,
+            siwx: None,
         }
     }
 
@@ -184,6 +190,7 @@ pub struct X402Config {
     methods: Vec<Method>,
     identifier: Option<PaymentIdentifier>,
     settle_without_verify: bool,
+    siwx: Option<crate::siwx::SignInWithX>,
 }
 
 impl std::fmt::Debug for X402Config {
@@ -244,6 +251,16 @@ impl X402Config {
     /// [`crate::engine::identifier`]. Default: not declared (ids are ignored).
     pub fn payment_identifier(mut self, required: bool) -> Self {
         self.identifier = Some(PaymentIdentifier { required });
+        self
+    }
+
+    /// Declares the `sign-in-with-x` extension in the no-payment 402s (v2) with a fresh nonce each, and lets
+    /// through, without a payment, a request whose `SIGN-IN-WITH-X` proof checks out and whose signer paid
+    /// for the resource: the handler finds [`SignedIn`](crate::siwx::SignedIn) in its extensions instead of a
+    /// [`VerifiedPayment`](crate::VerifiedPayment), and nothing is settled. A proof that fails gets the 402
+    /// with the reason in `error` (`siwx_...`). See [`crate::siwx`]. Default: not declared.
+    pub fn sign_in_with_x(mut self, siwx: crate::siwx::SignInWithX) -> Self {
+        self.siwx = Some(siwx);
         self
     }
 
@@ -372,6 +389,11 @@ impl X402Config {
         }
         let allow = HeaderValue::try_from(allow.join(", "))
             .unwrap_or_else(|_| HeaderValue::from_static("GET, HEAD"));
+        let siwx = match self.siwx {
+            Some(s) if !s.key_ok() => return Err(ConfigError::SignInKeyTooShort),
+            Some(s) => Some(Arc::new(s.bind(&base_url))),
+            None => None,
+        };
         let extensions = self.identifier.map(|p| {
             let mut map = serde_json::Map::new();
             map.insert(identifier::KEY.to_owned(), p.declaration());
@@ -392,6 +414,7 @@ impl X402Config {
                 allow,
                 extensions,
                 prebuilt: Default::default(),
+                siwx,
             }),
         })
     }

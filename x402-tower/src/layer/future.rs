@@ -20,6 +20,7 @@ use super::response::{
 };
 use crate::engine::{Attempt, Begin, Finish};
 use crate::pricing::{BoxFuture, PriceDecision};
+use crate::siwx::{Refusal, SignedIn};
 use crate::verify::CompiledOffer;
 
 pin_project! {
@@ -29,6 +30,8 @@ pin_project! {
         Pricing { fut: BoxFuture<'static, PriceDecision> },
         // The engine decodes, verifies, remembers, maybe settles.
         Checking { fut: BoxFuture<'static, Begin> },
+        // A sign-in-with-x proof is checked (no payment).
+        SigningIn { fut: BoxFuture<'static, Result<SignedIn, Refusal>> },
         // The inner service runs.
         Inner { #[pin] fut: F },
         // The engine settles (or releases) with the inner response held.
@@ -84,6 +87,35 @@ fn start_check<B, F>(
             .cloned()
     };
     match header {
+        None if req.method() != Method::HEAD && shared.siwx.is_some() => {
+            match req.headers().get(crate::siwx::HEADER).cloned() {
+                Some(proof) => {
+                    let shared = shared.clone();
+                    let networks = networks(offers);
+                    let resource = info.resource_url.clone();
+                    State::SigningIn {
+                        fut: Box::pin(async move {
+                            let Some(siwx) = shared.siwx.as_ref() else {
+                                return Err(Refusal::Unsupported);
+                            };
+                            let nets: Vec<&str> = networks.iter().map(String::as_str).collect();
+                            let store = shared.engine.store();
+                            siwx.check(
+                                proof.as_bytes(),
+                                &resource,
+                                &nets,
+                                &**store,
+                                shared.engine.now(),
+                            )
+                            .await
+                        }),
+                    }
+                }
+                None => State::Early {
+                    response: Some(siwx_402(shared, offers, info, super::NO_PAYMENT_ERROR)),
+                },
+            }
+        }
         None => State::Early {
             response: Some(shared.prebuilt.answer(shared, offers, info)),
         },
@@ -146,7 +178,7 @@ where
                 return fut;
             }
         }
-        if matches!(fut.state, State::Checking { .. }) {
+        if matches!(fut.state, State::Checking { .. } | State::SigningIn { .. }) {
             fut.req = Some(req);
             fut.inner = Some(inner);
         }
@@ -209,6 +241,23 @@ where
                         }
                         *this.paid = Some(attempt);
                         None
+                    }
+                },
+                StateProj::SigningIn { fut } => match ready!(fut.as_mut().poll(cx)) {
+                    Ok(signed) => {
+                        tracing::info!(address = %signed.address, resource = %signed.resource_url,
+                            "signed in with x: served without a payment");
+                        if let Some(req) = this.req.as_mut() {
+                            req.extensions_mut().insert(signed);
+                        }
+                        None
+                    }
+                    Err(refusal) => {
+                        let r = match (this.offers.as_ref(), this.info.as_ref()) {
+                            (Some(o), Some(i)) => siwx_402(this.shared, o, i, refusal.as_str()),
+                            _ => plain_error(StatusCode::INTERNAL_SERVER_ERROR, "request lost"),
+                        };
+                        Some(State::Early { response: Some(r) })
                     }
                 },
                 StateProj::Inner { fut } => {
@@ -274,6 +323,48 @@ where
             this.state.set(next);
         }
     }
+}
+
+/// The CAIP-2 networks of `offers`.
+fn networks(offers: &[CompiledOffer]) -> Vec<String> {
+    let mut n: Vec<String> = offers
+        .iter()
+        .map(|o| o.offer.network.caip2().to_owned())
+        .collect();
+    n.dedup();
+    n
+}
+
+/// A 402 declaring sign-in-with-x with a fresh nonce (beside the route's other extensions).
+fn siwx_402(
+    shared: &Shared,
+    offers: &[CompiledOffer],
+    info: &RequestInfo,
+    error: &str,
+) -> Response<Full<Bytes>> {
+    shared.engine.metrics.payment_required();
+    let mut extensions = shared
+        .extensions
+        .as_deref()
+        .and_then(|e| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(e).ok())
+        .unwrap_or_default();
+    if let Some(siwx) = &shared.siwx {
+        let nets = networks(offers);
+        let nets: Vec<&str> = nets.iter().map(String::as_str).collect();
+        extensions.insert(
+            crate::siwx::KEY.to_owned(),
+            siwx.declare(&info.resource_url, &nets, shared.engine.now()),
+        );
+    }
+    let extensions = serde_json::Value::Object(extensions).to_string();
+    super::response::payment_required(
+        offers,
+        info,
+        error,
+        None,
+        shared.expose_headers,
+        Some(&extensions),
+    )
 }
 
 /// What the layer's answers need to know of the request.

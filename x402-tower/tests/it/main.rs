@@ -15,5 +15,6 @@ mod rejections;
 mod replay;
 mod service;
 mod settlement;
+mod siwx;
 mod stores;
 mod vectors;

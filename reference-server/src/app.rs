@@ -77,6 +77,7 @@ impl AppState {
             settler,
             settlements.clone(),
             payment_store.clone(),
+            stores.licensing.clone(),
         )?;
         let licensing = stores.licensing.clone();
         let articles = ArticleCatalog::load(&*licensing)

@@ -9,7 +9,7 @@
 //!
 //! Families: `http_requests_total{route,status}` and `http_request_duration_seconds{route,status}` (a
 //! histogram; `route` is one of [`ROUTES`], `status` a class like `2xx`), `http_payment_required_total`,
-//! `license_receipts_issued_total`, `license_receipt_failures_total`, `build_info{version,commit}`,
+//! `license_receipts_issued_total`, `license_receipt_failures_total`, `license_rereads_total`, `build_info{version,commit}`,
 //! `process_*` (CPU, memory, file descriptors), and the families the other modules record.
 
 use std::time::Duration;
@@ -53,6 +53,7 @@ pub struct Metrics {
     payment_required: Counter,
     receipts_issued: Counter,
     receipt_failures: Counter,
+    rereads: Counter,
 }
 
 /// The handles of one route group and status class.
@@ -79,7 +80,7 @@ impl Default for Metrics {
             .build_recorder();
         let handle = recorder.handle();
         let process = metrics_process::Collector::default();
-        let (requests, payment_required, receipts_issued, receipt_failures) =
+        let (requests, payment_required, receipts_issued, receipt_failures, rereads) =
             metrics::with_local_recorder(&recorder, || {
                 describe_counter!(
                     "http_requests_total",
@@ -101,6 +102,10 @@ impl Default for Metrics {
                 describe_counter!(
                     "license_receipt_failures_total",
                     "Paid requests whose receipt could not be stored (answered 500)."
+                );
+                describe_counter!(
+                    "license_rereads_total",
+                    "Bought articles read again by signing in with x (no payment, no new receipt)."
                 );
                 describe_gauge!("build_info", "Always 1; the labels say what is running.");
                 gauge!(
@@ -128,6 +133,7 @@ impl Default for Metrics {
                     counter!("http_payment_required_total"),
                     counter!("license_receipts_issued_total"),
                     counter!("license_receipt_failures_total"),
+                    counter!("license_rereads_total"),
                 )
             });
         Self {
@@ -138,6 +144,7 @@ impl Default for Metrics {
             payment_required,
             receipts_issued,
             receipt_failures,
+            rereads,
         }
     }
 }
@@ -188,6 +195,11 @@ impl Metrics {
         } else {
             self.receipt_failures.increment(1);
         }
+    }
+
+    /// Count one article read again by sign-in-with-x.
+    pub fn record_reread(&self) {
+        self.rereads.increment(1);
     }
 
     /// The Prometheus text exposition, after `collect` copied in the counts kept elsewhere (it runs with

@@ -138,4 +138,20 @@ async fn buys_an_article_from_the_reference_server_verify_only_and_on_chain() {
     settled(&chain, &bought, from, before, ARTICLE_PRICE).await;
     let body: serde_json::Value = serde_json::from_str(&bought.body).expect("JSON");
     assert!(body["receipt"]["nft"]["tokenId"].is_string(), "{body}");
+
+    // Reading it again costs nothing: the client signs in with x, the chain does not move.
+    let after = (chain.balance(from).await, chain.balance(pay_to()).await);
+    let again = buy_with_layer(
+        &server.article_url(),
+        key,
+        policy(Some(&chain), &net, "0.10"),
+    )
+    .await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert!(again.paid.is_none(), "paid twice");
+    assert_eq!(again.body, bought.body, "the same article and receipt");
+    assert_eq!(
+        (chain.balance(from).await, chain.balance(pay_to()).await),
+        after
+    );
 }

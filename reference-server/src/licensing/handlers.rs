@@ -204,6 +204,12 @@ pub async fn get_article(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    if let (Some(article), Some(signed)) = (
+        request.extensions().get::<Arc<Article>>(),
+        request.extensions().get::<x402_tower::siwx::SignedIn>(),
+    ) {
+        return read_again(&state, article, signed, request.uri()).await;
+    }
     let (article, payment) = match (
         request.extensions().get::<Arc<Article>>(),
         PaidBy::from_extensions(request.extensions()),
@@ -268,6 +274,37 @@ pub async fn get_article(
     }
     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id, "license issued");
     Ok(article_response(&state, &article, &token_id))
+}
+
+/// A buyer who signed in with x (sign-in-with-x) reads an article it bought again: the same answer as its
+/// purchase, with the receipt it got then; the read is recorded, no new receipt is issued.
+async fn read_again(
+    state: &AppState,
+    article: &Article,
+    signed: &x402_tower::siwx::SignedIn,
+    uri: &axum::http::Uri,
+) -> Result<Response, ApiError> {
+    let payer = signed.address.to_checksum(None);
+    let Some(receipt) = state.licensing.receipt_of(&payer, &article.id).await? else {
+        // The layer's check found a receipt a moment ago; answer as if it had not.
+        let offer =
+            super::payment::article_offer(&state.settings.payment, state.settings.pay_to, article);
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        return Ok(x402_tower::layer::response::payment_required_response(
+            &[offer],
+            &format!("{}{}", state.public_url, path),
+            x402_tower::siwx::Refusal::NotPaid.as_str(),
+        )
+        .into_response());
+    };
+    state
+        .licensing
+        .record_read(receipt.token_id.clone(), now_rfc3339())
+        .await?;
+    state.metrics.record_reread();
+    tracing::info!(article = %article.id, payer = %payer, token_id = %receipt.token_id,
+        "license read again (signed in with x)");
+    Ok(article_response(state, article, &receipt.token_id))
 }
 
 /// The paid answer of `GET /x402Article`.

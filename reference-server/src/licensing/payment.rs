@@ -10,11 +10,12 @@ use x402_tower::offer::PaymentOffer;
 use x402_tower::price::Price;
 use x402_tower::pricing::PriceDecision;
 use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
+use x402_tower::siwx::{PaidCheck, SignInWithX};
 use x402_tower::{ReplayStore, SettleTiming, VerifiedPayment, X402Layer};
 
 use crate::app::BuildError;
 use crate::config::{Config, ConfigError, PaymentNetwork, Settings, parse_address};
-use crate::store::articles::Article;
+use crate::store::articles::{Article, LicensingStore};
 
 /// Resolve `--network`, `--asset`, `--asset-name`, `--asset-version` into a [`PaymentNetwork`].
 ///
@@ -150,6 +151,7 @@ pub(crate) fn x402_layer(
     settler: Arc<dyn Settler>,
     observer: Arc<dyn SettlementObserver>,
     store: Arc<dyn ReplayStore>,
+    licensing: Arc<dyn LicensingStore>,
 ) -> Result<X402Layer, BuildError> {
     let payment = settings.payment.clone();
     let pay_to = settings.pay_to;
@@ -175,8 +177,59 @@ pub(crate) fn x402_layer(
         .settle_timing(SettleTiming::BeforeHandler)
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
+        .sign_in_with_x(SignInWithX::new(
+            sign_in_key(settings),
+            Arc::new(BoughtArticles(licensing)),
+        ))
         .build()
         .map_err(|e| BuildError::Payment(e.to_string()))
+}
+
+/// The key that tags sign-in-with-x nonces: derived from the media URL signing key, which every instance
+/// of a deployment shares (docs/deploy.md), so a nonce issued by one instance is honoured by another; a
+/// random key per start without it (one instance).
+fn sign_in_key(settings: &Settings) -> Vec<u8> {
+    use hmac::{Hmac, Mac};
+    match &settings.url_signing_key {
+        Some(key) => match <Hmac<sha2::Sha256> as Mac>::new_from_slice(key) {
+            Ok(mut mac) => {
+                mac.update(b"x402 sign-in-with-x nonce key");
+                mac.finalize().into_bytes().to_vec()
+            }
+            Err(_) => uuid::Uuid::new_v4().as_bytes().repeat(2),
+        },
+        None => uuid::Uuid::new_v4().as_bytes().repeat(2),
+    }
+}
+
+/// "Did this address pay for this article": a receipt of that payer for the `articleId` of the resource URL.
+struct BoughtArticles(Arc<dyn LicensingStore>);
+
+impl PaidCheck for BoughtArticles {
+    fn has_paid<'a>(
+        &'a self,
+        payer: alloy_primitives::Address,
+        resource_url: &'a str,
+    ) -> x402_tower::BoxFuture<'a, Result<bool, x402_tower::StoreError>> {
+        Box::pin(async move {
+            let Some(article) = article_id_of(resource_url) else {
+                return Ok(false);
+            };
+            self.0
+                .receipt_of(&payer.to_checksum(None), &article)
+                .await
+                .map(|r| r.is_some())
+                .map_err(|e| x402_tower::StoreError::Backend(Box::new(e)))
+        })
+    }
+}
+
+/// The `articleId` of a resource URL's query.
+pub(crate) fn article_id_of(resource_url: &str) -> Option<String> {
+    let query = resource_url.split_once('?')?.1;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "articleId")
+        .map(|(_, v)| v.into_owned())
 }
 
 /// The settler of the configuration: on chain (`--rpc-url` + `--settler-key`), a remote facilitator, or

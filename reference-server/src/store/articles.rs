@@ -110,6 +110,16 @@ pub trait LicensingStore: Send + Sync + std::fmt::Debug {
     fn receipt<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<Receipt>>;
     /// Number of receipts issued.
     fn count_receipts(&self) -> StoreFuture<'_, u64>;
+    /// The latest receipt of `payer` (checksummed) for `article_id`: whether that address bought it.
+    fn receipt_of<'a>(
+        &'a self,
+        payer: &'a str,
+        article_id: &'a str,
+    ) -> StoreFuture<'a, Option<Receipt>>;
+    /// Records a re-read of a bought article (sign-in-with-x: no payment, no new receipt).
+    fn record_read(&self, token_id: String, read_at: String) -> StoreFuture<'_, ()>;
+    /// Number of re-reads recorded.
+    fn count_reads(&self) -> StoreFuture<'_, u64>;
     /// Adds a batch of aggregated llms.txt interest (rows of the same minute, agent and client add up).
     fn add_llms_txt_interest(&self, batch: Vec<LlmsTxtInterest>) -> StoreFuture<'_, ()>;
     /// Deletes interest of minutes before `bucket` (RFC 3339); returns how many rows went.
@@ -256,6 +266,38 @@ impl LicensingStore for SqliteLicensingStore {
 
     fn count_receipts(&self) -> StoreFuture<'_, u64> {
         Box::pin(self.db.read(|c| count(c, "SELECT COUNT(*) FROM receipts")))
+    }
+
+    fn receipt_of<'a>(
+        &'a self,
+        payer: &'a str,
+        article_id: &'a str,
+    ) -> StoreFuture<'a, Option<Receipt>> {
+        let (payer, article_id) = (payer.to_owned(), article_id.to_owned());
+        Box::pin(self.db.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE payer = ?1 AND article_id = ?2 \
+                 ORDER BY created_at DESC LIMIT 1"
+            ))?;
+            Ok(stmt
+                .query_row([payer, article_id], receipt_from_row)
+                .optional()?)
+        }))
+    }
+
+    fn record_read(&self, token_id: String, read_at: String) -> StoreFuture<'_, ()> {
+        Box::pin(self.db.write(move |c| {
+            c.prepare_cached("INSERT INTO receipt_reads (token_id, read_at) VALUES (?1, ?2)")?
+                .execute([token_id, read_at])?;
+            Ok(())
+        }))
+    }
+
+    fn count_reads(&self) -> StoreFuture<'_, u64> {
+        Box::pin(
+            self.db
+                .read(|c| count(c, "SELECT COUNT(*) FROM receipt_reads")),
+        )
     }
 
     fn add_llms_txt_interest(&self, batch: Vec<LlmsTxtInterest>) -> StoreFuture<'_, ()> {

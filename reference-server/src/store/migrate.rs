@@ -22,6 +22,7 @@ use super::postgres::Pg;
 pub const TABLES: &[&str] = &[
     "articles",
     "receipts",
+    "receipt_reads",
     "llms_txt_interest",
     "assets",
     "settlements",

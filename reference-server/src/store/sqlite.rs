@@ -73,6 +73,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0005_llms_txt_interest",
         include_str!("migrations/sqlite/0005_llms_txt_interest.sql"),
     ),
+    (
+        "0006_receipt_reads",
+        include_str!("migrations/sqlite/0006_receipt_reads.sql"),
+    ),
 ];
 
 /// Number of reader connections for a file database (the machine has few cores; SQLite reads are fast).

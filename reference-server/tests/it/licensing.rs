@@ -1199,3 +1199,72 @@ async fn a_successful_purchase_is_a_settled_settlement_row() {
     );
     assert!(metrics.contains("x402_settlements_recorded_total{outcome=\"unknown\"} 0"));
 }
+
+/// A buyer that paid for an article reads it again by signing in with x: the same article and receipt, no
+/// payment, no new receipt, the read recorded; another article still costs money. On both backends.
+#[tokio::test]
+async fn a_buyer_reads_a_bought_article_again_by_signing_in_with_x() {
+    use x402_tower::client::{Paid, PaymentPolicy, SignedInAs, reqwest::X402Middleware};
+    let server = TestServer::start().await;
+    let signer: alloy_signer_local::PrivateKeySigner = crate::common::PAYER_KEY.parse().unwrap();
+    let policy = PaymentPolicy::new(x402_tower::Price::from_usdc_decimal("1").unwrap());
+    let client = reqwest_middleware::ClientBuilder::new(server.client.clone())
+        .with(X402Middleware::new(signer, policy))
+        .build();
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+
+    // The 402 declares the extension, bound to the configured public URL.
+    let required = decode_header(
+        &server
+            .get(&format!("/x402Article?articleId={ARTICLE}"))
+            .await,
+        "payment-required",
+    );
+    let info = &required["extensions"]["sign-in-with-x"]["info"];
+    assert_eq!(info["uri"], url.as_str());
+    assert_eq!(
+        format!("http://{}", info["domain"].as_str().unwrap()),
+        server.base
+    );
+
+    let first = client.get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(first.extensions().get::<Paid>().is_some());
+    let bought: Value = first.json().await.unwrap();
+    let receipts = server.state.licensing.count_receipts().await.unwrap();
+
+    let again = client.get(&url).send().await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert!(
+        again.extensions().get::<Paid>().is_none(),
+        "nothing paid the second time"
+    );
+    assert!(again.extensions().get::<SignedInAs>().is_some());
+    let read: Value = again.json().await.unwrap();
+    assert_eq!(read, bought, "the same article and the same receipt");
+    assert_eq!(
+        server.state.licensing.count_receipts().await.unwrap(),
+        receipts
+    );
+    assert_eq!(server.state.licensing.count_reads().await.unwrap(), 1);
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains("license_rereads_total 1"), "{metrics}");
+
+    // Another article was not bought: the sign-in is refused and the client pays.
+    let other = server
+        .state
+        .articles
+        .list()
+        .iter()
+        .find(|a| a.id != ARTICLE)
+        .unwrap()
+        .id
+        .clone();
+    let res = client
+        .get(server.url(&format!("/x402Article?articleId={other}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(res.extensions().get::<Paid>().is_some());
+}

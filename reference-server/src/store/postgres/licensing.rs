@@ -189,6 +189,50 @@ impl LicensingStore for PgLicensingStore {
         })
     }
 
+    fn receipt_of<'a>(
+        &'a self,
+        payer: &'a str,
+        article_id: &'a str,
+    ) -> StoreFuture<'a, Option<Receipt>> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE payer = $1 AND article_id = $2 \
+                     ORDER BY created_at DESC LIMIT 1"
+                ))
+                .await?;
+            c.query_opt(&stmt, &[&payer, &article_id])
+                .await?
+                .as_ref()
+                .map(receipt)
+                .transpose()
+        })
+    }
+
+    fn record_read(&self, token_id: String, read_at: String) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            c.execute(
+                "INSERT INTO receipt_reads (token_id, read_at) VALUES ($1, $2)",
+                &[&token_id, &read_at],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn count_reads(&self) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let n: i64 = c
+                .query_one("SELECT COUNT(*) FROM receipt_reads", &[])
+                .await?
+                .try_get(0)?;
+            Ok(unsigned(n))
+        })
+    }
+
     fn add_llms_txt_interest(&self, batch: Vec<LlmsTxtInterest>) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             if batch.is_empty() {

@@ -35,10 +35,16 @@ pub use settlements::PgSettlementStore;
 use super::{Backend, StoreError, StoreFuture};
 
 /// Schema migrations (`migrations/postgres/`), applied in order at start.
-pub const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_schema",
-    include_str!("../migrations/postgres/0001_schema.sql"),
-)];
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_schema",
+        include_str!("../migrations/postgres/0001_schema.sql"),
+    ),
+    (
+        "0002_receipt_reads",
+        include_str!("../migrations/postgres/0002_receipt_reads.sql"),
+    ),
+];
 
 /// Most connections one instance holds.
 pub const POOL_SIZE: usize = 16;

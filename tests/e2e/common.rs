@@ -24,6 +24,8 @@ pub(crate) const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 /// A running reference server, stopped on drop.
 pub(crate) struct RefServer {
     pub(crate) url: String,
+    /// Its state (stores), for tests that set up data directly.
+    pub(crate) state: Arc<reference_server::AppState>,
     _stop: oneshot::Sender<()>,
 }
 
@@ -37,11 +39,16 @@ impl RefServer {
             .await
             .expect("server starts");
         let url = server.public_url().to_owned();
+        let state = server.state().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(server.run(async {
             let _ = stopped.await;
         }));
-        RefServer { url, _stop: stop }
+        RefServer {
+            url,
+            state,
+            _stop: stop,
+        }
     }
 
     /// Configured for the anvil token, settling on chain itself (`--rpc-url`, `--settler-key`: the relayer is

@@ -155,3 +155,117 @@ async fn buys_an_article_from_the_reference_server_verify_only_and_on_chain() {
         after
     );
 }
+
+/// A contract wallet (ERC-1271, its owner's ECDSA signature) that bought an article signs in with x and reads
+/// it again: the reference server, settling on chain, asks the wallet through the same node (EIP-1271).
+/// The wallet's receipt is written directly: this layer's local verification takes only a payer key's own
+/// 65-byte signature, so a contract wallet cannot buy through it yet (it may have bought elsewhere).
+/// The wallet's receipt is written directly: this layer's local verification takes only a payer key's own
+/// 65-byte signature, so a contract wallet cannot buy through it yet (it may have bought elsewhere).
+#[tokio::test]
+async fn a_contract_wallet_signs_in_through_eip1271() {
+    use alloy_signer::SignerSync as _;
+    use base64::Engine as _;
+
+    let chain = Chain::start().await;
+    let server = RefServer::settling_on(&chain, |_| {}).await;
+    let (owner_key, owner) = payer(9);
+    let wallet = chain
+        .deploy_artifact(
+            "test/MockERC1271Wallet.sol/MockERC1271Wallet.json",
+            owner.into_word().as_slice(),
+        )
+        .await;
+    chain.mint(wallet, 1_000_000).await;
+    server
+        .state
+        .licensing
+        .insert_receipt(reference_server::store::articles::Receipt {
+            token_id: "4242".into(),
+            article_id: crate::common::ARTICLE.into(),
+            payer: wallet.to_checksum(None),
+            pay_to: PAY_TO.into(),
+            amount_atomic: ARTICLE_PRICE.to_string(),
+            network: format!("eip155:{CHAIN_ID}"),
+            asset: chain.usdc.to_checksum(None),
+            nonce: format!("0x{}", "11".repeat(32)),
+            x402_version: 2,
+            settlement: format!("0x{}", "22".repeat(32)),
+            created_at: "2026-11-23T00:00:00Z".into(),
+        })
+        .await
+        .expect("receipt");
+    let before = chain.balance(wallet).await;
+
+    // The proof: the declaration of a fresh 402, signed by the owner for the wallet's address.
+    let required = crate::common::offer(&server.article_url()).await;
+    let info = &required["extensions"]["sign-in-with-x"]["info"];
+    let text = |k: &str| info[k].as_str().map(str::to_owned);
+    let mut proof = x402_tower::siwx::Proof {
+        domain: text("domain").unwrap(),
+        address: wallet.to_checksum(None),
+        uri: text("uri").unwrap(),
+        version: "1".into(),
+        chain_id: format!("eip155:{CHAIN_ID}"),
+        kind: "eip191".into(),
+        nonce: text("nonce").unwrap(),
+        issued_at: text("issuedAt").unwrap(),
+        expiration_time: text("expirationTime"),
+        not_before: None,
+        request_id: None,
+        statement: text("statement"),
+        resources: Some(vec![text("uri").unwrap()]),
+        signature: String::new(),
+        signature_scheme: Some("eip1271".into()),
+    };
+    let owner_signer: alloy_signer_local::PrivateKeySigner = owner_key.parse().unwrap();
+    let message = x402_tower::siwx::message(&proof).unwrap();
+    let sig = owner_signer.sign_message_sync(message.as_bytes()).unwrap();
+    proof.signature = format!("0x{}", alloy_primitives::hex::encode(sig.as_bytes()));
+    let header =
+        base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&proof).unwrap());
+    let res = crate::common::http()
+        .get(server.article_url())
+        .header("SIGN-IN-WITH-X", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "{:?}", res.text().await);
+    assert_eq!(chain.balance(wallet).await, before, "nothing paid");
+
+    // The same proof with a signature the wallet refuses (another key): refused, 402.
+    let other = alloy_signer_local::PrivateKeySigner::random();
+    let fresh = crate::common::offer(&server.article_url()).await;
+    proof.nonce = fresh["extensions"]["sign-in-with-x"]["info"]["nonce"]
+        .as_str()
+        .unwrap()
+        .into();
+    proof.issued_at = fresh["extensions"]["sign-in-with-x"]["info"]["issuedAt"]
+        .as_str()
+        .unwrap()
+        .into();
+    proof.expiration_time = fresh["extensions"]["sign-in-with-x"]["info"]["expirationTime"]
+        .as_str()
+        .map(str::to_owned);
+    let message = x402_tower::siwx::message(&proof).unwrap();
+    proof.signature = format!(
+        "0x{}",
+        alloy_primitives::hex::encode(
+            other
+                .sign_message_sync(message.as_bytes())
+                .unwrap()
+                .as_bytes()
+        )
+    );
+    let header =
+        base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&proof).unwrap());
+    let res = crate::common::http()
+        .get(server.article_url())
+        .header("SIGN-IN-WITH-X", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 402);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(body["error"], "siwx_invalid_signature");
+}

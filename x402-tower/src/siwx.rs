@@ -13,8 +13,8 @@
 //!   store (the same single-use primitive as payment identifiers), so it holds across instances;
 //! - `issuedAt` at most the validity old (default 5 minutes) and not in the future, `expirationTime` in the
 //!   future, `notBefore` in the past;
-//! - the EIP-191 signature of the exact EIP-4361 message must recover the claimed address (ordinary wallets;
-//!   a contract wallet's EIP-1271 signature is refused: not implemented yet);
+//! - the EIP-191 signature of the exact EIP-4361 message must recover the claimed address (ordinary wallets),
+//!   or, with [`SignInWithX::contract_wallets`], the contract at that address must accept it (EIP-1271);
 //! - finally the application says whether that address paid for this resource ([`PaidCheck`]).
 //!
 //! [`X402Config::sign_in_with_x`]: crate::X402Config::sign_in_with_x
@@ -46,6 +46,19 @@ pub trait PaidCheck: Send + Sync + 'static {
         &'a self,
         payer: Address,
         resource_url: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+}
+
+/// Asks a contract wallet whether it accepts a signature (EIP-1271 `isValidSignature(hash, signature)`
+/// returning `0x1626ba7e`): how a sign-in by a smart wallet is checked. The on-chain settler implements it.
+pub trait ContractWallets: Send + Sync + 'static {
+    /// `true` when the contract at `wallet` accepts `signature` over `hash`; `false` when it refuses or has
+    /// no code.
+    fn is_valid_signature<'a>(
+        &'a self,
+        wallet: Address,
+        hash: B256,
+        signature: &'a [u8],
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
 
@@ -186,6 +199,7 @@ pub struct SignedIn {
 pub struct SignInWithX {
     key: Arc<[u8]>,
     paid: Arc<dyn PaidCheck>,
+    contracts: Option<Arc<dyn ContractWallets>>,
     statement: Option<String>,
     validity_secs: u64,
     /// `host[:port]` and `scheme://host[:port]` of the layer's public URL (set by the layer).
@@ -233,6 +247,7 @@ impl SignInWithX {
         SignInWithX {
             key: Arc::from(key.as_ref()),
             paid,
+            contracts: None,
             statement: Some("Sign in to read again what you paid for".to_owned()),
             validity_secs: 300,
             domain: String::new(),
@@ -243,6 +258,13 @@ impl SignInWithX {
     /// The statement shown to the signer (default "Sign in to read again what you paid for").
     pub fn statement(mut self, statement: Option<String>) -> Self {
         self.statement = statement;
+        self
+    }
+
+    /// Accepts sign-ins by contract wallets: a signature that does not recover the claimed address is put to
+    /// the contract at that address (EIP-1271) through `contracts` (for example the on-chain settler).
+    pub fn contract_wallets(mut self, contracts: Arc<dyn ContractWallets>) -> Self {
+        self.contracts = Some(contracts);
         self
     }
 
@@ -375,22 +397,17 @@ impl SignInWithX {
             crate::proto::wire::parse_address(&proof.address).ok_or(Refusal::Malformed)?;
         let text = message(&proof).ok_or(Refusal::Unsupported)?;
         let sig = crate::verify::parse_signature_hex(&proof.signature).ok_or(Refusal::Signature)?;
-        let sig: &[u8; 65] = sig.as_slice().try_into().map_err(|_| Refusal::Signature)?;
-        let v = sig[64];
-        let parity = match v {
-            27 | 0 => false,
-            28 | 1 => true,
-            _ => return Err(Refusal::Signature),
-        };
-        let recovered = Signature::new(
-            U256::from_be_slice(&sig[..32]),
-            U256::from_be_slice(&sig[32..64]),
-            parity,
-        )
-        .recover_address_from_prehash(&eip191_hash_message(text.as_bytes()))
-        .map_err(|_| Refusal::Signature)?;
-        if recovered != address {
-            return Err(Refusal::Signature);
+        let hash = eip191_hash_message(text.as_bytes());
+        if recover(&sig, &hash) != Some(address) {
+            // Not the key of that address: perhaps a contract wallet that accepts it.
+            let Some(contracts) = &self.contracts else {
+                return Err(Refusal::Signature);
+            };
+            match contracts.is_valid_signature(address, hash, &sig).await {
+                Ok(true) => {}
+                Ok(false) => return Err(Refusal::Signature),
+                Err(_) => return Err(Refusal::Unavailable),
+            }
         }
         // Single use, across instances: claim the nonce once in the payment store.
         let id = format!("siwx_{}", proof.nonce.to_ascii_lowercase());
@@ -418,6 +435,23 @@ impl SignInWithX {
             Err(_) => Err(Refusal::Unavailable),
         }
     }
+}
+
+/// The address an ECDSA signature `r‖s‖v` (v 27/28 or 0/1) over `hash` recovers, if any.
+fn recover(sig: &[u8], hash: &B256) -> Option<Address> {
+    let sig: &[u8; 65] = sig.try_into().ok()?;
+    let parity = match sig[64] {
+        27 | 0 => false,
+        28 | 1 => true,
+        _ => return None,
+    };
+    Signature::new(
+        U256::from_be_slice(&sig[..32]),
+        U256::from_be_slice(&sig[32..64]),
+        parity,
+    )
+    .recover_address_from_prehash(hash)
+    .ok()
 }
 
 #[cfg(test)]

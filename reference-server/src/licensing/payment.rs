@@ -177,12 +177,19 @@ pub(crate) fn x402_layer(
         .settle_timing(SettleTiming::BeforeHandler)
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
-        .sign_in_with_x(SignInWithX::new(
-            sign_in_key(settings),
-            Arc::new(BoughtArticles(licensing)),
-        ))
+        .sign_in_with_x(sign_in_with_x(settings, licensing))
         .build()
         .map_err(|e| BuildError::Payment(e.to_string()))
+}
+
+/// Sign-in-with-x for the articles: receipts answer "did this address pay"; with an on-chain settler
+/// (`--rpc-url`), contract wallets sign in too (EIP-1271 through the same node).
+fn sign_in_with_x(settings: &Settings, licensing: Arc<dyn LicensingStore>) -> SignInWithX {
+    let siwx = SignInWithX::new(sign_in_key(settings), Arc::new(BoughtArticles(licensing)));
+    match &settings.onchain {
+        Some(onchain) => siwx.contract_wallets(Arc::new(onchain.clone())),
+        None => siwx,
+    }
 }
 
 /// The key that tags sign-in-with-x nonces: derived from the media URL signing key, which every instance

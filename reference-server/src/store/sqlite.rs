@@ -82,8 +82,13 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
 /// Number of reader connections for a file database (the machine has few cores; SQLite reads are fast).
 const READERS: usize = 4;
 
-/// How long a connection waits on a lock held by another connection before failing with `SQLITE_BUSY`.
+/// How long a reader waits on a lock held by another connection before failing with `SQLITE_BUSY`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the writer waits for the write lock. Longer than a reader: another process on the same file may
+/// hold it for a whole seed chunk or migration, which on a busy machine takes seconds, and a write that
+/// waits is better than one that fails (a second process starting beside a seeding one must wait it out).
+const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Most writes committed together by the group-commit writer.
 pub const MAX_BATCH: usize = 256;
@@ -129,6 +134,7 @@ impl Db {
         let path = path.as_ref().to_path_buf();
         let writer = Connection::open(&path)?;
         configure(&writer)?;
+        writer.busy_timeout(WRITER_BUSY_TIMEOUT)?;
         // Registry records are ~6 KB of JSON: 16 KiB pages keep one record on one page
         // (only takes effect when the file is new; WAL must come after it).
         writer.pragma_update(None, "page_size", 16384)?;
@@ -434,9 +440,9 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
 }
 
 /// Runs `f` again while SQLite answers `SQLITE_BUSY` at once (statements that do not wait on the busy
-/// handler), for at most [`BUSY_TIMEOUT`].
+/// handler), for at most [`WRITER_BUSY_TIMEOUT`].
 fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
-    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let deadline = std::time::Instant::now() + WRITER_BUSY_TIMEOUT;
     loop {
         match f() {
             Err(rusqlite::Error::SqliteFailure(e, _))

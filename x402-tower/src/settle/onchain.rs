@@ -96,6 +96,8 @@ sol! {
         address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce,
         bytes signature
     );
+    /// ERC-1271 (`0x1626ba7e`).
+    function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4);
     /// Whether `(authorizer, nonce)` was used or canceled (`0xe94a0102`).
     function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
     /// ERC-20 `Transfer`.
@@ -250,6 +252,47 @@ impl OnchainSettler {
     /// The chain id of the node (asked once, then cached).
     pub async fn chain_id(&self) -> Result<u64, RpcError> {
         self.inner.chain_id().await
+    }
+
+    /// Whether the contract at `wallet` accepts `signature` over `hash` (EIP-1271 `isValidSignature` answering
+    /// `0x1626ba7e`, read with `eth_call`); `false` for a refusal, a revert or an address without code.
+    pub async fn is_valid_signature(
+        &self,
+        wallet: Address,
+        hash: B256,
+        signature: &[u8],
+    ) -> Result<bool, RpcError> {
+        let data: Bytes = isValidSignatureCall {
+            hash,
+            signature: Bytes::copy_from_slice(signature),
+        }
+        .abi_encode()
+        .into();
+        match self
+            .inner
+            .rpc
+            .call(rpc::call_request(None, wallet, data))
+            .await
+        {
+            Ok(out) => Ok(out.len() >= 4 && out[..4] == [0x16, 0x26, 0xba, 0x7e]),
+            Err(e) if e.is_rejection() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl crate::siwx::ContractWallets for OnchainSettler {
+    fn is_valid_signature<'a>(
+        &'a self,
+        wallet: Address,
+        hash: B256,
+        signature: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, crate::replay::StoreError>> {
+        Box::pin(async move {
+            OnchainSettler::is_valid_signature(self, wallet, hash, signature)
+                .await
+                .map_err(|e| crate::replay::StoreError::Backend(Box::new(e)))
+        })
     }
 }
 

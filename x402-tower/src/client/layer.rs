@@ -9,7 +9,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::sign::{MAX_REQUIREMENTS_BYTES, Requirements, RequirementsError};
-use super::{AfterPaid, BoxError, ClientError, Paid, Payer, PaymentPolicy, SignedInAs};
+use super::{BoxError, ClientError, Exchange, Payer, PaymentPolicy, after_402};
 use crate::BoxFuture;
 
 /// Pays for requests answered 402, within a [`PaymentPolicy`]. See the [module docs](super).
@@ -86,89 +86,84 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         // The ready service takes the first send; a clone makes the others.
         let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let inner = std::mem::replace(&mut self.inner, clone);
         let payer = self.payer.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let again = move |payment: Option<(&HeaderName, &HeaderValue)>| {
-                let mut r = Request::new(body.clone());
-                *r.method_mut() = parts.method.clone();
-                *r.uri_mut() = parts.uri.clone();
-                *r.version_mut() = parts.version;
-                *r.headers_mut() = parts.headers.clone();
-                *r.extensions_mut() = parts.extensions.clone();
-                if let Some((name, value)) = payment {
-                    r.headers_mut().insert(name.clone(), value.clone());
-                }
-                r
-            };
-            let first = inner
-                .call(again(None))
+            let mut exchange = Resend { inner, parts, body };
+            let first = exchange
+                .inner
+                .call(exchange.request(None))
                 .await
                 .map_err(ClientError::Service)?;
             if first.status() != StatusCode::PAYMENT_REQUIRED {
                 return Ok(first);
             }
-            let mut requirements = read_requirements(first).await?;
-            if let Some(proof) = payer.sign_in(&requirements).await {
-                // Already bought? Read it again by signing in; a 402 means no: pay.
-                let header = HeaderValue::from_str(&proof)
-                    .map_err(|e| ClientError::Requirements(RequirementsError::Body(e.into())))?;
-                let mut svc = inner.clone();
-                let ready = std::future::poll_fn(|cx| svc.poll_ready(cx)).await;
-                ready.map_err(ClientError::Service)?;
-                let name = HeaderName::from_static(crate::siwx::HEADER);
-                let mut answer = svc
-                    .call(again(Some((&name, &header))))
-                    .await
-                    .map_err(ClientError::Service)?;
-                if answer.status() != StatusCode::PAYMENT_REQUIRED {
-                    answer.extensions_mut().insert(SignedInAs(payer.address()));
-                    return Ok(answer);
-                }
-                requirements = read_requirements(answer).await?;
-            }
-            let (payment, offer) = payer.pay(&requirements).await?;
-            let name = HeaderName::from_static(if payment.x402_version == 1 {
-                "x-payment"
-            } else {
-                "payment-signature"
-            });
-            // Base64 is always a valid header value.
-            let value = HeaderValue::from_str(&payment.header_value)
-                .map_err(|e| ClientError::Requirements(RequirementsError::Body(e.into())))?;
-            let mut resends = 0;
-            loop {
-                let mut svc = inner.clone();
-                let ready = std::future::poll_fn(|cx| svc.poll_ready(cx)).await;
-                ready.map_err(ClientError::Service)?;
-                let mut answer = svc
-                    .call(again(Some((&name, &value))))
-                    .await
-                    .map_err(ClientError::Service)?;
-                match payer.after_paid(answer.status(), answer.headers(), resends) {
-                    AfterPaid::Resend(wait) => {
-                        tracing::info!(
-                            resends,
-                            ?wait,
-                            "settlement pending: sending the same payment again"
-                        );
-                        resends += 1;
-                        tokio::time::sleep(wait).await;
-                    }
-                    AfterPaid::Deliver(settlement) => {
-                        answer.extensions_mut().insert(Paid {
-                            payer: payment.authorization.from,
-                            payment,
-                            offer,
-                            settlement,
-                            resends,
-                        });
-                        return Ok(answer);
-                    }
-                }
-            }
+            let requirements = read_requirements(first).await?;
+            after_402(&payer, requirements, &mut exchange).await
         })
+    }
+}
+
+/// The request kept to be sent again, and the service that sends it.
+struct Resend<S, B> {
+    inner: S,
+    parts: http::request::Parts,
+    body: B,
+}
+
+impl<S, B> Resend<S, B>
+where
+    B: Clone,
+{
+    /// The original request, with one more header.
+    fn request(&self, extra: Option<(HeaderName, HeaderValue)>) -> Request<B> {
+        let mut r = Request::new(self.body.clone());
+        *r.method_mut() = self.parts.method.clone();
+        *r.uri_mut() = self.parts.uri.clone();
+        *r.version_mut() = self.parts.version;
+        *r.headers_mut() = self.parts.headers.clone();
+        *r.extensions_mut() = self.parts.extensions.clone();
+        if let Some((name, value)) = extra {
+            r.headers_mut().insert(name, value);
+        }
+        r
+    }
+}
+
+impl<S, B, RB> Exchange for Resend<S, B>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: Clone + Send + 'static,
+    RB: Body + Send + 'static,
+    RB::Data: Send,
+    RB::Error: Into<BoxError>,
+{
+    type Answer = Response<RB>;
+    type Error = S::Error;
+
+    fn send(
+        &mut self,
+        name: HeaderName,
+        value: HeaderValue,
+    ) -> BoxFuture<'_, Result<Response<RB>, ClientError<S::Error>>> {
+        let request = self.request(Some((name, value)));
+        let mut svc = self.inner.clone();
+        Box::pin(async move {
+            std::future::poll_fn(|cx| svc.poll_ready(cx))
+                .await
+                .map_err(ClientError::Service)?;
+            svc.call(request).await.map_err(ClientError::Service)
+        })
+    }
+
+    fn read(
+        &mut self,
+        answer: Response<RB>,
+    ) -> BoxFuture<'_, Result<Requirements, RequirementsError>> {
+        Box::pin(read_requirements(answer))
     }
 }
 

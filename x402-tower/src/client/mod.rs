@@ -58,7 +58,7 @@ use alloy_primitives::{Address, U256};
 use alloy_signer::Signer;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 pub use layer::{X402Client, X402ClientLayer};
 pub use policy::{Budget, PaymentPolicy};
@@ -170,6 +170,102 @@ pub(crate) enum AfterPaid {
     Deliver(Option<SettleResponse>),
     /// The settlement is pending: send the identical payment again after this wait.
     Resend(Duration),
+}
+
+/// What the flow reads and marks on an HTTP answer, whatever the client library.
+pub(crate) trait Answer {
+    fn status(&self) -> StatusCode;
+    fn headers(&self) -> &HeaderMap;
+    fn extensions_mut(&mut self) -> &mut http::Extensions;
+}
+
+impl<B> Answer for http::Response<B> {
+    fn status(&self) -> StatusCode {
+        self.status()
+    }
+    fn headers(&self) -> &HeaderMap {
+        self.headers()
+    }
+    fn extensions_mut(&mut self) -> &mut http::Extensions {
+        self.extensions_mut()
+    }
+}
+
+fn header_value<E>(value: &str) -> Result<HeaderValue, ClientError<E>> {
+    // Base64 is always a valid header value.
+    HeaderValue::from_str(value)
+        .map_err(|e| ClientError::Requirements(RequirementsError::Body(e.into())))
+}
+
+/// How an adapter sends its request again and reads a 402, for [`after_402`].
+pub(crate) trait Exchange: Send {
+    /// The client's answer.
+    type Answer: Answer + Send;
+    /// The client's error.
+    type Error: Send;
+    /// Sends the request again with one more header.
+    fn send(
+        &mut self,
+        name: HeaderName,
+        value: HeaderValue,
+    ) -> crate::BoxFuture<'_, Result<Self::Answer, ClientError<Self::Error>>>;
+    /// Reads the requirements of a 402.
+    fn read(
+        &mut self,
+        answer: Self::Answer,
+    ) -> crate::BoxFuture<'_, Result<Requirements, RequirementsError>>;
+}
+
+/// The flow after a first 402, for any client: sign in when offered (an answer other than 402 is
+/// delivered, marked [`SignedInAs`]), else pay (with the requirements of the sign-in's 402), resending the
+/// identical payment while its settlement is pending; the answer is marked [`Paid`].
+pub(crate) async fn after_402<X: Exchange>(
+    payer: &Payer,
+    mut requirements: Requirements,
+    exchange: &mut X,
+) -> Result<X::Answer, ClientError<X::Error>> {
+    if let Some(proof) = payer.sign_in(&requirements).await {
+        // Already bought? Read it again by signing in; a 402 means no: pay.
+        let name = HeaderName::from_static(crate::siwx::HEADER);
+        let mut answer = exchange.send(name, header_value(&proof)?).await?;
+        if answer.status() != StatusCode::PAYMENT_REQUIRED {
+            answer.extensions_mut().insert(SignedInAs(payer.address()));
+            return Ok(answer);
+        }
+        requirements = exchange.read(answer).await?;
+    }
+    let (payment, offer) = payer.pay(&requirements).await?;
+    let name = HeaderName::from_static(if payment.x402_version == 1 {
+        "x-payment"
+    } else {
+        "payment-signature"
+    });
+    let value = header_value(&payment.header_value)?;
+    let mut resends = 0;
+    loop {
+        let mut answer = exchange.send(name.clone(), value.clone()).await?;
+        match payer.after_paid(answer.status(), answer.headers(), resends) {
+            AfterPaid::Resend(wait) => {
+                tracing::info!(
+                    resends,
+                    ?wait,
+                    "settlement pending: sending the same payment again"
+                );
+                resends += 1;
+                tokio::time::sleep(wait).await;
+            }
+            AfterPaid::Deliver(settlement) => {
+                answer.extensions_mut().insert(Paid {
+                    payer: payment.authorization.from,
+                    payment,
+                    offer,
+                    settlement,
+                    resends,
+                });
+                return Ok(answer);
+            }
+        }
+    }
 }
 
 /// The signer and the policy: reads requirements, chooses, reserves, signs. Cheap to clone (shared).

@@ -25,7 +25,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use reqwest_middleware::{Middleware, Next};
 
 use super::sign::{MAX_REQUIREMENTS_BYTES, Requirements, RequirementsError};
-use super::{AfterPaid, ClientError, Paid, Payer, PaymentPolicy, SignedInAs};
+use super::{Answer, ClientError, Exchange, Payer, PaymentPolicy, after_402};
 
 /// Pays for requests answered 402, within a [`PaymentPolicy`].
 #[derive(Debug, Clone)]
@@ -47,6 +47,57 @@ impl X402Middleware {
     /// A middleware over an existing [`Payer`].
     pub fn from_payer(payer: Payer) -> Self {
         X402Middleware { payer }
+    }
+}
+
+/// A reqwest answer, for the shared flow.
+struct Reply(reqwest::Response);
+
+impl Answer for Reply {
+    fn status(&self) -> StatusCode {
+        self.0.status()
+    }
+    fn headers(&self) -> &http::HeaderMap {
+        self.0.headers()
+    }
+    fn extensions_mut(&mut self) -> &mut http::Extensions {
+        self.0.extensions_mut()
+    }
+}
+
+/// The request kept to be sent again through the rest of the middleware chain.
+struct Resend<'a> {
+    base: reqwest::Request,
+    next: Next<'a>,
+    extensions: &'a mut http::Extensions,
+}
+
+impl Exchange for Resend<'_> {
+    type Answer = Reply;
+    type Error = reqwest_middleware::Error;
+
+    fn send(
+        &mut self,
+        name: HeaderName,
+        value: HeaderValue,
+    ) -> crate::BoxFuture<'_, Result<Reply, ClientError<reqwest_middleware::Error>>> {
+        Box::pin(async move {
+            let mut again = self.base.try_clone().ok_or(ClientError::NotResendable)?;
+            again.headers_mut().insert(name, value);
+            self.next
+                .clone()
+                .run(again, self.extensions)
+                .await
+                .map(Reply)
+                .map_err(ClientError::Service)
+        })
+    }
+
+    fn read(
+        &mut self,
+        answer: Reply,
+    ) -> crate::BoxFuture<'_, Result<Requirements, RequirementsError>> {
+        Box::pin(read_requirements(answer.0))
     }
 }
 
@@ -88,67 +139,19 @@ impl Middleware for X402Middleware {
         if first.status() != StatusCode::PAYMENT_REQUIRED {
             return Ok(first);
         }
-        let mut requirements = read_requirements(first).await.map_err(|e| fail(e.into()))?;
-        if let Some(proof) = self.payer.sign_in(&requirements).await {
-            // Already bought? Read it again by signing in; a 402 means no: pay.
-            let mut signed = base
-                .try_clone()
-                .ok_or_else(|| fail(ClientError::NotResendable))?;
-            let value = HeaderValue::from_str(&proof)
-                .map_err(|e| fail(RequirementsError::Body(e.into()).into()))?;
-            signed
-                .headers_mut()
-                .insert(HeaderName::from_static(crate::siwx::HEADER), value);
-            let mut answer = next.clone().run(signed, extensions).await?;
-            if answer.status() != StatusCode::PAYMENT_REQUIRED {
-                answer
-                    .extensions_mut()
-                    .insert(SignedInAs(self.payer.address()));
-                return Ok(answer);
-            }
-            requirements = read_requirements(answer)
-                .await
-                .map_err(|e| fail(e.into()))?;
-        }
-        let (payment, offer) = self.payer.pay(&requirements).await.map_err(fail)?;
-        let name = HeaderName::from_static(if payment.x402_version == 1 {
-            "x-payment"
-        } else {
-            "payment-signature"
-        });
-        let value = HeaderValue::from_str(&payment.header_value)
-            .map_err(|e| fail(RequirementsError::Body(e.into()).into()))?;
-        let mut resends = 0;
-        loop {
-            let mut again = base
-                .try_clone()
-                .ok_or_else(|| fail(ClientError::NotResendable))?;
-            again.headers_mut().insert(name.clone(), value.clone());
-            let mut answer = next.clone().run(again, extensions).await?;
-            match self
-                .payer
-                .after_paid(answer.status(), answer.headers(), resends)
-            {
-                AfterPaid::Resend(wait) => {
-                    tracing::info!(
-                        resends,
-                        ?wait,
-                        "settlement pending: sending the same payment again"
-                    );
-                    resends += 1;
-                    tokio::time::sleep(wait).await;
-                }
-                AfterPaid::Deliver(settlement) => {
-                    answer.extensions_mut().insert(Paid {
-                        payer: payment.authorization.from,
-                        payment,
-                        offer,
-                        settlement,
-                        resends,
-                    });
-                    return Ok(answer);
-                }
-            }
+        let requirements = read_requirements(first).await.map_err(|e| fail(e.into()))?;
+        let mut exchange = Resend {
+            base,
+            next,
+            extensions,
+        };
+        match after_402(&self.payer, requirements, &mut exchange).await {
+            Ok(Reply(answer)) => Ok(answer),
+            Err(ClientError::Service(e)) => Err(e),
+            Err(ClientError::Refused(r)) => Err(fail(ClientError::Refused(r))),
+            Err(ClientError::Requirements(r)) => Err(fail(ClientError::Requirements(r))),
+            Err(ClientError::Signing(e)) => Err(fail(ClientError::Signing(e))),
+            Err(ClientError::NotResendable) => Err(fail(ClientError::NotResendable)),
         }
     }
 }

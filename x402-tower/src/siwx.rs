@@ -140,34 +140,34 @@ pub fn message(p: &Proof) -> Option<String> {
     Some(m)
 }
 
-/// Why a sign-in was refused: the 402's `error` (`siwx_` + the reason).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+/// Why a sign-in was refused: the 402's `error` (`siwx_` + the reason, [`Refusal::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// Not Base64 JSON of a proof, or too large.
-    #[error("siwx_malformed")]
     Malformed,
     /// `domain` or `uri` is not this server's.
-    #[error("siwx_wrong_domain")]
     Domain,
     /// Not version 1, or a chain or signature type this route does not accept.
-    #[error("siwx_unsupported")]
     Unsupported,
     /// Outside its time window.
-    #[error("siwx_expired")]
     Expired,
     /// A nonce this server did not issue, or already used.
-    #[error("siwx_invalid_nonce")]
     Nonce,
-    /// The signature does not recover the address.
-    #[error("siwx_invalid_signature")]
+    /// The signature does not recover the address (nor does the contract wallet accept it).
     Signature,
     /// The address has not paid for this resource.
-    #[error("siwx_not_paid")]
     NotPaid,
     /// The payment store or the application's check failed.
-    #[error("siwx_unavailable")]
     Unavailable,
 }
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::error::Error for Refusal {}
 
 impl Refusal {
     /// The string in the 402's `error`.

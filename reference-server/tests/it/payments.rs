@@ -579,3 +579,87 @@ async fn instances_starting_together_on_an_empty_database_migrate_and_seed_it_on
         );
     }
 }
+
+/// Sign-in-with-x across instances sharing the URL signing key (the key of the sign-in nonces): a nonce
+/// issued by one instance is honoured by the other, and the same proof sent to both at once lets exactly one
+/// copy in. On both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_nonce_issued_by_one_instance_works_once_on_any_instance() {
+    use x402_tower::client::{PaymentPolicy, Requirements};
+    let dir = TempDir::new();
+    let db = fresh_database(dir.path(), "siwx.sqlite3").await;
+    let media = dir.path().join("media");
+    let flags = ["--url-signing-key", "one signing key for every instance"];
+    let a = Instance::start_with(&db, &media, &flags);
+    let b = Instance::start_with(&db, &media, &flags);
+    let client = test_client();
+    let path = format!("/x402Article?articleId={ARTICLE}");
+    let bought = client
+        .get(format!("{}{path}", a.base))
+        .header(
+            "PAYMENT-SIGNATURE",
+            Payer::new().pay_v2(&a.offer(&client).await),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bought.status(), 200);
+    let bought = json_body(bought).await;
+
+    let signer: alloy_signer_local::PrivateKeySigner = crate::common::PAYER_KEY.parse().unwrap();
+    let payer = x402_tower::client::Payer::new(
+        signer,
+        PaymentPolicy::new(x402_tower::Price::from_usdc_decimal("1").unwrap()),
+    );
+    let proof_from = async |instance: &Instance| {
+        let reqs = Requirements::from_document(&instance.offer(&client).await).unwrap();
+        payer.sign_in(&reqs).await.expect("sign-in-with-x declared")
+    };
+    // Issued by A, used on B.
+    let proof = proof_from(&a).await;
+    let read = client
+        .get(format!("{}{path}", b.base))
+        .header("SIGN-IN-WITH-X", &proof)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    assert_eq!(
+        json_body(read).await,
+        bought,
+        "the same article and receipt"
+    );
+
+    // One proof issued by B, eight copies at once on both instances: one gets in.
+    let proof = proof_from(&b).await;
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let url = format!("{}{path}", if i % 2 == 0 { &a.base } else { &b.base });
+            let (client, proof) = (client.clone(), proof.clone());
+            tokio::spawn(async move {
+                let resp = client
+                    .get(url)
+                    .header("SIGN-IN-WITH-X", proof)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = resp.status().as_u16();
+                (status, json_body(resp).await)
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        if status == 200 {
+            admitted += 1;
+        } else {
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (402, Some("siwx_invalid_nonce")),
+                "{body}"
+            );
+        }
+    }
+    assert_eq!(admitted, 1, "a nonce is used once, whichever instance");
+}

@@ -86,7 +86,9 @@ pub(crate) struct Shared {
     pub(crate) methods: Vec<Method>,
     /// `Allow` of the 405 for a method that is not sold.
     pub(crate) allow: HeaderValue,
-    /// The 402's v2 `extensions`, serialised once.
+    /// The 402's v2 `extensions` declared once per layer (sign-in-with-x adds its own per 402).
+    pub(crate) declarations: serde_json::Map<String, serde_json::Value>,
+    /// [`Shared::declarations`] serialised once (`None` when empty).
     pub(crate) extensions: Option<String>,
     /// No-payment 402s, ready.
     pub(crate) prebuilt: super::response::Prebuilt402s,
@@ -394,11 +396,12 @@ impl X402Config {
             Some(s) => Some(Arc::new(s.bind(&base_url))),
             None => None,
         };
-        let extensions = self.identifier.map(|p| {
-            let mut map = serde_json::Map::new();
-            map.insert(identifier::KEY.to_owned(), p.declaration());
-            serde_json::Value::Object(map).to_string()
-        });
+        let mut declarations = serde_json::Map::new();
+        if let Some(p) = &self.identifier {
+            declarations.insert(identifier::KEY.to_owned(), p.declaration());
+        }
+        let extensions = (!declarations.is_empty())
+            .then(|| serde_json::Value::Object(declarations.clone()).to_string());
         Ok(X402Layer {
             shared: Arc::new(Shared {
                 base_url,
@@ -412,6 +415,7 @@ impl X402Config {
                 expose_headers: self.expose_headers,
                 methods: self.methods,
                 allow,
+                declarations,
                 extensions,
                 prebuilt: Default::default(),
                 siwx,

@@ -343,11 +343,7 @@ fn siwx_402(
     error: &str,
 ) -> Response<Full<Bytes>> {
     shared.engine.metrics.payment_required();
-    let mut extensions = shared
-        .extensions
-        .as_deref()
-        .and_then(|e| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(e).ok())
-        .unwrap_or_default();
+    let mut extensions = shared.declarations.clone();
     if let Some(siwx) = &shared.siwx {
         let nets = networks(offers);
         let nets: Vec<&str> = nets.iter().map(String::as_str).collect();

@@ -157,6 +157,7 @@ pub mod layer;
 pub mod metrics;
 pub mod network;
 pub mod offer;
+pub mod offer_receipt;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod payment;

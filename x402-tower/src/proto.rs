@@ -349,6 +349,10 @@ pub struct SettleResponse {
     /// Payer address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payer: Option<String>,
+    /// Extension answers by key (`offer-receipt`: the signed receipt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub extensions: Option<serde_json::Map<String, Value>>,
 }
 
 /// Body of a facilitator's `/verify` and `/settle` requests.

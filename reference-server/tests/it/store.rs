@@ -330,6 +330,7 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
         transaction: "0xab".into(),
         network: "eip155:84532".into(),
         payer: None,
+        extensions: None,
     });
     assert!(
         !s.update(&key(1), 5, &settled).await.unwrap(),

@@ -438,5 +438,6 @@ fn failure(
         transaction: String::new(),
         network,
         payer: payer.map(|p| p.to_string()),
+        extensions: None,
     }
 }

@@ -896,6 +896,7 @@ impl PaymentEngine {
                     transaction,
                     network,
                     payer: Some(payer.to_checksum(None)),
+                    extensions: None,
                 };
                 self.dispose(attempt, Event::Settled, Some(sr.clone()))
                     .await;
@@ -943,6 +944,7 @@ impl PaymentEngine {
             transaction: String::new(),
             network: attempt.request.wire_network(),
             payer: Some(attempt.verified.payer.to_checksum(None)),
+            extensions: None,
         }
     }
 
@@ -961,6 +963,7 @@ impl PaymentEngine {
                 transaction: transaction.unwrap_or_default(),
                 network: request.wire_network(),
                 payer: Some(request.payer().to_checksum(None)),
+                extensions: None,
             }),
             version: request.payload.x402_version(),
         }

@@ -94,12 +94,68 @@ pub(crate) struct Shared {
     pub(crate) prebuilt: super::response::Prebuilt402s,
     /// The sign-in-with-x extension, when declared.
     pub(crate) siwx: Option<Arc<crate::siwx::SignInWithX>>,
+    /// The offer-receipt signer, when declared.
+    #[cfg(feature = "offer-receipt")]
+    pub(crate) offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
 }
 
 impl Shared {
     /// Whether `method` is sold (HEAD is answered as the 402 of GET, never charged).
     pub(crate) fn sells(&self, method: &Method) -> bool {
         self.methods.contains(method)
+    }
+
+    /// The 402's v2 `extensions` for `offers` at `resource_url`: the layer's fixed declarations, the signed
+    /// offers (offer-receipt) and, with `sign_in`, a fresh sign-in-with-x nonce; and until when (unix
+    /// seconds) the same value may be sent again.
+    pub(crate) fn extensions_for(
+        &self,
+        offers: &[CompiledOffer],
+        resource_url: &str,
+        sign_in: bool,
+    ) -> (Option<String>, u64) {
+        let signs_offers = self.signs_offers();
+        if !signs_offers && !(sign_in && self.siwx.is_some()) {
+            return (self.extensions.clone(), u64::MAX);
+        }
+        let now = self.engine.now();
+        let mut extensions = self.declarations.clone();
+        let mut until = u64::MAX;
+        #[cfg(feature = "offer-receipt")]
+        if let Some(signer) = &self.offer_receipt
+            && let Some((declaration, fresh_until)) = signer.declare(resource_url, offers, now)
+        {
+            extensions.insert(crate::offer_receipt::KEY.to_owned(), declaration);
+            until = fresh_until;
+        }
+        if sign_in && let Some(siwx) = &self.siwx {
+            let mut nets: Vec<&str> = offers.iter().map(|o| o.offer.network.caip2()).collect();
+            nets.dedup();
+            extensions.insert(
+                crate::siwx::KEY.to_owned(),
+                siwx.declare(resource_url, &nets, now),
+            );
+            until = now;
+        }
+        let text =
+            (!extensions.is_empty()).then(|| serde_json::Value::Object(extensions).to_string());
+        (text, until)
+    }
+
+    fn signs_offers(&self) -> bool {
+        #[cfg(feature = "offer-receipt")]
+        return self.offer_receipt.is_some();
+        #[cfg(not(feature = "offer-receipt"))]
+        return false;
+    }
+
+    /// Adds the signed receipt (offer-receipt) to a successful settlement answer for `resource_url`.
+    #[cfg_attr(not(feature = "offer-receipt"), allow(unused_variables))]
+    pub(crate) fn sign_receipt(&self, settlement: &mut crate::SettleResponse, resource_url: &str) {
+        #[cfg(feature = "offer-receipt")]
+        if let Some(signer) = &self.offer_receipt {
+            signer.enrich(settlement, resource_url, self.engine.now());
+        }
     }
 }
 
@@ -137,6 +193,8 @@ impl X402Layer {
             identifier: None,
             settle_without_verify: false,
             siwx: None,
+            #[cfg(feature = "offer-receipt")]
+            offer_receipt: None,
         }
     }
 
@@ -193,6 +251,8 @@ pub struct X402Config {
     identifier: Option<PaymentIdentifier>,
     settle_without_verify: bool,
     siwx: Option<crate::siwx::SignInWithX>,
+    #[cfg(feature = "offer-receipt")]
+    offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
 }
 
 impl std::fmt::Debug for X402Config {
@@ -263,6 +323,18 @@ impl X402Config {
     /// with the reason in `error` (`siwx_...`). See [`crate::siwx`]. Default: not declared.
     pub fn sign_in_with_x(mut self, siwx: crate::siwx::SignInWithX) -> Self {
         self.siwx = Some(siwx);
+        self
+    }
+
+    /// Declares the `offer-receipt` extension (feature `offer-receipt`): every offer of the 402s is signed by
+    /// `signer` (with a `validUntil`; a signed offer is reused while half its validity is left), and every
+    /// successful settlement's answer (`PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`) carries a signed receipt in
+    /// `extensions["offer-receipt"].info.receipt` — also visible to the handler in
+    /// [`VerifiedPayment::settlement`](crate::VerifiedPayment) when settling before it. See
+    /// [`crate::offer_receipt`]. Default: not declared.
+    #[cfg(feature = "offer-receipt")]
+    pub fn offer_receipt(mut self, signer: Arc<crate::offer_receipt::OfferReceipt>) -> Self {
+        self.offer_receipt = Some(signer);
         self
     }
 
@@ -419,6 +491,8 @@ impl X402Config {
                 extensions,
                 prebuilt: Default::default(),
                 siwx,
+                #[cfg(feature = "offer-receipt")]
+                offer_receipt: self.offer_receipt,
             }),
         })
     }

@@ -235,7 +235,12 @@ where
                     Begin::Answer(a) => Some(State::Early {
                         response: Some(render_for(this.shared, this.offers, this.info, a)),
                     }),
-                    Begin::Serve(attempt) => {
+                    Begin::Serve(mut attempt) => {
+                        if let (Some(sr), Some(info)) =
+                            (attempt.verified.settlement.as_mut(), this.info.as_ref())
+                        {
+                            this.shared.sign_receipt(sr, &info.resource_url);
+                        }
                         if let Some(req) = this.req.as_mut() {
                             req.extensions_mut().insert(attempt.verified.clone());
                         }
@@ -294,8 +299,14 @@ where
                             Ok(render_for(this.shared, this.offers, this.info, a)
                                 .map(ResponseBody::early))
                         }
-                        Finish::Pass(receipt, version) => held
-                            .map(|r| add_receipt(r, version, receipt, this.shared.expose_headers)),
+                        Finish::Pass(mut receipt, version) => {
+                            if let (Some(sr), Some(info)) = (receipt.as_mut(), this.info.as_ref()) {
+                                this.shared.sign_receipt(sr, &info.resource_url);
+                            }
+                            held.map(|r| {
+                                add_receipt(r, version, receipt, this.shared.expose_headers)
+                            })
+                        }
                     });
                 }
                 StateProj::Early { response } => {
@@ -343,23 +354,14 @@ fn siwx_402(
     error: &str,
 ) -> Response<Full<Bytes>> {
     shared.engine.metrics.payment_required();
-    let mut extensions = shared.declarations.clone();
-    if let Some(siwx) = &shared.siwx {
-        let nets = networks(offers);
-        let nets: Vec<&str> = nets.iter().map(String::as_str).collect();
-        extensions.insert(
-            crate::siwx::KEY.to_owned(),
-            siwx.declare(&info.resource_url, &nets, shared.engine.now()),
-        );
-    }
-    let extensions = serde_json::Value::Object(extensions).to_string();
+    let (extensions, _) = shared.extensions_for(offers, &info.resource_url, true);
     super::response::payment_required(
         offers,
         info,
         error,
         None,
         shared.expose_headers,
-        Some(&extensions),
+        extensions.as_deref(),
     )
 }
 

@@ -232,6 +232,8 @@ struct Prebuilt {
     /// Held, so the offers' address cannot be reused by other offers while the entry lives.
     offers: std::sync::Arc<[CompiledOffer]>,
     wants_html: bool,
+    /// Sent again until then (unix seconds; signed offers expire).
+    until: u64,
     headers: HeaderMap,
     body: Bytes,
 }
@@ -246,20 +248,24 @@ impl Prebuilt402s {
     ) -> Response<Full<Bytes>> {
         shared.engine.metrics.payment_required();
         let lock = || self.by_resource.lock().unwrap_or_else(|e| e.into_inner());
+        let now = shared.engine.now();
         if let Some(list) = lock().get(info.resource_url.as_str())
             && let Some(p) = list.iter().find(|p| {
-                std::sync::Arc::ptr_eq(&p.offers, offers) && p.wants_html == info.wants_html
+                std::sync::Arc::ptr_eq(&p.offers, offers)
+                    && p.wants_html == info.wants_html
+                    && now < p.until
             })
         {
             return response_402(&p.headers, &p.body);
         }
+        let (extensions, until) = shared.extensions_for(offers, &info.resource_url, false);
         let (headers, body) = payment_required_parts(
             offers,
             info,
             super::NO_PAYMENT_ERROR,
             None,
             shared.expose_headers,
-            shared.extensions.as_deref(),
+            extensions.as_deref(),
         );
         let res = response_402(&headers, &body);
         let mut map = lock();
@@ -267,10 +273,12 @@ impl Prebuilt402s {
             map.clear();
         }
         let list = map.entry(info.resource_url.clone()).or_default();
+        list.retain(|p| now < p.until);
         if list.len() < 8 {
             list.push(Prebuilt {
                 offers: offers.clone(),
                 wants_html: info.wants_html,
+                until,
                 headers,
                 body,
             });
@@ -335,13 +343,14 @@ pub(crate) fn render(
             version,
         } => {
             shared.engine.metrics.payment_required();
+            let (extensions, _) = shared.extensions_for(offers, &info.resource_url, false);
             payment_required(
                 offers,
                 info,
                 &error,
                 settle.map(|sr| receipt(version, &sr)),
                 shared.expose_headers,
-                shared.extensions.as_deref(),
+                extensions.as_deref(),
             )
         }
         Answer::BadRequest { error, message } => {

@@ -9,6 +9,7 @@ mod facade;
 #[cfg(feature = "facilitator")]
 mod facilitator;
 mod observer;
+mod offer_receipt;
 mod paying_client;
 mod protocol;
 mod rejections;

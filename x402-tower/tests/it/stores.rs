@@ -66,6 +66,7 @@ async fn contract(s: Arc<dyn ReplayStore>) {
         transaction: "0xab".into(),
         network: "eip155:84532".into(),
         payer: None,
+        extensions: None,
     });
     assert!(
         !s.update(&key(1), 7, &settled).await.unwrap(),

@@ -1,0 +1,631 @@
+//! The `offer-receipt` extension (x402 v2 and v1, `specs/extensions/extension-offer-and-receipt.md`): the
+//! server signs each offer of its 402 and a receipt of every successful settlement, so a buyer (or anyone
+//! it shows them to) can prove offline what was offered and that it paid, without trusting a database.
+//!
+//! This module knows nothing of Tower. The wire types ([`SignedOffer`], [`SignedReceipt`] and their
+//! payloads) and the checks ([`SignedOffer::signer`], [`SignedReceipt::verify`]) are always available; the
+//! issuer [`OfferReceipt`] (feature `offer-receipt`) signs with any local alloy signer and is wired into the
+//! layer with [`X402Config::offer_receipt`](crate::X402Config::offer_receipt).
+//!
+//! Only the EIP-712 form is produced (the JWS form is optional in the extension). The domain is
+//! `{name: "x402 offer" | "x402 receipt", version: "1", chainId: 1}` with no verifying contract, and the
+//! types are, exactly:
+//!
+//! ```text
+//! Offer(uint256 version,string resourceUrl,string scheme,string network,string asset,string payTo,string amount,uint256 validUntil)
+//! Receipt(uint256 version,string network,string resourceUrl,string payer,uint256 issuedAt,string transaction)
+//! ```
+//!
+//! An absent `validUntil` is signed as `0` and an absent `transaction` as `""` (receipts leave the
+//! transaction out unless [`OfferReceipt::include_transaction`] is set: privacy by default).
+//!
+//! # Checking a receipt as a third party
+//!
+//! ```
+//! use x402_tower::offer_receipt::{ReceiptCheck, SignedReceipt};
+//! # fn check(receipt_json: &str, published: alloy_primitives::Address) -> Result<(), Box<dyn std::error::Error>> {
+//! let receipt: SignedReceipt = serde_json::from_str(receipt_json)?;
+//! receipt.verify(&ReceiptCheck {
+//!     signer: published,                                       // the server's published key address
+//!     resource_url: Some("https://news.example/x402Article?articleId=a1"),
+//!     payer: None,                                             // or Some(the buyer's address)
+//! })?;
+//! # Ok(()) }
+//! ```
+
+use alloy_primitives::{Address, B256, Signature, U256};
+use alloy_sol_types::{Eip712Domain, SolStruct};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::proto::SettleResponse;
+
+/// The extension's key in `extensions`.
+pub const KEY: &str = "offer-receipt";
+/// The payload version this module signs and understands.
+pub const VERSION: u64 = 1;
+/// The only signature format produced.
+pub const FORMAT_EIP712: &str = "eip712";
+
+mod typed {
+    alloy_sol_types::sol! {
+        /// The signed offer (EIP-712 primary type `Offer`).
+        struct Offer {
+            uint256 version;
+            string resourceUrl;
+            string scheme;
+            string network;
+            string asset;
+            string payTo;
+            string amount;
+            uint256 validUntil;
+        }
+        /// The signed receipt (EIP-712 primary type `Receipt`).
+        struct Receipt {
+            uint256 version;
+            string network;
+            string resourceUrl;
+            string payer;
+            uint256 issuedAt;
+            string transaction;
+        }
+    }
+}
+
+fn domain(name: &'static str) -> Eip712Domain {
+    Eip712Domain::new(
+        Some(name.into()),
+        Some("1".into()),
+        Some(U256::from(1u64)),
+        None,
+        None,
+    )
+}
+
+/// What an offer commits to (`payload` of an EIP-712 signed offer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct OfferPayload {
+    /// Payload version (1).
+    pub version: u64,
+    /// The absolute URL sold.
+    pub resource_url: String,
+    /// `exact`.
+    pub scheme: String,
+    /// CAIP-2 network (`eip155:8453`), whatever version the 402 speaks.
+    pub network: String,
+    /// Token contract, as in the matching `accepts` entry.
+    pub asset: String,
+    /// Recipient, as in the matching `accepts` entry.
+    pub pay_to: String,
+    /// Atomic units, base 10.
+    pub amount: String,
+    /// Unix seconds after which the server may refuse the offer (`0`/absent: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<u64>,
+}
+
+impl OfferPayload {
+    /// The EIP-712 hash the signature covers.
+    pub fn signing_hash(&self) -> B256 {
+        typed::Offer {
+            version: U256::from(self.version),
+            resourceUrl: self.resource_url.clone(),
+            scheme: self.scheme.clone(),
+            network: self.network.clone(),
+            asset: self.asset.clone(),
+            payTo: self.pay_to.clone(),
+            amount: self.amount.clone(),
+            validUntil: U256::from(self.valid_until.unwrap_or(0)),
+        }
+        .eip712_signing_hash(&domain("x402 offer"))
+    }
+}
+
+/// What a receipt attests (`payload` of an EIP-712 signed receipt).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptPayload {
+    /// Payload version (1).
+    pub version: u64,
+    /// CAIP-2 network the payment settled on.
+    pub network: String,
+    /// The absolute URL paid for.
+    pub resource_url: String,
+    /// The payer's address (checksummed).
+    pub payer: String,
+    /// Unix seconds when the receipt was signed.
+    pub issued_at: u64,
+    /// The settlement transaction, or `""` when the server keeps it private (the default).
+    #[serde(default)]
+    pub transaction: String,
+}
+
+impl ReceiptPayload {
+    /// The EIP-712 hash the signature covers.
+    pub fn signing_hash(&self) -> B256 {
+        typed::Receipt {
+            version: U256::from(self.version),
+            network: self.network.clone(),
+            resourceUrl: self.resource_url.clone(),
+            payer: self.payer.clone(),
+            issuedAt: U256::from(self.issued_at),
+            transaction: self.transaction.clone(),
+        }
+        .eip712_signing_hash(&domain("x402 receipt"))
+    }
+}
+
+/// A signed offer as it travels in `extensions["offer-receipt"].info.offers[]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SignedOffer {
+    /// `eip712`.
+    pub format: String,
+    /// Index of the `accepts` entry it signs (a hint, not signed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept_index: Option<usize>,
+    /// The signed fields.
+    pub payload: OfferPayload,
+    /// 65 bytes `r ‖ s ‖ v`, `0x`-hex.
+    pub signature: String,
+}
+
+/// A signed receipt as it travels in `PAYMENT-RESPONSE`'s `extensions["offer-receipt"].info.receipt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SignedReceipt {
+    /// `eip712`.
+    pub format: String,
+    /// The signed fields.
+    pub payload: ReceiptPayload,
+    /// 65 bytes `r ‖ s ‖ v`, `0x`-hex.
+    pub signature: String,
+}
+
+/// Why a signed offer or receipt does not check out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProofError {
+    /// Another format than `eip712` (JWS is not read).
+    #[error("unsupported format {0:?} (only eip712 is read)")]
+    Format(String),
+    /// Another payload version than 1.
+    #[error("unsupported payload version {0}")]
+    Version(u64),
+    /// The signature is not 65 bytes of hex or recovers no key.
+    #[error("malformed signature")]
+    Signature,
+    /// The signature was made by another key.
+    #[error("signed by {found}, expected {expected}")]
+    WrongSigner {
+        /// The key that signed.
+        found: Address,
+        /// The key that should have.
+        expected: Address,
+    },
+    /// The receipt is for another resource.
+    #[error("the receipt is for {0:?}")]
+    WrongResource(String),
+    /// The receipt names another payer.
+    #[error("the receipt names payer {0:?}")]
+    WrongPayer(String),
+}
+
+fn recover(format: &str, version: u64, hash: B256, signature: &str) -> Result<Address, ProofError> {
+    if format != FORMAT_EIP712 {
+        return Err(ProofError::Format(format.to_owned()));
+    }
+    if version != VERSION {
+        return Err(ProofError::Version(version));
+    }
+    let hex = signature.strip_prefix("0x").unwrap_or(signature);
+    if hex.len() != 130 {
+        return Err(ProofError::Signature);
+    }
+    let bytes = alloy_primitives::hex::decode(hex).map_err(|_| ProofError::Signature)?;
+    let sig = Signature::try_from(bytes.as_slice()).map_err(|_| ProofError::Signature)?;
+    sig.recover_address_from_prehash(&hash)
+        .map_err(|_| ProofError::Signature)
+}
+
+impl SignedOffer {
+    /// The address that signed this offer (check it against the server's published key, or `payTo`).
+    pub fn signer(&self) -> Result<Address, ProofError> {
+        recover(
+            &self.format,
+            self.payload.version,
+            self.payload.signing_hash(),
+            &self.signature,
+        )
+    }
+}
+
+/// What a [`SignedReceipt`] must show to be accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct ReceiptCheck<'a> {
+    /// The server's published signing address.
+    pub signer: Address,
+    /// The resource the receipt must be for, if known.
+    pub resource_url: Option<&'a str>,
+    /// The payer it must name, if known.
+    pub payer: Option<Address>,
+}
+
+impl SignedReceipt {
+    /// The address that signed this receipt.
+    pub fn signer(&self) -> Result<Address, ProofError> {
+        recover(
+            &self.format,
+            self.payload.version,
+            self.payload.signing_hash(),
+            &self.signature,
+        )
+    }
+
+    /// Checks the signature against the expected signer, and the resource and payer when given.
+    pub fn verify(&self, check: &ReceiptCheck<'_>) -> Result<(), ProofError> {
+        let found = self.signer()?;
+        if found != check.signer {
+            return Err(ProofError::WrongSigner {
+                found,
+                expected: check.signer,
+            });
+        }
+        if let Some(url) = check.resource_url
+            && url != self.payload.resource_url
+        {
+            return Err(ProofError::WrongResource(self.payload.resource_url.clone()));
+        }
+        if let Some(payer) = check.payer
+            && self.payload.payer.parse::<Address>().ok() != Some(payer)
+        {
+            return Err(ProofError::WrongPayer(self.payload.payer.clone()));
+        }
+        Ok(())
+    }
+
+    /// The signed receipt carried by a settlement answer (`PAYMENT-RESPONSE` decoded), if any.
+    pub fn from_settlement(settlement: &SettleResponse) -> Option<Self> {
+        let info = settlement.extensions.as_ref()?.get(KEY)?.get("info")?;
+        serde_json::from_value(info.get("receipt")?.clone()).ok()
+    }
+}
+
+/// The extension's `schema` in a 402 (as the official TypeScript server sends it).
+pub(crate) fn offers_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"offers": {"type": "array", "items": {
+            "type": "object",
+            "properties": {
+                "format": {"type": "string"},
+                "acceptIndex": {"type": "integer"},
+                "payload": {"type": "object", "properties": {
+                    "version": {"type": "integer"}, "resourceUrl": {"type": "string"},
+                    "scheme": {"type": "string"}, "network": {"type": "string"},
+                    "asset": {"type": "string"}, "payTo": {"type": "string"},
+                    "amount": {"type": "string"}, "validUntil": {"type": "integer"}
+                }, "required": ["version", "resourceUrl", "scheme", "network", "asset", "payTo", "amount"]},
+                "signature": {"type": "string"}
+            },
+            "required": ["format", "signature"]
+        }}},
+        "required": ["offers"]
+    })
+}
+
+/// The extension's `schema` in a settlement answer.
+pub(crate) fn receipt_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"receipt": {"type": "object", "properties": {
+            "format": {"type": "string"},
+            "payload": {"type": "object", "properties": {
+                "version": {"type": "integer"}, "network": {"type": "string"},
+                "resourceUrl": {"type": "string"}, "payer": {"type": "string"},
+                "issuedAt": {"type": "integer"}, "transaction": {"type": "string"}
+            }, "required": ["version", "network", "resourceUrl", "payer", "issuedAt"]},
+            "signature": {"type": "string"}
+        }, "required": ["format", "signature"]}},
+        "required": ["receipt"]
+    })
+}
+
+#[cfg(feature = "offer-receipt")]
+pub use issuer::{IssueError, OfferReceipt};
+
+#[cfg(feature = "offer-receipt")]
+mod issuer {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use alloy_primitives::Address;
+    use alloy_signer::SignerSync;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::verify::CompiledOffer;
+
+    /// Resources whose signed offers are kept; past it the cache starts over.
+    const CACHED_RESOURCES: usize = 4096;
+
+    /// Why signing failed (the signer's own error, e.g. a hardware key unplugged).
+    #[derive(Debug, thiserror::Error)]
+    #[error("signing failed: {0}")]
+    pub struct IssueError(#[source] pub alloy_signer::Error);
+
+    /// Signs offers and receipts with an operator's key (any local alloy signer: `PrivateKeySigner`, a
+    /// Ledger through a sync wrapper...). Clone-cheap behind `Arc`; give it to
+    /// [`X402Config::offer_receipt`](crate::X402Config::offer_receipt).
+    ///
+    /// ```
+    /// use alloy_signer_local::PrivateKeySigner;
+    /// use x402_tower::offer_receipt::OfferReceipt;
+    ///
+    /// let key = PrivateKeySigner::random();
+    /// let issuer = OfferReceipt::new(key).offer_validity_seconds(120);
+    /// println!("receipts are signed by {}", issuer.address());
+    /// ```
+    pub struct OfferReceipt {
+        signer: Box<dyn SignerSync + Send + Sync>,
+        address: Address,
+        include_transaction: bool,
+        offer_validity: Option<u64>,
+        /// Signed offers by resource URL: (the `accepts` entry's JSON, the signed offer, when to re-sign).
+        cache: Mutex<HashMap<String, Vec<(Arc<str>, Value, u64)>>>,
+    }
+
+    impl std::fmt::Debug for OfferReceipt {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("OfferReceipt")
+                .field("address", &self.address)
+                .field("include_transaction", &self.include_transaction)
+                .field("offer_validity", &self.offer_validity)
+                .finish_non_exhaustive()
+        }
+    }
+
+    impl OfferReceipt {
+        /// Signs with `signer` (its address is what buyers check signatures against: publish it).
+        pub fn new<S>(signer: S) -> Self
+        where
+            S: SignerSync + alloy_signer::Signer + Send + Sync + 'static,
+        {
+            let address = alloy_signer::Signer::address(&signer);
+            OfferReceipt {
+                signer: Box::new(signer),
+                address,
+                include_transaction: false,
+                offer_validity: None,
+                cache: Mutex::new(HashMap::new()),
+            }
+        }
+
+        /// Puts the settlement transaction in receipts (default: `""`, so a receipt shown to a third party
+        /// does not lead to the payer's other transactions).
+        pub fn include_transaction(mut self, include: bool) -> Self {
+            self.include_transaction = include;
+            self
+        }
+
+        /// How long a signed offer stays valid (`validUntil - now` when signed). Default: the offer's
+        /// `maxTimeoutSeconds`, as the official server does. A 402 reuses a signed offer while at least half
+        /// of this is left, so a 402 rarely costs a signature.
+        pub fn offer_validity_seconds(mut self, seconds: u64) -> Self {
+            self.offer_validity = Some(seconds.max(2));
+            self
+        }
+
+        /// The address signatures recover to.
+        pub fn address(&self) -> Address {
+            self.address
+        }
+
+        fn sign(&self, hash: B256) -> Result<String, IssueError> {
+            let sig = self.signer.sign_hash_sync(&hash).map_err(IssueError)?;
+            Ok(format!(
+                "0x{}",
+                alloy_primitives::hex::encode(sig.as_bytes())
+            ))
+        }
+
+        /// Signs `payload` as an offer.
+        pub fn sign_offer(&self, payload: OfferPayload) -> Result<SignedOffer, IssueError> {
+            let signature = self.sign(payload.signing_hash())?;
+            Ok(SignedOffer {
+                format: FORMAT_EIP712.to_owned(),
+                accept_index: None,
+                payload,
+                signature,
+            })
+        }
+
+        /// Signs a receipt for `payer` having paid `resource_url` on `network` (CAIP-2) at `issued_at`; the
+        /// transaction is kept only with [`OfferReceipt::include_transaction`].
+        pub fn sign_receipt(
+            &self,
+            resource_url: &str,
+            payer: &str,
+            network: &str,
+            transaction: &str,
+            issued_at: u64,
+        ) -> Result<SignedReceipt, IssueError> {
+            let payload = ReceiptPayload {
+                version: VERSION,
+                network: network.to_owned(),
+                resource_url: resource_url.to_owned(),
+                payer: payer.to_owned(),
+                issued_at,
+                transaction: if self.include_transaction {
+                    transaction.to_owned()
+                } else {
+                    String::new()
+                },
+            };
+            let signature = self.sign(payload.signing_hash())?;
+            Ok(SignedReceipt {
+                format: FORMAT_EIP712.to_owned(),
+                payload,
+                signature,
+            })
+        }
+
+        /// The 402's `extensions["offer-receipt"]`: one signed offer per `accepts` entry, and the unix time
+        /// until which this declaration may be sent again (`None` when nothing could be signed).
+        pub(crate) fn declare(
+            &self,
+            resource_url: &str,
+            offers: &[CompiledOffer],
+            now: u64,
+        ) -> Option<(Value, u64)> {
+            let mut signed = Vec::with_capacity(offers.len());
+            let mut fresh_until = u64::MAX;
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= CACHED_RESOURCES && !cache.contains_key(resource_url) {
+                cache.clear();
+            }
+            let entries = cache.entry(resource_url.to_owned()).or_default();
+            for (index, o) in offers.iter().enumerate() {
+                let hit = entries
+                    .iter()
+                    .position(|(json, _, until)| *json == o.v2_json && now < *until);
+                let (value, until) = match hit {
+                    Some(i) => (entries[i].1.clone(), entries[i].2),
+                    None => {
+                        let validity = self.offer_validity.unwrap_or(o.v2.max_timeout_seconds);
+                        let payload = OfferPayload {
+                            version: VERSION,
+                            resource_url: resource_url.to_owned(),
+                            scheme: o.v2.scheme.clone(),
+                            network: o.v2.network.clone(),
+                            asset: o.v2.asset.to_checksum(None),
+                            pay_to: o.v2.pay_to.to_checksum(None),
+                            amount: o.v2.amount.to_string(),
+                            valid_until: Some(now + validity),
+                        };
+                        let offer = match self.sign_offer(payload) {
+                            Ok(offer) => offer,
+                            Err(e) => {
+                                tracing::error!(error = %e, "could not sign an x402 offer");
+                                continue;
+                            }
+                        };
+                        let value = serde_json::to_value(&offer).unwrap_or(Value::Null);
+                        let until = now + validity / 2;
+                        entries.retain(|(json, _, _)| *json != o.v2_json);
+                        if entries.len() >= 16 {
+                            entries.clear();
+                        }
+                        entries.push((o.v2_json.clone(), value.clone(), until));
+                        (value, until)
+                    }
+                };
+                fresh_until = fresh_until.min(until);
+                let mut value = value;
+                if let Value::Object(m) = &mut value {
+                    m.insert("acceptIndex".to_owned(), json!(index));
+                }
+                signed.push(value);
+            }
+            (!signed.is_empty()).then(|| {
+                (
+                    json!({"info": {"offers": signed}, "schema": offers_schema()}),
+                    fresh_until,
+                )
+            })
+        }
+
+        /// Adds the signed receipt of a successful settlement of `resource_url` to its `extensions`.
+        pub(crate) fn enrich(&self, settlement: &mut SettleResponse, resource_url: &str, now: u64) {
+            if !settlement.success {
+                return;
+            }
+            let Some(payer) = settlement.payer.as_deref() else {
+                return;
+            };
+            let network = settlement
+                .network
+                .parse::<crate::Network>()
+                .map(|n| n.caip2().to_owned())
+                .unwrap_or_else(|_| settlement.network.clone());
+            match self.sign_receipt(resource_url, payer, &network, &settlement.transaction, now) {
+                Ok(receipt) => {
+                    settlement.extensions.get_or_insert_default().insert(
+                        KEY.to_owned(),
+                        json!({"info": {"receipt": receipt}, "schema": receipt_schema()}),
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "could not sign an x402 receipt"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer() -> OfferPayload {
+        OfferPayload {
+            version: 1,
+            resource_url: "https://api.example.com/premium-data".into(),
+            scheme: "exact".into(),
+            network: "eip155:8453".into(),
+            asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913".into(),
+            pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
+            amount: "10000".into(),
+            valid_until: Some(1_703_123_756),
+        }
+    }
+
+    #[test]
+    fn type_strings_are_the_extensions() {
+        assert_eq!(
+            typed::Offer::eip712_encode_type(),
+            "Offer(uint256 version,string resourceUrl,string scheme,string network,string asset,string payTo,string amount,uint256 validUntil)"
+        );
+        assert_eq!(
+            typed::Receipt::eip712_encode_type(),
+            "Receipt(uint256 version,string network,string resourceUrl,string payer,uint256 issuedAt,string transaction)"
+        );
+        // Absent fields are signed as 0 / "".
+        let mut o = offer();
+        let with_zero = OfferPayload {
+            valid_until: Some(0),
+            ..o.clone()
+        };
+        o.valid_until = None;
+        assert_eq!(o.signing_hash(), with_zero.signing_hash());
+    }
+
+    #[test]
+    fn refusals() {
+        let o = SignedOffer {
+            format: "jws".into(),
+            accept_index: None,
+            payload: offer(),
+            signature: "0x00".into(),
+        };
+        assert_eq!(o.signer(), Err(ProofError::Format("jws".into())));
+        let o = SignedOffer {
+            format: "eip712".into(),
+            ..o
+        };
+        assert_eq!(o.signer(), Err(ProofError::Signature));
+        let mut v2 = o.clone();
+        v2.payload.version = 2;
+        assert_eq!(v2.signer(), Err(ProofError::Version(2)));
+        let junk = SignedOffer {
+            signature: format!("0x{}", "zz".repeat(65)),
+            ..o
+        };
+        assert_eq!(junk.signer(), Err(ProofError::Signature));
+    }
+}

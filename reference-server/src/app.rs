@@ -71,6 +71,14 @@ impl AppState {
         let settler = licensing::payment::settler(&settings)?;
         let settlements = Arc::new(SettlementLog::new(stores.settlements.clone()));
         let payment_store = stores.payments.clone();
+        let licensing = stores.licensing.clone();
+        let articles = ArticleCatalog::load(&*licensing)
+            .await
+            .map_err(|e| BuildError::Registry(format!("article catalog: {e}")))?;
+        let example_article = articles
+            .list()
+            .first()
+            .map_or_else(|| "an-article-id".to_owned(), |a| a.id.clone());
         let payments = licensing::payment::x402_layer(
             &settings,
             &public_url,
@@ -78,11 +86,8 @@ impl AppState {
             settlements.clone(),
             payment_store.clone(),
             stores.licensing.clone(),
+            &example_article,
         )?;
-        let licensing = stores.licensing.clone();
-        let articles = ArticleCatalog::load(&*licensing)
-            .await
-            .map_err(|e| BuildError::Registry(format!("article catalog: {e}")))?;
         Ok(Self {
             articles,
             payments,
@@ -151,6 +156,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         )
         .route("/x402Article", paid_article)
         .route("/serveLlmsTxt", get(handlers::serve_llms_txt))
+        .route("/receipts/signer", get(handlers::receipt_signer))
         .route(
             "/receipts/{token_id}",
             get(handlers::receipt_json).route_layer(middleware::from_fn(crate::conditional::etag)),
@@ -167,6 +173,11 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         // Operations
         .route("/operator/llms-txt", get(handlers::llms_txt_stats))
         .route("/operator/settlements", get(handlers::settlements))
+        // The facilitator's discovery listing (x402 bazaar): public, unlike verify/settle.
+        .route(
+            "/facilitator/discovery/resources",
+            get(crate::discovery::list),
+        )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/version", get(version))
@@ -183,6 +194,9 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
     let app = app.merge(crate::facilitator::router(
         state.payments.engine(),
         state.settings.facilitator.clone(),
+        Arc::new(crate::discovery::Catalogue::new(
+            state.stores.settlements.clone(),
+        )),
     ));
     let app = app.merge(crate::registry::router(
         state.stores.assets.clone(),

@@ -110,6 +110,16 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_URL_SIGNING_KEY", hide_env_values = true)]
     pub url_signing_key: Option<String>,
 
+    /// Private key (0x + 64 hex) that signs x402 offers and license receipts (offer-receipt, EIP-712).
+    /// Default: derived from `--url-signing-key` when given (so every instance of a deployment signs with
+    /// the same key), else generated at start and printed in the banner.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_RECEIPT_SIGNING_KEY",
+        hide_env_values = true
+    )]
+    pub receipt_signing_key: Option<String>,
+
     /// Lifetime of signed media URLs, in seconds.
     #[arg(long, env = "REFERENCE_SERVER_URL_TTL_SECS", default_value_t = 3600)]
     pub url_ttl_secs: u64,
@@ -244,6 +254,7 @@ impl Config {
             facilitator_pay_to: Vec::new(),
             api_token: None,
             url_signing_key: None,
+            receipt_signing_key: None,
             url_ttl_secs: 3600,
             header_read_timeout_secs: 10,
             write_stall_timeout_secs: 30,
@@ -251,6 +262,37 @@ impl Config {
             log_format: LogFormat::Text,
             command: None,
         }
+    }
+}
+
+/// The key that signs x402 offers and license receipts, and where it came from.
+#[derive(Clone)]
+pub enum ReceiptKey {
+    /// `--receipt-signing-key`.
+    Given(alloy_signer_local::PrivateKeySigner),
+    /// Derived from `--url-signing-key` (the same on every instance sharing it).
+    Derived(alloy_signer_local::PrivateKeySigner),
+    /// Generated at start (printed in the banner; receipts signed before a restart keep their old signer).
+    Generated(alloy_signer_local::PrivateKeySigner),
+}
+
+impl ReceiptKey {
+    /// The signer.
+    pub fn signer(&self) -> &alloy_signer_local::PrivateKeySigner {
+        match self {
+            ReceiptKey::Given(k) | ReceiptKey::Derived(k) | ReceiptKey::Generated(k) => k,
+        }
+    }
+}
+
+impl std::fmt::Debug for ReceiptKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self {
+            ReceiptKey::Given(_) => "Given",
+            ReceiptKey::Derived(_) => "Derived",
+            ReceiptKey::Generated(_) => "Generated",
+        };
+        write!(f, "ReceiptKey::{how}({})", self.signer().address())
     }
 }
 
@@ -316,6 +358,8 @@ pub struct Settings {
     pub operator_token: OperatorToken,
     /// Media URL signing key.
     pub url_signing_key: Option<Vec<u8>>,
+    /// The key that signs offers and receipts.
+    pub receipt_key: ReceiptKey,
     /// Media URL lifetime.
     pub url_ttl: Duration,
     /// Connection limits of the server loop.
@@ -369,6 +413,41 @@ fn invalid(flag: &'static str, value: &str, reason: impl Into<String>) -> Config
 }
 
 impl Config {
+    /// `--receipt-signing-key`, else a key derived from the URL signing key, else a new one.
+    fn receipt_key(&self, url_signing_key: Option<&[u8]>) -> Result<ReceiptKey, ConfigError> {
+        use alloy_signer_local::PrivateKeySigner;
+        if let Some(k) = &self.receipt_signing_key {
+            return k
+                .trim()
+                .parse::<PrivateKeySigner>()
+                .map(ReceiptKey::Given)
+                .map_err(|_| {
+                    invalid(
+                        "receipt-signing-key",
+                        "<hidden>",
+                        "expected 0x followed by 64 hex digits (a secp256k1 private key)",
+                    )
+                });
+        }
+        if let Some(url_key) = url_signing_key {
+            use hmac::{Hmac, Mac};
+            // A different purpose string for each attempt: the odd HMAC output that is not a valid scalar
+            // (about 1 in 2^128) moves on to the next.
+            for attempt in 0u8..=255 {
+                let Ok(mut mac) = <Hmac<sha2::Sha256> as Mac>::new_from_slice(url_key) else {
+                    break;
+                };
+                mac.update(b"x402 offer and receipt signing key");
+                mac.update(&[attempt]);
+                let bytes = mac.finalize().into_bytes();
+                if let Ok(k) = PrivateKeySigner::from_slice(&bytes) {
+                    return Ok(ReceiptKey::Derived(k));
+                }
+            }
+        }
+        Ok(ReceiptKey::Generated(PrivateKeySigner::random()))
+    }
+
     /// Check every value and resolve defaults.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let public_url = self
@@ -581,6 +660,7 @@ impl Config {
                 || OperatorToken::Generated(uuid::Uuid::new_v4().simple().to_string()),
                 OperatorToken::Given,
             ),
+            receipt_key: self.receipt_key(url_signing_key.as_deref())?,
             url_signing_key,
             url_ttl: Duration::from_secs(self.url_ttl_secs),
             connections: crate::serve::ConnectionLimits {

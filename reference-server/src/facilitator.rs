@@ -25,11 +25,16 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
+//! use reference_server::discovery::Catalogue;
 //! use reference_server::facilitator::{FacilitatorConfig, router};
+//! use reference_server::store::Stores;
 //! use x402_tower::{PaymentEngine, VerifyOnlySettler};
 //!
+//! # async fn app(stores: Stores) {
 //! let engine = Arc::new(PaymentEngine::builder().settler(Arc::new(VerifyOnlySettler)).build().unwrap());
-//! let app: axum::Router = router(engine, FacilitatorConfig::with_token("s3cret"));
+//! let catalogue = Arc::new(Catalogue::new(stores.settlements.clone()));
+//! let app: axum::Router = router(engine, FacilitatorConfig::with_token("s3cret"), catalogue);
+//! # }
 //! ```
 
 use std::sync::Arc;
@@ -42,7 +47,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use x402_tower::PaymentEngine;
+use x402_tower::bazaar::CatalogError;
 use x402_tower::engine::facilitator::{FacilitatorError, FacilitatorPolicy};
+
+use crate::discovery::{Catalogue, NotCatalogued};
 
 /// Largest facilitator request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -69,16 +77,26 @@ impl FacilitatorConfig {
 struct Door {
     engine: Arc<PaymentEngine>,
     config: FacilitatorConfig,
+    catalogue: Arc<Catalogue>,
 }
 
-/// The facilitator routes over `engine`. Merge it into the server's router.
-pub fn router(engine: Arc<PaymentEngine>, config: FacilitatorConfig) -> Router {
+/// The facilitator routes over `engine`; resources whose payments it settles are listed in `catalogue`
+/// (x402 bazaar, [`crate::discovery`]). Merge it into the server's router.
+pub fn router(
+    engine: Arc<PaymentEngine>,
+    config: FacilitatorConfig,
+    catalogue: Arc<Catalogue>,
+) -> Router {
     if config.token.is_none() {
         return Router::new()
             .route("/facilitator/{*rest}", axum::routing::any(disabled))
             .route("/facilitator", axum::routing::any(disabled));
     }
-    let door = Arc::new(Door { engine, config });
+    let door = Arc::new(Door {
+        engine,
+        config,
+        catalogue,
+    });
     Router::new()
         .route("/facilitator/verify", post(verify))
         .route("/facilitator/settle", post(settle))
@@ -165,14 +183,30 @@ async fn settle(State(door): State<Arc<Door>>, body: Body) -> Response {
         .facilitator_settle(&door.config.policy, &body)
         .await
     {
-        Ok(r) => Json(r).into_response(),
+        Ok(r) => {
+            if r.success {
+                let now = crate::registry::signing::unix_now();
+                match door.catalogue.settled(&body, now).await {
+                    Ok(()) => tracing::debug!("resource catalogued for discovery"),
+                    Err(NotCatalogued::Shape(CatalogError::Absent)) => {}
+                    Err(e) => tracing::info!(reason = %e, "resource not catalogued for discovery"),
+                }
+            }
+            Json(r).into_response()
+        }
         Err(e) => failure(&e),
     }
 }
 
 async fn supported(State(door): State<Arc<Door>>) -> Response {
     match door.engine.settler().supported().await {
-        Ok(s) => Json(s).into_response(),
+        Ok(mut s) => {
+            let bazaar = json!(x402_tower::bazaar::KEY);
+            if !s.extensions.contains(&bazaar) {
+                s.extensions.push(bazaar);
+            }
+            Json(s).into_response()
+        }
         Err(e) => (
             StatusCode::BAD_GATEWAY,
             Json(json!({"error": "settler_unavailable", "message": e.to_string()})),

@@ -29,6 +29,7 @@ pub mod app;
 pub mod auth;
 pub mod conditional;
 pub mod config;
+pub mod discovery;
 pub mod facilitator;
 pub mod html;
 pub mod licensing;
@@ -213,6 +214,7 @@ impl Server {
              \n  How to pay: x402 `exact` scheme, USDC {asset} (EIP-712 \"{name}\" v{version}) on {net}{v1},\n\
              \x20 to {pay_to}; send PAYMENT-SIGNATURE (x402 v2) or X-PAYMENT (v1), e.g. with @x402/fetch.\n\
              \x20 Settlement: {mode}.\n\
+             \x20 Offers and receipts are signed (x402 offer-receipt, EIP-712) by {receipt_signer}{receipt_key}.\n\
              \n  Facilitator API ({u}/facilitator/verify|settle|supported): {facilitator}\n",
             addr = self.addr,
             asset = p.token.address,
@@ -225,6 +227,15 @@ impl Server {
                 .unwrap_or_default(),
             pay_to = s.settings.pay_to,
             mode = s.settlement_mode(),
+            receipt_signer = s.settings.receipt_key.signer().address(),
+            receipt_key = match &s.settings.receipt_key {
+                config::ReceiptKey::Given(_) => String::new(),
+                config::ReceiptKey::Derived(_) => " (derived from --url-signing-key)".to_owned(),
+                config::ReceiptKey::Generated(k) => format!(
+                    "\n  (key generated for this run: {}; set --receipt-signing-key to keep it)",
+                    alloy_primitives::hex::encode_prefixed(k.to_bytes())
+                ),
+            },
             operator = match &s.settings.operator_token {
                 config::OperatorToken::Given(_) =>
                     "`Authorization: token <--api-token>`".to_owned(),

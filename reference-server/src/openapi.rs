@@ -25,6 +25,7 @@ use crate::{licensing, registry};
         licensing::handlers::get_article,
         licensing::handlers::serve_llms_txt,
         licensing::handlers::receipt_json,
+        licensing::handlers::receipt_signer,
         licensing::handlers::receipt_certificate,
         registry::handlers::list,
         registry::upload::create,

@@ -152,9 +152,15 @@ pub(crate) async fn facilitator_for(chain: &Chain) -> String {
         .settler(settler)
         .build()
         .expect("engine");
+    let stores = reference_server::store::Stores::open(&"sqlite::memory:".parse().expect("url"))
+        .await
+        .expect("stores");
     let router = facilitator::router(
         Arc::new(engine),
         facilitator::FacilitatorConfig::with_token(FACILITATOR_TOKEN),
+        Arc::new(reference_server::discovery::Catalogue::new(
+            stores.settlements.clone(),
+        )),
     );
     format!("{}/facilitator", serve(router).await)
 }

@@ -150,6 +150,7 @@
 /// This crate's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+pub mod bazaar;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod engine;

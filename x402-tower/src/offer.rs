@@ -89,4 +89,20 @@ impl PaymentOffer {
         self.max_timeout_seconds = seconds;
         self
     }
+
+    /// The x402 v2 `accepts` entry of this offer (`exact`, CAIP-2 network, the token's EIP-712 name and
+    /// version in `extra`), as the layer's 402 sends it.
+    pub fn requirements_v2(&self) -> crate::proto::PaymentRequirementsV2 {
+        crate::proto::PaymentRequirementsV2 {
+            scheme: crate::proto::SCHEME_EXACT.to_owned(),
+            network: self.network.caip2().to_owned(),
+            amount: self.amount.atomic_units(),
+            asset: self.token.address,
+            pay_to: self.pay_to,
+            max_timeout_seconds: self.max_timeout_seconds,
+            extra: Some(
+                serde_json::json!({"name": self.token.name, "version": self.token.version}),
+            ),
+        }
+    }
 }

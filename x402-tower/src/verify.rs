@@ -211,17 +211,7 @@ pub(crate) struct CompiledOffer {
 
 impl CompiledOffer {
     pub(crate) fn new(offer: PaymentOffer, domain_separator: B256) -> Self {
-        let v2 = PaymentRequirementsV2 {
-            scheme: SCHEME_EXACT.to_owned(),
-            network: offer.network.caip2().to_owned(),
-            amount: offer.amount.atomic_units(),
-            asset: offer.token.address,
-            pay_to: offer.pay_to,
-            max_timeout_seconds: offer.max_timeout_seconds,
-            extra: Some(
-                serde_json::json!({"name": offer.token.name, "version": offer.token.version}),
-            ),
-        };
+        let v2 = offer.requirements_v2();
         let v2_json = serde_json::to_string(&v2).unwrap_or_default().into();
         CompiledOffer {
             offer,

@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use x402_tower::offer_receipt::SignedReceipt;
 
 use super::payment::PaidBy;
 use super::receipt::{self, ReceiptView};
@@ -243,7 +244,12 @@ pub async fn get_article(
         x402_version: payment.x402_version,
         settlement: payment.transaction.clone(),
         created_at: now_rfc3339(),
+        signed: payment
+            .signed
+            .as_ref()
+            .and_then(|s| serde_json::to_string(s).ok()),
     };
+    let signed = record.signed.clone();
     match state.licensing.insert_receipt(record).await {
         Ok(()) => state.metrics.record_receipt(true),
         Err(StoreError::Conflict(_)) => {
@@ -255,7 +261,12 @@ pub async fn get_article(
                 Some(existing) if existing.article_id == article.id => {
                     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id,
                         redelivered = payment.redelivered, "license delivered again");
-                    return Ok(article_response(&state, &article, &token_id));
+                    return Ok(article_response(
+                        &state,
+                        &article,
+                        &token_id,
+                        receipt::parse_signed(existing.signed.as_deref()),
+                    ));
                 }
                 _ => {
                     tracing::warn!(payer = %payment.payer, nonce = %payment.nonce, "payment already used for a receipt");
@@ -273,7 +284,12 @@ pub async fn get_article(
         }
     }
     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id, "license issued");
-    Ok(article_response(&state, &article, &token_id))
+    Ok(article_response(
+        &state,
+        &article,
+        &token_id,
+        receipt::parse_signed(signed.as_deref()),
+    ))
 }
 
 /// A buyer who signed in with x (sign-in-with-x) reads an article it bought again: the same answer as its
@@ -304,7 +320,12 @@ async fn read_again(
     state.metrics.record_reread();
     tracing::info!(article = %article.id, payer = %payer, token_id = %receipt.token_id,
         "license read again (signed in with x)");
-    Ok(article_response(state, article, &receipt.token_id))
+    Ok(article_response(
+        state,
+        article,
+        &receipt.token_id,
+        receipt::parse_signed(receipt.signed.as_deref()),
+    ))
 }
 
 /// The paid answer of `GET /x402Article`.
@@ -334,6 +355,11 @@ pub struct ReceiptLinks {
     nft: ReceiptToken,
     /// The printable certificate.
     certificate: CertificateLink,
+    /// The receipt signed by the server's receipt key (x402 offer-receipt, EIP-712): check it offline
+    /// against the key the server publishes (`receiptSigner` of the verify URL). The same as in
+    /// `PAYMENT-RESPONSE`; absent only for receipts issued before signing existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signed: Option<SignedReceipt>,
 }
 
 /// `receipt.nft`.
@@ -356,7 +382,12 @@ pub struct CertificateLink {
 }
 
 /// The paid answer: the article and its receipt links.
-fn article_response(state: &AppState, article: &Article, token_id: &str) -> Response {
+fn article_response(
+    state: &AppState,
+    article: &Article,
+    token_id: &str,
+    signed: Option<SignedReceipt>,
+) -> Response {
     Json(PaidArticle {
         article: ArticleText {
             title: &article.title,
@@ -371,6 +402,7 @@ fn article_response(state: &AppState, article: &Article, token_id: &str) -> Resp
             certificate: CertificateLink {
                 url: receipt::certificate_url(&state.public_url, token_id),
             },
+            signed,
         },
     })
     .into_response()
@@ -443,6 +475,46 @@ async fn load_receipt(
     Ok((r, article))
 }
 
+/// `GET /receipts/signer`: the key this server signs offers and receipts with.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptSigner {
+    /// The address a signed offer's or receipt's EIP-712 signature recovers to.
+    address: String,
+    /// The extension whose signatures these are.
+    extension: &'static str,
+    /// The EIP-712 domains (no verifying contract; chainId 1 whatever the payment network).
+    domains: [serde_json::Value; 2],
+    /// Where the verification steps are written.
+    how_to_verify: &'static str,
+}
+
+/// `GET /receipts/signer`: the published receipt key.
+#[utoipa::path(
+    get,
+    path = "/receipts/signer",
+    tag = "licensing",
+    operation_id = "getReceiptSigner",
+    summary = "The address that signs this server's offers and receipts (x402 offer-receipt)",
+    responses((status = 200, description = "The receipt key's address.", body = ReceiptSigner)),
+)]
+pub async fn receipt_signer(State(state): State<Arc<AppState>>) -> Json<ReceiptSigner> {
+    Json(ReceiptSigner {
+        address: state
+            .settings
+            .receipt_key
+            .signer()
+            .address()
+            .to_checksum(None),
+        extension: x402_tower::offer_receipt::KEY,
+        domains: [
+            serde_json::json!({"name": "x402 offer", "version": "1", "chainId": 1}),
+            serde_json::json!({"name": "x402 receipt", "version": "1", "chainId": 1}),
+        ],
+        how_to_verify: "docs/interfaces.md#signed-offers-and-receipts-offer-receipt",
+    })
+}
+
 /// `GET /receipts/{tokenId}`: the receipt as JSON (the `verifyUrl`).
 #[utoipa::path(
     get,
@@ -464,7 +536,12 @@ pub async fn receipt_json(
     let token = token.map(|Path(t)| t).unwrap_or_default();
     let (r, article) = load_receipt(&state, &token).await?;
     let title = article.as_ref().map_or("", |a| a.title.as_str());
-    Ok(Json(ReceiptView::new(&r, title, &state.public_url)))
+    Ok(Json(ReceiptView::new(
+        &r,
+        title,
+        &state.public_url,
+        state.settings.receipt_key.signer().address(),
+    )))
 }
 
 /// `GET /receipts/{tokenId}/certificate`: the HTML certificate.
@@ -489,6 +566,7 @@ pub async fn receipt_certificate(
     Ok(Html(receipt::certificate_html(
         &r,
         article.as_ref(),
+        state.settings.receipt_key.signer().address(),
         &state.public_url,
     )))
 }

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use x402_tower::network::{Network, Token};
 use x402_tower::offer::PaymentOffer;
+use x402_tower::offer_receipt::OfferReceipt;
 use x402_tower::price::Price;
 use x402_tower::pricing::PriceDecision;
 use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
@@ -100,6 +101,8 @@ pub struct PaidBy {
     pub transaction: String,
     /// The identical payment was settled by an earlier request (whose answer the buyer lost).
     pub redelivered: bool,
+    /// The receipt the x402 layer signed for this settlement (offer-receipt), as sent in `PAYMENT-RESPONSE`.
+    pub signed: Option<x402_tower::offer_receipt::SignedReceipt>,
 }
 
 impl PaidBy {
@@ -117,6 +120,7 @@ impl PaidBy {
             x402_version: p.x402_version,
             transaction: settlement.transaction.clone(),
             redelivered: p.redelivered,
+            signed: x402_tower::offer_receipt::SignedReceipt::from_settlement(settlement),
         })
     }
 }
@@ -152,6 +156,7 @@ pub(crate) fn x402_layer(
     observer: Arc<dyn SettlementObserver>,
     store: Arc<dyn ReplayStore>,
     licensing: Arc<dyn LicensingStore>,
+    example_article: &str,
 ) -> Result<X402Layer, BuildError> {
     let payment = settings.payment.clone();
     let pay_to = settings.pay_to;
@@ -178,6 +183,11 @@ pub(crate) fn x402_layer(
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, licensing))
+        .discovery(crate::discovery::article_discovery(example_article))
+        // Signed offers and receipts; the transaction is in them, as on the public verify URL already.
+        .offer_receipt(Arc::new(
+            OfferReceipt::new(settings.receipt_key.signer().clone()).include_transaction(true),
+        ))
         .build()
         .map_err(|e| BuildError::Payment(e.to_string()))
 }

@@ -1,8 +1,9 @@
 //! License receipts: token id, public JSON view, HTML certificate.
 
-use alloy_primitives::U256;
+use alloy_primitives::{Address, U256};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use x402_tower::offer_receipt::SignedReceipt;
 
 use crate::store::articles::{Article, Receipt};
 
@@ -62,11 +63,18 @@ pub struct ReceiptView {
     /// Where the HTML certificate is.
     #[schema(format = "uri")]
     pub certificate_url: String,
+    /// The receipt signed by the server (x402 offer-receipt, EIP-712), exactly as the buyer got it in
+    /// `PAYMENT-RESPONSE` and the article answer; absent for receipts issued before signing existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed_receipt: Option<SignedReceipt>,
+    /// The address this server signs offers and receipts with now (what a signed receipt's signature must
+    /// recover to; also in the start-up banner and `/receipts/signer`).
+    pub receipt_signer: String,
 }
 
 impl ReceiptView {
     /// The public view of a stored receipt.
-    pub fn new(r: &Receipt, article_title: &str, public_url: &str) -> Self {
+    pub fn new(r: &Receipt, article_title: &str, public_url: &str, signer: Address) -> Self {
         Self {
             token_id: r.token_id.clone(),
             article_id: r.article_id.clone(),
@@ -86,14 +94,52 @@ impl ReceiptView {
             settlement: r.settlement.clone(),
             issued_at: r.created_at.clone(),
             certificate_url: certificate_url(public_url, &r.token_id),
+            signed_receipt: signed(r),
+            receipt_signer: signer.to_checksum(None),
         }
     }
 }
 
+/// The stored signed receipt of `r`, read back.
+pub fn signed(r: &Receipt) -> Option<SignedReceipt> {
+    parse_signed(r.signed.as_deref())
+}
+
+/// A stored signed receipt (JSON), read back.
+pub fn parse_signed(json: Option<&str>) -> Option<SignedReceipt> {
+    json.and_then(|j| serde_json::from_str(j).ok())
+}
+
 pub use crate::html::html_escape;
 
+/// The certificate's row about the signed receipt: who signed it, whether that is this server's key.
+fn signed_row(r: &Receipt, server: Address) -> String {
+    let Some(s) = signed(r) else {
+        return "none (issued before receipts were signed)".to_owned();
+    };
+    match s.signer() {
+        Ok(by) => format!(
+            "EIP-712 (x402 offer-receipt), signed by <code>{by}</code>{note}<br><small>signature \
+             <code>{sig}</code></small>",
+            by = by.to_checksum(None),
+            note = if by == server {
+                " (this server's receipt key)"
+            } else {
+                " (<strong>not</strong> this server's current key: signed before a key change)"
+            },
+            sig = html_escape(&s.signature),
+        ),
+        Err(e) => format!("unreadable signature ({})", html_escape(&e.to_string())),
+    }
+}
+
 /// The HTML certificate of a receipt.
-pub fn certificate_html(r: &Receipt, article: Option<&Article>, public_url: &str) -> String {
+pub fn certificate_html(
+    r: &Receipt,
+    article: Option<&Article>,
+    signer: Address,
+    public_url: &str,
+) -> String {
     let e = html_escape;
     let (title, author) = article.map_or(("(article removed)", ""), |a| {
         (a.title.as_str(), a.author_name.as_str())
@@ -126,6 +172,7 @@ pub fn certificate_html(r: &Receipt, article: Option<&Article>, public_url: &str
         ("Settlement", format!("<code>{}</code>", e(&settlement))),
         ("x402 version", r.x402_version.to_string()),
         ("Issued", e(&r.created_at)),
+        ("Signed receipt", signed_row(r, signer)),
     ];
     let mut table = String::new();
     for (k, v) in rows {

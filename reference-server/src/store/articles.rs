@@ -54,6 +54,9 @@ pub struct Receipt {
     pub settlement: String,
     /// When the receipt was issued, RFC 3339 UTC.
     pub created_at: String,
+    /// The receipt signed by the server's receipt key (x402 offer-receipt, EIP-712), as JSON; `None` for
+    /// receipts issued before signing existed.
+    pub signed: Option<String>,
 }
 
 /// Requests of `/serveLlmsTxt` from one client address with one user agent within one minute: how llms.txt
@@ -152,7 +155,7 @@ fn article_from_row(r: &Row<'_>) -> rusqlite::Result<Article> {
 }
 
 const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
-     x402_version, settlement, created_at";
+     x402_version, settlement, created_at, signed_receipt";
 
 fn receipt_from_row(r: &Row<'_>) -> rusqlite::Result<Receipt> {
     Ok(Receipt {
@@ -167,6 +170,7 @@ fn receipt_from_row(r: &Row<'_>) -> rusqlite::Result<Receipt> {
         x402_version: r.get(8)?,
         settlement: r.get(9)?,
         created_at: r.get(10)?,
+        signed: r.get(11)?,
     })
 }
 
@@ -233,7 +237,7 @@ impl LicensingStore for SqliteLicensingStore {
     fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()> {
         Box::pin(self.db.write(move |c| {
             let mut stmt = c.prepare_cached(&format!(
-                "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
             ))?;
             let r = &receipt;
             stmt.execute(params![
@@ -247,7 +251,8 @@ impl LicensingStore for SqliteLicensingStore {
                 r.nonce,
                 r.x402_version,
                 r.settlement,
-                r.created_at
+                r.created_at,
+                r.signed
             ])
             .map_err(|e| receipt_conflict(e.into(), r))?;
             Ok(())

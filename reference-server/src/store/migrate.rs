@@ -28,6 +28,7 @@ pub const TABLES: &[&str] = &[
     "settlements",
     "payment_states",
     "payment_ids",
+    "discovery_resources",
 ];
 
 /// Tables whose `id` is a PostgreSQL identity to move past the copied ids.

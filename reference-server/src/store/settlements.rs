@@ -10,6 +10,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::{Db, StoreError, StoreFuture};
+use x402_tower::bazaar::DiscoveryResource;
 
 /// What became of a settlement attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -204,6 +205,51 @@ pub trait SettlementStore: Send + Sync + std::fmt::Debug {
     ) -> StoreFuture<'_, Vec<SettlementRecord>>;
     /// Number of recorded settlement attempts per outcome (all time), in [`SettlementOutcome::ALL`] order.
     fn count_by_outcome(&self) -> StoreFuture<'_, [(SettlementOutcome, u64); 3]>;
+    /// Catalogues (or refreshes, by URL) a resource whose payment the facilitator settled (x402 bazaar).
+    /// Past [`MAX_DISCOVERED`] resources a new one is not added (`false`); known ones are still refreshed.
+    fn upsert_discovered(&self, resource: DiscoveryResource) -> StoreFuture<'_, bool>;
+    /// The catalogued resources of `kind` (all kinds with `None`), ordered by URL: the `limit` from
+    /// `offset`, and how many there are in all.
+    fn discovered(
+        &self,
+        kind: Option<String>,
+        offset: u64,
+        limit: u64,
+    ) -> StoreFuture<'_, (Vec<DiscoveryResource>, u64)>;
+}
+
+/// Most resources the discovery catalogue keeps (its writers hold the facilitator token, but a bug or a
+/// leaked token must not grow it without bound).
+pub const MAX_DISCOVERED: u64 = 10_000;
+
+/// A catalogued resource's columns: `(resource, kind, x402_version, accepts JSON, metadata JSON,
+/// last_updated)`.
+pub(crate) type DiscoveredRow = (String, String, i64, String, String, i64);
+
+/// A resource as stored.
+pub(crate) fn discovered_row(r: &DiscoveryResource) -> DiscoveredRow {
+    (
+        r.resource.clone(),
+        r.kind.clone(),
+        i64::from(r.x402_version),
+        serde_json::to_string(&r.accepts).unwrap_or_else(|_| "[]".into()),
+        serde_json::to_string(&r.metadata).unwrap_or_else(|_| "{}".into()),
+        r.last_updated_unix().unwrap_or(0),
+    )
+}
+
+/// A stored resource, read back.
+pub(crate) fn discovered_from(row: DiscoveredRow) -> Result<DiscoveryResource, StoreError> {
+    let (resource, kind, version, accepts, metadata, last_updated) = row;
+    let bad = |e: serde_json::Error| StoreError::Invalid(format!("discovery_resources: {e}"));
+    Ok(DiscoveryResource {
+        resource,
+        kind,
+        x402_version: u8::try_from(version).unwrap_or(2),
+        accepts: serde_json::from_str(&accepts).map_err(bad)?,
+        last_updated: serde_json::json!(last_updated),
+        metadata: serde_json::from_str(&metadata).map_err(bad)?,
+    })
 }
 
 /// [`SettlementStore`] on SQLite.
@@ -294,4 +340,58 @@ impl SettlementStore for SqliteSettlementStore {
             Ok(outcome_counts(rows))
         }))
     }
+
+    fn upsert_discovered(&self, resource: DiscoveryResource) -> StoreFuture<'_, bool> {
+        let (url, kind, version, accepts, metadata, at) = discovered_row(&resource);
+        Box::pin(self.db.write(move |c| {
+            let n = c.prepare_cached(UPSERT_DISCOVERED)?.execute(params![
+                url,
+                kind,
+                version,
+                accepts,
+                metadata,
+                at,
+                i64::try_from(MAX_DISCOVERED).unwrap_or(i64::MAX)
+            ])?;
+            Ok(n > 0)
+        }))
+    }
+
+    fn discovered(
+        &self,
+        kind: Option<String>,
+        offset: u64,
+        limit: u64,
+    ) -> StoreFuture<'_, (Vec<DiscoveryResource>, u64)> {
+        let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let (offset, limit) = (big(offset), big(limit));
+        Box::pin(self.db.read(move |c| {
+            let total: i64 = c
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM discovery_resources WHERE ?1 IS NULL OR kind = ?1",
+                )?
+                .query_row([&kind], |r| r.get(0))?;
+            let mut stmt = c.prepare_cached(
+                "SELECT resource, kind, x402_version, accepts, metadata, last_updated \
+                 FROM discovery_resources WHERE ?1 IS NULL OR kind = ?1 ORDER BY resource LIMIT ?2 OFFSET ?3",
+            )?;
+            let rows = stmt
+                .query_map(params![kind, limit, offset], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+                })?
+                .collect::<Result<Vec<DiscoveredRow>, _>>()?;
+            let items = rows
+                .into_iter()
+                .map(discovered_from)
+                .collect::<Result<_, _>>()?;
+            Ok((items, u64::try_from(total).unwrap_or(0)))
+        }))
+    }
 }
+
+/// Insert a discovered resource, or refresh it; a new one only below the cap.
+const UPSERT_DISCOVERED: &str = "INSERT INTO discovery_resources (resource, kind, x402_version, accepts, metadata, last_updated) \
+     SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM discovery_resources WHERE resource = ?1) \
+        OR (SELECT COUNT(*) FROM discovery_resources) < ?7 \
+     ON CONFLICT (resource) DO UPDATE SET kind = excluded.kind, x402_version = excluded.x402_version, \
+        accepts = excluded.accepts, metadata = excluded.metadata, last_updated = excluded.last_updated";

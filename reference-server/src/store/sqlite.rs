@@ -77,6 +77,14 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0006_receipt_reads",
         include_str!("migrations/sqlite/0006_receipt_reads.sql"),
     ),
+    (
+        "0007_signed_receipts",
+        include_str!("migrations/sqlite/0007_signed_receipts.sql"),
+    ),
+    (
+        "0008_discovery",
+        include_str!("migrations/sqlite/0008_discovery.sql"),
+    ),
 ];
 
 /// Number of reader connections for a file database (the machine has few cores; SQLite reads are fast).

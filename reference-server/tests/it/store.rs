@@ -113,6 +113,7 @@ fn receipt(token: &str, nonce: &str) -> Receipt {
         x402_version: 2,
         settlement: "verify-only".into(),
         created_at: "2025-01-01T00:00:00Z".into(),
+        signed: Some(r#"{"format":"eip712"}"#.into()),
     }
 }
 

@@ -193,6 +193,7 @@ impl X402Layer {
             identifier: None,
             settle_without_verify: false,
             siwx: None,
+            discovery: None,
             #[cfg(feature = "offer-receipt")]
             offer_receipt: None,
         }
@@ -251,6 +252,7 @@ pub struct X402Config {
     identifier: Option<PaymentIdentifier>,
     settle_without_verify: bool,
     siwx: Option<crate::siwx::SignInWithX>,
+    discovery: Option<crate::bazaar::Discovery>,
     #[cfg(feature = "offer-receipt")]
     offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
 }
@@ -335,6 +337,14 @@ impl X402Config {
     #[cfg(feature = "offer-receipt")]
     pub fn offer_receipt(mut self, signer: Arc<crate::offer_receipt::OfferReceipt>) -> Self {
         self.offer_receipt = Some(signer);
+        self
+    }
+
+    /// Declares the `bazaar` extension in the 402s (v2): how the route is called and what it answers, so a
+    /// facilitator that settles its payments can list it for discovery (the client echoes the declaration
+    /// into its payment). See [`crate::bazaar`]. Default: not declared.
+    pub fn discovery(mut self, discovery: crate::bazaar::Discovery) -> Self {
+        self.discovery = Some(discovery);
         self
     }
 
@@ -471,6 +481,9 @@ impl X402Config {
         let mut declarations = serde_json::Map::new();
         if let Some(p) = &self.identifier {
             declarations.insert(identifier::KEY.to_owned(), p.declaration());
+        }
+        if let Some(d) = &self.discovery {
+            declarations.insert(crate::bazaar::KEY.to_owned(), d.declaration());
         }
         let extensions = (!declarations.is_empty())
             .then(|| serde_json::Value::Object(declarations.clone()).to_string());

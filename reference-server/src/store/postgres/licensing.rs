@@ -26,7 +26,7 @@ const ARTICLE_COLUMNS: &str =
     "id, title, excerpt, content, author_name, published_date, price_atomic, published";
 
 const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
-     x402_version, settlement, created_at";
+     x402_version, settlement, created_at, signed_receipt";
 
 fn article(r: &Row) -> Result<Article, StoreError> {
     Ok(Article {
@@ -56,6 +56,7 @@ fn receipt(r: &Row) -> Result<Receipt, StoreError> {
             .map_err(|_| StoreError::Invalid(format!("x402 version {version}")))?,
         settlement: r.try_get(9)?,
         created_at: r.try_get(10)?,
+        signed: r.try_get(11)?,
     })
 }
 
@@ -137,7 +138,7 @@ impl LicensingStore for PgLicensingStore {
             let c = self.pg.client().await?;
             let stmt = c
                 .prepare_cached(&format!(
-                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
                 ))
                 .await?;
             c.execute(
@@ -154,6 +155,7 @@ impl LicensingStore for PgLicensingStore {
                     &i16::from(r.x402_version),
                     &r.settlement,
                     &r.created_at,
+                    &r.signed,
                 ],
             )
             .await

@@ -44,6 +44,14 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0002_receipt_reads",
         include_str!("../migrations/postgres/0002_receipt_reads.sql"),
     ),
+    (
+        "0003_signed_receipts",
+        include_str!("../migrations/postgres/0003_signed_receipts.sql"),
+    ),
+    (
+        "0004_discovery",
+        include_str!("../migrations/postgres/0004_discovery.sql"),
+    ),
 ];
 
 /// Most connections one instance holds.

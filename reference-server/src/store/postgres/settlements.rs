@@ -5,9 +5,11 @@ use tokio_postgres::types::ToSql;
 
 use super::Pg;
 use crate::store::settlements::{
-    Resolution, SettlementOutcome, SettlementRecord, SettlementStore, outcome_counts,
+    MAX_DISCOVERED, Resolution, SettlementOutcome, SettlementRecord, SettlementStore,
+    discovered_from, discovered_row, outcome_counts,
 };
 use crate::store::{StoreError, StoreFuture};
+use x402_tower::bazaar::DiscoveryResource;
 
 /// [`SettlementStore`] on PostgreSQL.
 #[derive(Debug, Clone)]
@@ -162,6 +164,71 @@ impl SettlementStore for PgSettlementStore {
                 .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
                 .collect::<Result<Vec<(String, i64)>, StoreError>>()?;
             Ok(outcome_counts(rows))
+        })
+    }
+
+    fn upsert_discovered(&self, resource: DiscoveryResource) -> StoreFuture<'_, bool> {
+        let (url, kind, version, accepts, metadata, at) = discovered_row(&resource);
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let stmt = c
+                .prepare_cached(
+                    "INSERT INTO discovery_resources (resource, kind, x402_version, accepts, metadata, last_updated) \
+                     SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM discovery_resources WHERE resource = $1) \
+                        OR (SELECT COUNT(*) FROM discovery_resources) < $7 \
+                     ON CONFLICT (resource) DO UPDATE SET kind = excluded.kind, x402_version = excluded.x402_version, \
+                        accepts = excluded.accepts, metadata = excluded.metadata, last_updated = excluded.last_updated",
+                )
+                .await?;
+            let version = i16::try_from(version).unwrap_or(2);
+            let cap = i64::try_from(MAX_DISCOVERED).unwrap_or(i64::MAX);
+            let n = c
+                .execute(
+                    &stmt,
+                    &[&url, &kind, &version, &accepts, &metadata, &at, &cap],
+                )
+                .await?;
+            Ok(n > 0)
+        })
+    }
+
+    fn discovered(
+        &self,
+        kind: Option<String>,
+        offset: u64,
+        limit: u64,
+    ) -> StoreFuture<'_, (Vec<DiscoveryResource>, u64)> {
+        let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let (offset, limit) = (big(offset), big(limit));
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let total: i64 = c
+                .query_one(
+                    "SELECT COUNT(*) FROM discovery_resources WHERE $1::text IS NULL OR kind = $1",
+                    &[&kind],
+                )
+                .await?
+                .try_get(0)?;
+            let stmt = c
+                .prepare_cached(
+                    "SELECT resource, kind, x402_version, accepts, metadata, last_updated \
+                     FROM discovery_resources WHERE $1::text IS NULL OR kind = $1 \
+                     ORDER BY resource LIMIT $2 OFFSET $3",
+                )
+                .await?;
+            let mut items = Vec::new();
+            for r in c.query(&stmt, &[&kind, &limit, &offset]).await? {
+                let version: i16 = r.try_get(2)?;
+                items.push(discovered_from((
+                    r.try_get(0)?,
+                    r.try_get(1)?,
+                    i64::from(version),
+                    r.try_get(3)?,
+                    r.try_get(4)?,
+                    r.try_get(5)?,
+                ))?);
+            }
+            Ok((items, u64::try_from(total).unwrap_or(0)))
         })
     }
 }

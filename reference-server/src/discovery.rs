@@ -1,0 +1,202 @@
+//! Discovery (x402 `bazaar`): what agents can buy here and through this facilitator.
+//!
+//! - Every article's 402 declares the `bazaar` extension ([`article_discovery`]): `GET` with the `articleId`
+//!   query parameter, and an example of the paid answer.
+//! - `GET /facilitator/supported` lists `"bazaar"` in `extensions`.
+//! - `GET /facilitator/discovery/resources?type&limit&offset` (public, read-only: it shows what anyone can
+//!   see in a 402) answers `{x402Version: 2, items, pagination: {limit, offset, total}}`: first this server's
+//!   own articles (from the in-memory catalog, one item per article with its price), then the resources of
+//!   other services whose payments this facilitator settled ([`Catalogue::settled`]), ordered by URL.
+//!   `limit` and `offset` are read with this workspace's `registry-pagination` rules (DRF's: a missing,
+//!   malformed, zero or negative `limit` gives the default 20, a larger one is clamped to 100; a bad
+//!   `offset` gives 0), which agree with the extension's `limit` 1-100 default 20.
+//! - A payment settled through `/facilitator/settle` whose payload echoes a `bazaar` declaration is
+//!   catalogued when the declaration has the extension's shape **and** its `info` validates against its own
+//!   JSON Schema (the extension says the facilitator must check this; `jsonschema`, 2020-12, no remote
+//!   references). It is keyed as the official facilitator keys it: origin and path, or origin and a valid
+//!   `routeTemplate`. A refused declaration is logged and never fails the settlement.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use registry_pagination::Page;
+use serde_json::{Value, json};
+use x402_tower::bazaar::{
+    CatalogError, Discovery, DiscoveryList, DiscoveryPagination, DiscoveryResource, catalog_entry,
+};
+
+use crate::app::AppState;
+use crate::store::settlements::SettlementStore;
+
+/// Default page size of the listing.
+pub const DEFAULT_LIMIT: u64 = 20;
+/// Largest page size of the listing.
+pub const MAX_LIMIT: u64 = 100;
+
+/// The articles' discovery declaration, with `example_id` as the example `articleId`.
+pub fn article_discovery(example_id: &str) -> Discovery {
+    Discovery::query(http::Method::GET)
+        .query_param(
+            "articleId",
+            example_id,
+            "An article id from /x402Article/list",
+        )
+        .output_example(json!({
+            "article": {"title": "How Newsrooms Prove a Photo Is Real", "content": "…", "author_name": "Amara Okafor"},
+            "receipt": {
+                "nft": {"tokenId": "4242…", "verifyUrl": "https://news.example/receipts/4242…"},
+                "certificate": {"url": "https://news.example/receipts/4242…/certificate"},
+                "signed": {"format": "eip712", "payload": {"version": 1}, "signature": "0x…"}
+            }
+        }))
+}
+
+/// The catalogue of resources this facilitator settled payments for.
+#[derive(Debug, Clone)]
+pub struct Catalogue {
+    store: Arc<dyn SettlementStore>,
+}
+
+/// Why a settled payment's declaration was not catalogued.
+#[derive(Debug, thiserror::Error)]
+pub enum NotCatalogued {
+    /// No declaration, or not the extension's shape.
+    #[error(transparent)]
+    Shape(#[from] CatalogError),
+    /// `info` does not validate against the declaration's schema (or the schema is not a schema).
+    #[error("the bazaar info does not validate against its schema: {0}")]
+    Schema(String),
+    /// The catalogue is full.
+    #[error("the discovery catalogue is full")]
+    Full,
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+impl Catalogue {
+    /// The catalogue kept in `store`.
+    pub fn new(store: Arc<dyn SettlementStore>) -> Self {
+        Catalogue { store }
+    }
+
+    /// Catalogues the resource of a facilitator request (`{paymentPayload, paymentRequirements}`) whose
+    /// settlement succeeded.
+    pub async fn settled(&self, request: &Value, now: u64) -> Result<(), NotCatalogued> {
+        let payload = request.get("paymentPayload").unwrap_or(&Value::Null);
+        let requirements = request.get("paymentRequirements").unwrap_or(&Value::Null);
+        let entry = catalog_entry(payload, requirements, now)?;
+        let declaration = &payload["extensions"][x402_tower::bazaar::KEY];
+        validate_info(declaration)?;
+        if self.store.upsert_discovered(entry).await? {
+            Ok(())
+        } else {
+            Err(NotCatalogued::Full)
+        }
+    }
+}
+
+/// `info` against `schema`, as the extension requires of a facilitator.
+pub fn validate_info(declaration: &Value) -> Result<(), NotCatalogued> {
+    let validator = jsonschema::draft202012::new(&declaration["schema"])
+        .map_err(|e| NotCatalogued::Schema(e.to_string()))?;
+    let errors: Vec<String> = validator
+        .iter_errors(&declaration["info"])
+        .take(5)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(NotCatalogued::Schema(errors.join("; ")))
+    }
+}
+
+/// This server's articles as discovery items.
+fn own_items(state: &AppState, now: u64) -> Vec<DiscoveryResource> {
+    state
+        .articles
+        .list()
+        .iter()
+        .map(|a| {
+            let offer = crate::licensing::payment::article_offer(
+                &state.settings.payment,
+                state.settings.pay_to,
+                a,
+            );
+            let id: String = form_urlencoded::byte_serialize(a.id.as_bytes()).collect();
+            let mut metadata = serde_json::Map::new();
+            metadata.insert(
+                "bazaar".into(),
+                article_discovery(&a.id).declaration()["info"].clone(),
+            );
+            metadata.insert("description".into(), json!(offer.description));
+            metadata.insert("mimeType".into(), json!(offer.mime_type));
+            DiscoveryResource {
+                resource: format!("{}/x402Article?articleId={id}", state.public_url),
+                kind: "http".into(),
+                x402_version: 2,
+                accepts: vec![serde_json::to_value(offer.requirements_v2()).unwrap_or(Value::Null)],
+                last_updated: json!(now),
+                metadata,
+            }
+        })
+        .collect()
+}
+
+/// `GET /facilitator/discovery/resources`.
+pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery) -> Response {
+    let page = Page::from_query(query.as_deref(), DEFAULT_LIMIT, Some(MAX_LIMIT));
+    let kind = query.as_deref().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .filter(|(k, _)| k == "type")
+            .last()
+            .map(|(_, v)| v.into_owned())
+            .filter(|v| !v.is_empty())
+    });
+    let now = crate::registry::signing::unix_now();
+    let own: Vec<DiscoveryResource> = if kind.as_deref().is_none_or(|k| k == "http") {
+        own_items(&state, now)
+    } else {
+        Vec::new()
+    };
+    let own_count = own.len() as u64;
+    let mut items: Vec<DiscoveryResource> = own
+        .into_iter()
+        .skip(usize::try_from(page.offset).unwrap_or(usize::MAX))
+        .take(usize::try_from(page.limit).unwrap_or(usize::MAX))
+        .collect();
+    let wanted = page.limit - items.len() as u64;
+    let (more, others) = match state
+        .stores
+        .settlements
+        .discovered(kind, page.offset.saturating_sub(own_count), wanted)
+        .await
+    {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::error!(error = %e, "discovery catalogue unavailable");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": "store_unavailable", "message": "the discovery catalogue is unavailable"})),
+            )
+                .into_response();
+        }
+    };
+    if wanted > 0 {
+        items.extend(more);
+    }
+    Json(DiscoveryList {
+        x402_version: 2,
+        items,
+        pagination: DiscoveryPagination {
+            limit: page.limit,
+            offset: page.offset,
+            total: own_count + others,
+        },
+    })
+    .into_response()
+}

@@ -2,6 +2,7 @@
 
 mod common;
 mod connections;
+mod extensions;
 mod licensing;
 mod migrate;
 mod operations;

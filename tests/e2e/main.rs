@@ -7,6 +7,7 @@
 //! a message saying what to run.
 
 mod common;
+mod extensions;
 mod facilitator_api;
 mod official_clients;
 mod onchain_settler;

@@ -192,6 +192,7 @@ async fn a_contract_wallet_signs_in_through_eip1271() {
             x402_version: 2,
             settlement: format!("0x{}", "22".repeat(32)),
             created_at: "2026-11-23T00:00:00Z".into(),
+            signed: None,
         })
         .await
         .expect("receipt");

@@ -37,7 +37,8 @@ pub struct Purchase {
     pub payment_header: Value,
 }
 
-async fn run(program: &Path, args: &[&str], cwd: &Path) -> String {
+/// Runs `program` with `args` in `cwd`; its stdout (panics with stderr when it fails).
+pub async fn run(program: &Path, args: &[&str], cwd: &Path) -> String {
     let child = Command::new(program)
         .args(args)
         .current_dir(cwd)

@@ -148,6 +148,24 @@ fn own_items(state: &AppState, now: u64) -> Vec<DiscoveryResource> {
 }
 
 /// `GET /facilitator/discovery/resources`.
+#[utoipa::path(
+    get,
+    path = "/facilitator/discovery/resources",
+    tag = "licensing",
+    operation_id = "listDiscoveryResources",
+    summary = "What can be bought here and through this facilitator (x402 bazaar discovery)",
+    description = "This server's articles, then the resources of other services whose payments this \
+        facilitator settled with a valid bazaar declaration. Public and read-only.",
+    params(
+        ("type" = Option<String>, Query, description = "`http` or `mcp`: only resources of that type."),
+        ("limit" = Option<u64>, Query, description = "Page size, 1 to 100 (default 20; DRF's rules for bad values)."),
+        ("offset" = Option<u64>, Query, description = "Index of the first item (default 0)."),
+    ),
+    responses(
+        (status = 200, description = "A page of the catalogue.", body = DiscoveryList),
+        (status = 503, description = "The catalogue's store is unavailable.", body = crate::licensing::handlers::ErrorBody),
+    ),
+)]
 pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery) -> Response {
     let page = Page::from_query(query.as_deref(), DEFAULT_LIMIT, Some(MAX_LIMIT));
     let kind = query.as_deref().and_then(|q| {
@@ -179,11 +197,12 @@ pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery)
         Ok(found) => found,
         Err(e) => {
             tracing::error!(error = %e, "discovery catalogue unavailable");
-            return (
+            return crate::licensing::handlers::ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"error": "store_unavailable", "message": "the discovery catalogue is unavailable"})),
+                "store_unavailable",
+                "the discovery catalogue is unavailable",
             )
-                .into_response();
+            .into_response();
         }
     };
     if wanted > 0 {

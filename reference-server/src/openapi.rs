@@ -26,6 +26,7 @@ use crate::{licensing, registry};
         licensing::handlers::serve_llms_txt,
         licensing::handlers::receipt_json,
         licensing::handlers::receipt_signer,
+        crate::discovery::list,
         licensing::handlers::receipt_certificate,
         registry::handlers::list,
         registry::upload::create,

@@ -49,7 +49,10 @@ async fn official_extension_code_verifies_receipts_signs_in_and_lists_resources(
 
     // sign-in-with-x: the official wrapper reads the paid article again, without a payment.
     assert_eq!(r["rereadStatus"], 200, "{r}");
-    assert_eq!(r["rereadTitle"], "How Newsrooms Prove a Photo Is Real", "{r}");
+    assert_eq!(
+        r["rereadTitle"], "How Newsrooms Prove a Photo Is Real",
+        "{r}"
+    );
     assert_eq!(r["rereadPaid"], false, "{r}");
     assert_eq!(r["unpaidStatus"], 402, "{r}");
     assert_eq!(r["unpaidError"], "siwx_not_paid", "{r}");
@@ -64,7 +67,12 @@ async fn official_extension_code_verifies_receipts_signs_in_and_lists_resources(
         assert_eq!(r[case]["error"], error, "{case}: {r}");
     }
     // No re-read was a purchase: one receipt, for the one payment.
-    let receipts = server.state.licensing.count_receipts().await.expect("count");
+    let receipts = server
+        .state
+        .licensing
+        .count_receipts()
+        .await
+        .expect("count");
     assert_eq!(receipts, 1);
     let reads = server.state.licensing.count_reads().await.expect("count");
     assert_eq!(reads, 2, "the wrapper's re-read and the first manual proof");

@@ -168,6 +168,24 @@ async fn openapi_document_and_real_answers_pass_independent_validators() {
         &[],
     )
     .await;
+    s.add(
+        "receipt signer",
+        "get",
+        "/receipts/signer",
+        get("/receipts/signer").await.unwrap(),
+        &[],
+    )
+    .await;
+    s.add(
+        "discovery",
+        "get",
+        "/facilitator/discovery/resources",
+        get("/facilitator/discovery/resources?limit=3")
+            .await
+            .unwrap(),
+        &[],
+    )
+    .await;
 
     // Interface B.
     let page = s

@@ -25,10 +25,9 @@ async fn offers_and_receipts_are_signed_by_the_published_key_and_the_receipt_is_
 
     // The 402's offer is signed and matches its accepts entry.
     let (required, _) = offer(&server, ARTICLE).await;
-    let offers: Vec<SignedOffer> = serde_json::from_value(
-        required["extensions"]["offer-receipt"]["info"]["offers"].clone(),
-    )
-    .unwrap();
+    let offers: Vec<SignedOffer> =
+        serde_json::from_value(required["extensions"]["offer-receipt"]["info"]["offers"].clone())
+            .unwrap();
     assert_eq!(offers.len(), 1);
     assert_eq!(offers[0].signer().unwrap(), signer);
     assert_eq!(offers[0].payload.resource_url, url);
@@ -67,13 +66,19 @@ async fn offers_and_receipts_are_signed_by_the_published_key_and_the_receipt_is_
         .await
         .unwrap();
     assert!(cert.contains(&signer.to_checksum(None)), "{cert}");
-    assert!(cert.contains("this server&#39;s receipt key") || cert.contains("this server's receipt key"));
+    assert!(
+        cert.contains("this server&#39;s receipt key")
+            || cert.contains("this server's receipt key")
+    );
     assert!(cert.contains(&receipt.signature));
 
     // The buyer lost the answer and resends: the same stored receipt comes back.
     let again = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
     assert_eq!(again.status(), 200);
-    assert_eq!(json_body(again).await["receipt"]["signed"], body["receipt"]["signed"]);
+    assert_eq!(
+        json_body(again).await["receipt"]["signed"],
+        body["receipt"]["signed"]
+    );
 }
 
 #[tokio::test]
@@ -111,17 +116,25 @@ async fn the_articles_declare_bazaar_and_the_discovery_listing_pages_them() {
     reference_server::discovery::validate_info(bazaar).unwrap();
 
     let catalog = json_body(server.get("/x402Article/list").await).await;
-    let published = catalog.as_array().map_or_else(
-        || catalog["articles"].as_array().unwrap().len(),
-        Vec::len,
-    ) as u64;
+    let published = catalog
+        .as_array()
+        .map_or_else(|| catalog["articles"].as_array().unwrap().len(), Vec::len)
+        as u64;
     let all = json_body(server.get("/facilitator/discovery/resources").await).await;
     assert_eq!(all["x402Version"], 2);
-    assert_eq!(all["pagination"], json!({"limit": 20, "offset": 0, "total": published}));
+    assert_eq!(
+        all["pagination"],
+        json!({"limit": 20, "offset": 0, "total": published})
+    );
     let first = &all["items"][0];
     assert_eq!(first["type"], "http");
     assert_eq!(first["x402Version"], 2);
-    assert!(first["resource"].as_str().unwrap().starts_with(&server.url("/x402Article?articleId=")));
+    assert!(
+        first["resource"]
+            .as_str()
+            .unwrap()
+            .starts_with(&server.url("/x402Article?articleId="))
+    );
     assert_eq!(first["accepts"][0]["scheme"], "exact");
     assert!(first["lastUpdated"].is_u64());
     let mine = all["items"]
@@ -133,16 +146,41 @@ async fn the_articles_declare_bazaar_and_the_discovery_listing_pages_them() {
     assert_eq!(mine["accepts"][0], required["accepts"][0]);
 
     // DRF's limit/offset rules, within the extension's 1-100.
-    let page = json_body(server.get("/facilitator/discovery/resources?limit=2&offset=1").await).await;
+    let page = json_body(
+        server
+            .get("/facilitator/discovery/resources?limit=2&offset=1")
+            .await,
+    )
+    .await;
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
     assert_eq!(page["items"][0], all["items"][1]);
-    for (q, limit) in [("limit=0", 20), ("limit=-3", 20), ("limit=abc", 20), ("limit=1000", 100)] {
-        let p = json_body(server.get(&format!("/facilitator/discovery/resources?{q}")).await).await;
+    for (q, limit) in [
+        ("limit=0", 20),
+        ("limit=-3", 20),
+        ("limit=abc", 20),
+        ("limit=1000", 100),
+    ] {
+        let p = json_body(
+            server
+                .get(&format!("/facilitator/discovery/resources?{q}"))
+                .await,
+        )
+        .await;
         assert_eq!(p["pagination"]["limit"], limit, "{q}");
     }
-    let past = json_body(server.get("/facilitator/discovery/resources?offset=9999").await).await;
+    let past = json_body(
+        server
+            .get("/facilitator/discovery/resources?offset=9999")
+            .await,
+    )
+    .await;
     assert_eq!(past["items"], json!([]));
-    let mcp = json_body(server.get("/facilitator/discovery/resources?type=mcp").await).await;
+    let mcp = json_body(
+        server
+            .get("/facilitator/discovery/resources?type=mcp")
+            .await,
+    )
+    .await;
     assert_eq!(mcp["pagination"]["total"], 0);
 }
 
@@ -150,7 +188,8 @@ async fn the_articles_declare_bazaar_and_the_discovery_listing_pages_them() {
 fn third_party_settle(payer: &Payer, server_402: &Value, url: &str, bazaar: Value) -> Value {
     let header = payer.pay_v2(server_402);
     let mut payload: Value = serde_json::from_slice(&B64.decode(header).unwrap()).unwrap();
-    payload["resource"] = json!({"url": url, "description": "Weather by city", "mimeType": "application/json"});
+    payload["resource"] =
+        json!({"url": url, "description": "Weather by city", "mimeType": "application/json"});
     payload["extensions"] = json!({"bazaar": bazaar});
     json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload})
 }
@@ -212,7 +251,12 @@ async fn the_facilitator_catalogues_what_it_settled_when_the_declaration_validat
     ))
     .await;
     // No declaration: settled, not catalogued.
-    let mut plain = third_party_settle(&Payer::random(), &required, "https://plain.example/x", json!({}));
+    let mut plain = third_party_settle(
+        &Payer::random(),
+        &required,
+        "https://plain.example/x",
+        json!({}),
+    );
     plain["paymentPayload"]
         .as_object_mut()
         .unwrap()

@@ -4,14 +4,17 @@
 //! body only), and the reference server in verify-only and on-chain modes. Both adapters are used: the
 //! Tower layer over hyper-util's client, and the reqwest-middleware adapter.
 
-use alloy_primitives::{B256, U256};
+use alloy_primitives::{Address, B256, U256};
 use workspace_tests::buyer::{Bought, buy_with_layer, buy_with_middleware, policy};
 use workspace_tests::chain::{CHAIN_ID, Chain, TOKEN_NAME, TOKEN_VERSION};
 use workspace_tests::clients::{ExpressConfig, ExpressServer, Server};
 use x402_tower::Network;
+use x402_tower::bazaar::{DiscoveryQuery, list_resources};
+use x402_tower::client::ReceiptError;
+use x402_tower::offer_receipt::ProofError;
 
 use crate::common::{
-    ARTICLE_PRICE, FACILITATOR_TOKEN, PAY_TO, RefServer, facilitator_for, pay_to, payer,
+    ARTICLE_PRICE, FACILITATOR_TOKEN, PAY_TO, RefServer, facilitator_for, http, pay_to, payer,
 };
 
 /// Checks a settled purchase of `price` by `from` on `chain`: 200, the receipt's transaction is mined, the
@@ -120,7 +123,53 @@ async fn buys_an_article_from_the_reference_server_verify_only_and_on_chain() {
     assert_eq!(bought.status, 200, "{}", bought.body);
     assert!(bought.body.contains("\"article\""), "{}", bought.body);
     let paid = bought.paid.expect("paid");
-    assert_eq!(paid.settlement.expect("receipt").transaction, "verify-only");
+    assert_eq!(
+        paid.settlement.as_ref().expect("receipt").transaction,
+        "verify-only"
+    );
+    // The signed receipt checks out against the key that signed the offer, which is the key the server
+    // publishes; against another key it does not.
+    let published: Address = http()
+        .get(format!("{}/receipts/signer", server.url))
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["address"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(paid.offer_signer, Some(published));
+    let receipt = paid.verify_receipt(None).expect("a valid signed receipt");
+    assert_eq!(receipt.payload.resource_url, server.article_url());
+    paid.verify_receipt(Some(published))
+        .expect("the published key");
+    assert!(matches!(
+        paid.verify_receipt(Some(pay_to())),
+        Err(ReceiptError::Proof(ProofError::WrongSigner { .. }))
+    ));
+
+    // The discovery listing through the client's bazaar reader: every article, with its price.
+    let listing = list_resources(
+        &reqwest::Client::new(),
+        &format!("{}/facilitator", server.url),
+        &DiscoveryQuery {
+            kind: Some("http".into()),
+            limit: Some(100),
+            offset: None,
+        },
+    )
+    .await
+    .expect("listing");
+    assert_eq!(listing.items.len(), server.state.articles.list().len());
+    let item = listing
+        .items
+        .iter()
+        .find(|i| i.resource == server.article_url())
+        .expect("the article is listed");
+    assert_eq!(item.accepts[0]["amount"], ARTICLE_PRICE.to_string());
 
     // On chain: the reference server settles itself (--rpc-url, --settler-key).
     let chain = Chain::start().await;
@@ -136,6 +185,14 @@ async fn buys_an_article_from_the_reference_server_verify_only_and_on_chain() {
     )
     .await;
     settled(&chain, &bought, from, before, ARTICLE_PRICE).await;
+    // On chain the signed receipt names the transaction (the server includes it).
+    let paid = bought.paid.as_ref().expect("paid");
+    let receipt = paid.verify_receipt(None).expect("signed receipt");
+    assert_eq!(
+        receipt.payload.transaction,
+        paid.settlement.as_ref().expect("settlement").transaction
+    );
+    assert!(receipt.payload.transaction.starts_with("0x"));
     let body: serde_json::Value = serde_json::from_str(&bought.body).expect("JSON");
     assert!(body["receipt"]["nft"]["tokenId"].is_string(), "{body}");
 
@@ -158,8 +215,6 @@ async fn buys_an_article_from_the_reference_server_verify_only_and_on_chain() {
 
 /// A contract wallet (ERC-1271, its owner's ECDSA signature) that bought an article signs in with x and reads
 /// it again: the reference server, settling on chain, asks the wallet through the same node (EIP-1271).
-/// The wallet's receipt is written directly: this layer's local verification takes only a payer key's own
-/// 65-byte signature, so a contract wallet cannot buy through it yet (it may have bought elsewhere).
 /// The wallet's receipt is written directly: this layer's local verification takes only a payer key's own
 /// 65-byte signature, so a contract wallet cannot buy through it yet (it may have bought elsewhere).
 #[tokio::test]

@@ -5,8 +5,15 @@
 //!     https://example.com/paid --max 0.10 --network base-sepolia
 //! ```
 //!
-//! The body goes to stdout, what was paid (and the settlement receipt) to stderr as JSON. Exit status: 0
-//! when the answer is 2xx, 1 when it is not or the payment was refused by the policy, 2 on bad arguments.
+//! The body goes to stdout, what was paid (and the settlement receipt, with the signed receipt checked
+//! against the key that signed the offer, or `--receipt-key`) to stderr as JSON. Exit status: 0 when the
+//! answer is 2xx, 1 when it is not or the payment was refused by the policy, 2 on bad arguments.
+//!
+//! `--discover FACILITATOR_URL` instead prints what a facilitator lists for discovery (x402 bazaar):
+//!
+//! ```sh
+//! cargo run -p x402-tower --example pay --features client -- --discover http://127.0.0.1:8080/facilitator
+//! ```
 //! `--token CAIP2,ADDRESS,NAME,VERSION` allows a token the built-in table does not know (USDC on a local
 //! chain). The HTTP client is reqwest (through `tower::service_fn`): the layer works over any Tower client.
 
@@ -18,14 +25,22 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
 use tower::{Layer, ServiceExt};
-use x402_tower::client::{ClientError, Paid, PaymentPolicy, X402ClientLayer};
+use x402_tower::bazaar::{DiscoveryQuery, list_resources};
+use x402_tower::client::{ClientError, Paid, PaymentPolicy, ReceiptError, X402ClientLayer};
 use x402_tower::{Network, Price, Token};
 
 #[derive(Parser)]
 #[command(about = "Buy a URL from an x402 server (key from X402_PAYER_KEY)")]
 struct Args {
     /// The URL to buy.
-    url: String,
+    #[arg(required_unless_present = "discover")]
+    url: Option<String>,
+    /// Print a facilitator's discovery listing (`GET {URL}/discovery/resources`) instead of buying.
+    #[arg(long, value_name = "FACILITATOR_URL")]
+    discover: Option<String>,
+    /// The key the server publishes for its signed receipts (default: the key that signed the offer).
+    #[arg(long)]
+    receipt_key: Option<alloy_primitives::Address>,
     /// The most to pay for it, in USDC (decimal).
     #[arg(long, default_value = "0.10")]
     max: String,
@@ -63,9 +78,55 @@ fn policy(args: &Args) -> Result<PaymentPolicy, String> {
     Ok(policy)
 }
 
+/// Prints every page of a facilitator's discovery listing as one JSON document.
+async fn discover(facilitator: &str) -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let mut items = Vec::new();
+    // At most 10 000 resources (100 pages), whatever the facilitator claims its total is.
+    for page in 0..100u64 {
+        let query = DiscoveryQuery {
+            kind: Some("http".into()),
+            limit: Some(100),
+            offset: Some(page * 100),
+        };
+        match list_resources(&http, facilitator, &query).await {
+            Ok(list) => {
+                let done = list.items.is_empty()
+                    || list.pagination.offset + (list.items.len() as u64) >= list.pagination.total;
+                items.extend(list.items);
+                if done {
+                    break;
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    for item in &items {
+        eprintln!(
+            "{}  {} atomic units on {}",
+            item.resource,
+            item.accepts.first().map_or(&json!(null), |a| &a["amount"]),
+            item.accepts.first().map_or(&json!(null), |a| &a["network"]),
+        );
+    }
+    println!("{}", json!({ "items": items }));
+    ExitCode::SUCCESS
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(facilitator) = &args.discover {
+        return discover(facilitator).await;
+    }
+    let Some(url) = args.url.clone() else {
+        eprintln!("error: give the URL to buy, or --discover");
+        return ExitCode::from(2);
+    };
     let signer: PrivateKeySigner = match std::env::var(&args.key_env).map(|k| k.trim().parse()) {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -87,10 +148,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let request = match http::Request::get(&args.url).body(Full::<Bytes>::default()) {
+    let request = match http::Request::get(&url).body(Full::<Bytes>::default()) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: bad URL {:?}: {e}", args.url);
+            eprintln!("error: bad URL {url:?}: {e}");
             return ExitCode::from(2);
         }
     };
@@ -147,6 +208,11 @@ async fn main() -> ExitCode {
                 "resends": p.resends,
             },
             "settlement": p.settlement,
+            "receipt": match p.verify_receipt(args.receipt_key) {
+                Ok(r) => json!({"verified": true, "signer": r.signer().ok(), "signed": r}),
+                Err(ReceiptError::Missing) => json!(null),
+                Err(e) => json!({"verified": false, "why": e.to_string()}),
+            },
         }),
         None => json!({"status": status.as_u16(), "paid": null}),
     };

@@ -233,6 +233,90 @@ pub struct DiscoveryList {
     pub pagination: DiscoveryPagination,
 }
 
+/// What to ask a facilitator's discovery listing for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiscoveryQuery {
+    /// `http` or `mcp`.
+    pub kind: Option<String>,
+    /// Page size (the facilitator clamps it to 1-100).
+    pub limit: Option<u64>,
+    /// Index of the first item.
+    pub offset: Option<u64>,
+}
+
+/// Why a discovery listing could not be read.
+#[cfg(feature = "facilitator")]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListError {
+    /// The facilitator URL is not a URL.
+    #[error("bad facilitator URL: {0}")]
+    Url(String),
+    /// The request failed, or the answer is not a listing.
+    #[error("discovery request failed: {0}")]
+    Http(#[from] reqwest::Error),
+    /// The facilitator answered an error status.
+    #[error("the facilitator answered {0}")]
+    Status(u16),
+    /// The answer is larger than 4 MiB.
+    #[error("the listing is larger than 4 MiB")]
+    TooLarge,
+    /// The answer is not a discovery listing.
+    #[error("the answer is not a discovery listing: {0}")]
+    Invalid(#[source] serde_json::Error),
+}
+
+/// Reads one page of a facilitator's discovery listing (`GET {facilitator}/discovery/resources`), as the
+/// official `withBazaar(client).extensions.bazaar.listResources()` does. Answers above 4 MiB are refused.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), x402_tower::bazaar::ListError> {
+/// use x402_tower::bazaar::{DiscoveryQuery, list_resources};
+/// let page = list_resources(&reqwest::Client::new(), "https://x402.example/facilitator",
+///     &DiscoveryQuery { kind: Some("http".into()), ..Default::default() }).await?;
+/// for item in page.items {
+///     println!("{} for {}", item.resource, item.accepts[0]["amount"]);
+/// }
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "facilitator")]
+pub async fn list_resources(
+    http: &reqwest::Client,
+    facilitator_url: &str,
+    query: &DiscoveryQuery,
+) -> Result<DiscoveryList, ListError> {
+    let mut url = reqwest::Url::parse(&format!(
+        "{}/discovery/resources",
+        facilitator_url.trim_end_matches('/')
+    ))
+    .map_err(|e| ListError::Url(e.to_string()))?;
+    {
+        let mut pairs = url.query_pairs_mut();
+        if let Some(k) = &query.kind {
+            pairs.append_pair("type", k);
+        }
+        if let Some(l) = query.limit {
+            pairs.append_pair("limit", &l.to_string());
+        }
+        if let Some(o) = query.offset {
+            pairs.append_pair("offset", &o.to_string());
+        }
+    }
+    let mut response = http.get(url).send().await?;
+    if !response.status().is_success() {
+        return Err(ListError::Status(response.status().as_u16()));
+    }
+    const MAX: usize = 4 << 20;
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > MAX {
+            return Err(ListError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).map_err(ListError::Invalid)
+}
+
 /// Why a payment's bazaar declaration is not catalogued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -36,7 +36,7 @@
 use alloy_primitives::{Address, B256, Signature, U256};
 use alloy_sol_types::{Eip712Domain, SolStruct};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::proto::SettleResponse;
 
@@ -296,9 +296,26 @@ impl SignedReceipt {
     }
 }
 
+/// The signed offers a 402 declares (`extensions["offer-receipt"].info.offers`), those that parse.
+pub fn offers_of(extensions: &serde_json::Map<String, Value>) -> Vec<SignedOffer> {
+    extensions
+        .get(KEY)
+        .and_then(|e| e.pointer("/info/offers"))
+        .and_then(Value::as_array)
+        .map(|offers| {
+            offers
+                .iter()
+                .take(64)
+                .filter_map(|o| serde_json::from_value(o.clone()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The extension's `schema` in a 402 (as the official TypeScript server sends it).
-pub(crate) fn offers_schema() -> Value {
-    json!({
+#[cfg(feature = "offer-receipt")]
+fn offers_schema() -> Value {
+    serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
         "properties": {"offers": {"type": "array", "items": {
@@ -321,8 +338,9 @@ pub(crate) fn offers_schema() -> Value {
 }
 
 /// The extension's `schema` in a settlement answer.
-pub(crate) fn receipt_schema() -> Value {
-    json!({
+#[cfg(feature = "offer-receipt")]
+fn receipt_schema() -> Value {
+    serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
         "properties": {"receipt": {"type": "object", "properties": {

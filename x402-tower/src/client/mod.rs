@@ -137,9 +137,50 @@ pub struct Paid {
     pub settlement: Option<SettleResponse>,
     /// How many times the identical payment was sent again because its settlement was pending.
     pub resends: u32,
+    /// The resource paid for (`resource.url` of the 402), when the server said.
+    pub resource_url: Option<String>,
+    /// Who signed the offer paid for (offer-receipt), when the 402 carried a signed offer matching it.
+    pub offer_signer: Option<Address>,
+}
+
+/// Why [`Paid::verify_receipt`] does not accept the receipt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReceiptError {
+    /// The settlement carried no signed receipt.
+    #[error("the server sent no signed receipt")]
+    Missing,
+    /// No key to check against: none given and the 402 had no signed offer for what was paid.
+    #[error("no key to check the receipt against (the offer was not signed)")]
+    NoKey,
+    /// The receipt does not check out.
+    #[error(transparent)]
+    Proof(#[from] crate::offer_receipt::ProofError),
 }
 
 impl Paid {
+    /// The signed receipt (offer-receipt) in the settlement, if the server sent one.
+    pub fn signed_receipt(&self) -> Option<crate::offer_receipt::SignedReceipt> {
+        crate::offer_receipt::SignedReceipt::from_settlement(self.settlement.as_ref()?)
+    }
+
+    /// Checks the signed receipt: signed by `key` (the server's published key) or, without one, by the key
+    /// that signed the offer paid for; for the resource paid for; naming this payer. Keep what it returns:
+    /// it proves the purchase to anyone who trusts that key.
+    pub fn verify_receipt(
+        &self,
+        key: Option<Address>,
+    ) -> Result<crate::offer_receipt::SignedReceipt, ReceiptError> {
+        let receipt = self.signed_receipt().ok_or(ReceiptError::Missing)?;
+        let signer = key.or(self.offer_signer).ok_or(ReceiptError::NoKey)?;
+        receipt.verify(&crate::offer_receipt::ReceiptCheck {
+            signer,
+            resource_url: self.resource_url.as_deref(),
+            payer: Some(self.payer),
+        })?;
+        Ok(receipt)
+    }
+
     /// The network paid on.
     pub fn network(&self) -> &Network {
         &self.offer.network
@@ -195,6 +236,32 @@ fn header_value<E>(value: &str) -> Result<HeaderValue, ClientError<E>> {
     // Base64 is always a valid header value.
     HeaderValue::from_str(value)
         .map_err(|e| ClientError::Requirements(RequirementsError::Body(e.into())))
+}
+
+/// `resource.url` of a 402.
+fn resource_url(requirements: &Requirements) -> Option<String> {
+    requirements
+        .resource
+        .as_ref()?
+        .get("url")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Who signed the 402's offer for exactly what was paid (resource, network, token, recipient, amount).
+fn offer_signer(requirements: &Requirements, paid: &Offer) -> Option<Address> {
+    let url = resource_url(requirements);
+    crate::offer_receipt::offers_of(requirements.extensions.as_ref()?)
+        .into_iter()
+        .find(|o| {
+            let p = &o.payload;
+            url.as_deref().is_none_or(|u| u == p.resource_url)
+                && p.network == paid.network.caip2()
+                && p.asset.parse::<Address>().ok() == Some(paid.asset)
+                && p.pay_to.parse::<Address>().ok() == Some(paid.pay_to)
+                && p.amount == paid.amount.to_string()
+        })
+        .and_then(|o| o.signer().ok())
 }
 
 /// How an adapter sends its request again and reads a 402, for [`after_402`].
@@ -257,6 +324,8 @@ pub(crate) async fn after_402<X: Exchange>(
             AfterPaid::Deliver(settlement) => {
                 answer.extensions_mut().insert(Paid {
                     payer: payment.authorization.from,
+                    offer_signer: offer_signer(&requirements, &offer),
+                    resource_url: resource_url(&requirements),
                     payment,
                     offer,
                     settlement,

@@ -15,8 +15,10 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
 use x402_tower::client::sign::{self, Requirements, SignOptions};
+use x402_tower::offer_receipt::OfferReceipt;
 use x402_tower::pricing::BoxFuture;
 use x402_tower::replay::{IdBinding, IdClaim, PaymentRecord, Reservation, StoreError};
+use x402_tower::siwx::{PaidCheck, SignInWithX};
 use x402_tower::{PaymentOffer, Price, PriceDecision, ReplayKey, ReplayStore, X402Layer};
 
 const VECTOR_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
@@ -100,6 +102,14 @@ impl ReplayStore for AlwaysFree {
         _: u64,
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
         Box::pin(std::future::ready(Ok(IdClaim::New)))
+    }
+}
+
+/// Every address paid for everything (the application's receipts lookup, here free).
+struct AlwaysPaid;
+impl PaidCheck for AlwaysPaid {
+    fn has_paid<'a>(&'a self, _: Address, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(true)))
     }
 }
 
@@ -215,6 +225,87 @@ fn benches(c: &mut Criterion) {
     };
     assert_eq!(run(&paid, other()), StatusCode::PAYMENT_REQUIRED);
     g.bench_function("replayed_request", |b| b.iter(|| run(&paid, other())));
+
+    // offer-receipt: a 402 with a signed offer (cached while half valid), a purchase with a signed receipt.
+    let issuer = Arc::new(OfferReceipt::from_secret(B256::repeat_byte(0x42)).unwrap());
+    let signed_402 = X402Layer::builder("https://shop.example")
+        .offer(offer())
+        .offer_receipt(issuer.clone())
+        .build()
+        .unwrap()
+        .layer(inner());
+    assert_eq!(
+        run(&signed_402, request(None)),
+        StatusCode::PAYMENT_REQUIRED
+    );
+    g.bench_function("402_answer_with_signed_offer", |b| {
+        b.iter(|| run(&signed_402, request(None)))
+    });
+    let receipted = X402Layer::builder("https://shop.example")
+        .offer(offer())
+        .replay_store(Arc::new(AlwaysFree))
+        .offer_receipt(issuer.clone())
+        .build()
+        .unwrap()
+        .layer(inner());
+    let res = block_on(receipted.clone().oneshot(request(Some(&header)))).unwrap();
+    assert!(
+        x402_tower::client::settlement(res.headers())
+            .and_then(|s| x402_tower::offer_receipt::SignedReceipt::from_settlement(&s))
+            .is_some()
+    );
+    g.bench_function("paid_request_with_signed_receipt", |b| {
+        b.iter(|| run(&receipted, request(Some(&header))))
+    });
+    let with_k256 = OfferReceipt::new(PrivateKeySigner::random());
+    g.bench_function("receipt_sign_only_alloy_k256", |b| {
+        b.iter(|| {
+            with_k256.sign_receipt(
+                "https://shop.example/report?id=1",
+                "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+                "eip155:84532",
+                "",
+                1_800_000_000,
+            )
+        })
+    });
+    g.bench_function("receipt_sign_only", |b| {
+        b.iter(|| {
+            issuer.sign_receipt(
+                "https://shop.example/report?id=1",
+                "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+                "eip155:84532",
+                "",
+                1_800_000_000,
+            )
+        })
+    });
+
+    // sign-in-with-x: a buyer reads again what it paid for (proof checked, nonce claimed, "paid?" asked).
+    let siwx = X402Layer::builder("https://shop.example")
+        .offer(offer())
+        .replay_store(Arc::new(AlwaysFree))
+        .sign_in_with_x(SignInWithX::new(
+            b"a bench key of at least 16 bytes",
+            Arc::new(AlwaysPaid),
+        ))
+        .build()
+        .unwrap()
+        .layer(inner());
+    let reqs = requirements(&siwx);
+    let buyer = x402_tower::client::Payer::new(
+        payer(),
+        x402_tower::client::PaymentPolicy::new(Price::from_usdc_decimal("1").unwrap()),
+    );
+    let proof = block_on(buyer.sign_in(&reqs)).expect("a sign-in proof");
+    let reread = || {
+        Request::get("/report?id=1")
+            .header("sign-in-with-x", proof.as_str())
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    assert_eq!(run(&siwx, reread()), StatusCode::OK);
+    g.bench_function("siwx_reread", |b| b.iter(|| run(&siwx, reread())));
 
     // For the breakdown: the EIP-712 digest + the checks + libsecp256k1 recovery alone (eip3009.md vector A).
     let auth = x402_tower::proto::Authorization {

@@ -186,7 +186,9 @@ pub(crate) fn x402_layer(
         .discovery(crate::discovery::article_discovery(example_article))
         // Signed offers and receipts; the transaction is in them, as on the public verify URL already.
         .offer_receipt(Arc::new(
-            OfferReceipt::new(settings.receipt_key.signer().clone()).include_transaction(true),
+            OfferReceipt::from_secret(settings.receipt_key.signer().to_bytes())
+                .map_err(|e| BuildError::Payment(e.to_string()))?
+                .include_transaction(true),
         ))
         .build()
         .map_err(|e| BuildError::Payment(e.to_string()))

@@ -225,3 +225,24 @@ async fn nothing_is_signed_for_a_payment_that_did_not_settle() {
     // The 402 still carries signed offers.
     assert_eq!(offers_of(&a).len(), 1);
 }
+
+#[test]
+fn the_libsecp256k1_issuer_signs_exactly_as_alloys_signer() {
+    let alloy = OfferReceipt::new(KEY.parse::<PrivateKeySigner>().unwrap());
+    let fast = OfferReceipt::from_secret(KEY.parse().unwrap()).unwrap();
+    assert_eq!(fast.address(), alloy.address());
+    let sign = |o: &OfferReceipt| {
+        o.sign_receipt(
+            "https://shop.example/report",
+            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            "eip155:84532",
+            "",
+            1_800_000_000,
+        )
+        .unwrap()
+    };
+    // RFC 6979 on both sides: the very same signature.
+    assert_eq!(sign(&fast), sign(&alloy));
+    assert_eq!(sign(&fast).signer().unwrap(), alloy.address());
+    assert!(OfferReceipt::from_secret(alloy_primitives::B256::ZERO).is_err());
+}

@@ -388,12 +388,12 @@ pub fn catalog_entry(
             }
         }
         Some("mcp") => {
-            if !input
+            let tool = input
                 .get("toolName")
                 .or_else(|| input.get("tool"))
                 .and_then(Value::as_str)
-                .is_some_and(|t| !t.is_empty())
-            {
+                .unwrap_or_default();
+            if tool.is_empty() {
                 return Err(CatalogError::Invalid("info.input.toolName is required"));
             }
         }

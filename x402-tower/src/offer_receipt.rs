@@ -377,6 +377,9 @@ mod issuer {
     use super::*;
     use crate::verify::CompiledOffer;
 
+    /// A signed offer kept for a resource: the `accepts` entry's JSON, the signed offer, when to re-sign.
+    type SignedEntry = (Arc<str>, Value, u64);
+
     /// Resources whose signed offers are kept; past it the cache starts over.
     const CACHED_RESOURCES: usize = 4096;
 
@@ -403,7 +406,7 @@ mod issuer {
         include_transaction: bool,
         offer_validity: Option<u64>,
         /// Signed offers by resource URL: (the `accepts` entry's JSON, the signed offer, when to re-sign).
-        cache: Mutex<HashMap<String, Vec<(Arc<str>, Value, u64)>>>,
+        cache: Mutex<HashMap<String, Vec<SignedEntry>>>,
     }
 
     impl std::fmt::Debug for OfferReceipt {

@@ -115,7 +115,8 @@ impl Shared {
         sign_in: bool,
     ) -> (Option<String>, u64) {
         let signs_offers = self.signs_offers();
-        if !signs_offers && !(sign_in && self.siwx.is_some()) {
+        let fresh_nonce = sign_in && self.siwx.is_some();
+        if !(signs_offers || fresh_nonce) {
             return (self.extensions.clone(), u64::MAX);
         }
         let now = self.engine.now();

@@ -292,6 +292,9 @@ fn benches(c: &mut Criterion) {
         .build()
         .unwrap()
         .layer(inner());
+    g.bench_function("402_answer_with_sign_in_nonce", |b| {
+        b.iter(|| run(&siwx, request(None)))
+    });
     let reqs = requirements(&siwx);
     let buyer = x402_tower::client::Payer::new(
         payer(),

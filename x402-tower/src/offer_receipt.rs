@@ -372,13 +372,18 @@ mod issuer {
 
     use alloy_primitives::Address;
     use alloy_signer::SignerSync;
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     use super::*;
     use crate::verify::CompiledOffer;
 
-    /// A signed offer kept for a resource: the `accepts` entry's JSON, the signed offer, when to re-sign.
-    type SignedEntry = (Arc<str>, Value, u64);
+    /// The signed offers of one resource and offer list, serialised, and when to sign them anew.
+    struct SignedEntry {
+        /// The `accepts` entries' JSON.
+        keys: Vec<Arc<str>>,
+        text: Arc<str>,
+        until: u64,
+    }
 
     /// Resources whose signed offers are kept; past it the cache starts over.
     const CACHED_RESOURCES: usize = 4096;
@@ -405,7 +410,7 @@ mod issuer {
         address: Address,
         include_transaction: bool,
         offer_validity: Option<u64>,
-        /// Signed offers by resource URL: (the `accepts` entry's JSON, the signed offer, when to re-sign).
+        /// Signed offers by resource URL.
         cache: Mutex<HashMap<String, Vec<SignedEntry>>>,
     }
 
@@ -541,69 +546,71 @@ mod issuer {
             })
         }
 
-        /// The 402's `extensions["offer-receipt"]`: one signed offer per `accepts` entry, and the unix time
-        /// until which this declaration may be sent again (`None` when nothing could be signed).
+        /// The 402's `extensions["offer-receipt"]`, serialised: one signed offer per `accepts` entry; and
+        /// the unix time until which it may be sent again (`None` when nothing could be signed). Kept per
+        /// resource and offer list while half the validity is left; signed outside the lock.
         pub(crate) fn declare(
             &self,
             resource_url: &str,
             offers: &[CompiledOffer],
             now: u64,
-        ) -> Option<(Value, u64)> {
+        ) -> Option<(Arc<str>, u64)> {
+            let same = |e: &SignedEntry| {
+                now < e.until
+                    && e.keys.len() == offers.len()
+                    && e.keys
+                        .iter()
+                        .zip(offers)
+                        .all(|(k, o)| Arc::ptr_eq(k, &o.v2_json) || **k == *o.v2_json)
+            };
+            let lock = || self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = lock().get(resource_url).and_then(|l| l.iter().find(|e| same(e))) {
+                return Some((e.text.clone(), e.until));
+            }
             let mut signed = Vec::with_capacity(offers.len());
-            let mut fresh_until = u64::MAX;
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let mut validity = u64::MAX;
+            for (index, o) in offers.iter().enumerate() {
+                let valid_for = self.offer_validity.unwrap_or(o.v2.max_timeout_seconds);
+                validity = validity.min(valid_for);
+                let payload = OfferPayload {
+                    version: VERSION,
+                    resource_url: resource_url.to_owned(),
+                    scheme: o.v2.scheme.clone(),
+                    network: o.v2.network.clone(),
+                    asset: o.v2.asset.to_checksum(None),
+                    pay_to: o.v2.pay_to.to_checksum(None),
+                    amount: o.v2.amount.to_string(),
+                    valid_until: Some(now + valid_for),
+                };
+                match self.sign_offer(payload) {
+                    Ok(mut offer) => {
+                        offer.accept_index = Some(index);
+                        signed.push(offer);
+                    }
+                    Err(e) => tracing::error!(error = %e, "could not sign an x402 offer"),
+                }
+            }
+            if signed.is_empty() {
+                return None;
+            }
+            let text: Arc<str> = json!({"info": {"offers": signed}, "schema": offers_schema()})
+                .to_string()
+                .into();
+            let until = now + validity / 2;
+            let mut cache = lock();
             if cache.len() >= CACHED_RESOURCES && !cache.contains_key(resource_url) {
                 cache.clear();
             }
             let entries = cache.entry(resource_url.to_owned()).or_default();
-            for (index, o) in offers.iter().enumerate() {
-                let hit = entries
-                    .iter()
-                    .position(|(json, _, until)| *json == o.v2_json && now < *until);
-                let (value, until) = match hit {
-                    Some(i) => (entries[i].1.clone(), entries[i].2),
-                    None => {
-                        let validity = self.offer_validity.unwrap_or(o.v2.max_timeout_seconds);
-                        let payload = OfferPayload {
-                            version: VERSION,
-                            resource_url: resource_url.to_owned(),
-                            scheme: o.v2.scheme.clone(),
-                            network: o.v2.network.clone(),
-                            asset: o.v2.asset.to_checksum(None),
-                            pay_to: o.v2.pay_to.to_checksum(None),
-                            amount: o.v2.amount.to_string(),
-                            valid_until: Some(now + validity),
-                        };
-                        let offer = match self.sign_offer(payload) {
-                            Ok(offer) => offer,
-                            Err(e) => {
-                                tracing::error!(error = %e, "could not sign an x402 offer");
-                                continue;
-                            }
-                        };
-                        let value = serde_json::to_value(&offer).unwrap_or(Value::Null);
-                        let until = now + validity / 2;
-                        entries.retain(|(json, _, _)| *json != o.v2_json);
-                        if entries.len() >= 16 {
-                            entries.clear();
-                        }
-                        entries.push((o.v2_json.clone(), value.clone(), until));
-                        (value, until)
-                    }
-                };
-                fresh_until = fresh_until.min(until);
-                let mut value = value;
-                if let Value::Object(m) = &mut value {
-                    m.insert("acceptIndex".to_owned(), json!(index));
-                }
-                signed.push(value);
+            entries.retain(|e| now < e.until);
+            if entries.len() < 8 {
+                entries.push(SignedEntry {
+                    keys: offers.iter().map(|o| o.v2_json.clone()).collect(),
+                    text: text.clone(),
+                    until,
+                });
             }
-            (!signed.is_empty()).then(|| {
-                (
-                    json!({"info": {"offers": signed}, "schema": offers_schema()}),
-                    fresh_until,
-                )
-            })
+            Some((text, until))
         }
 
         /// Adds the signed receipt of a successful settlement of `resource_url` to its `extensions`.

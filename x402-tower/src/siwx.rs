@@ -306,29 +306,34 @@ impl SignInWithX {
 
     /// The declaration for a 402 of `resource_url` offered on `networks` (CAIP-2), with a fresh nonce.
     pub fn declare(&self, resource_url: &str, networks: &[&str], now: u64) -> Value {
-        let random = B256::random();
-        let issued_at = iso(now);
-        let mut nonce = [0u8; 16];
-        nonce[..8].copy_from_slice(&random[..8]);
-        nonce[8..].copy_from_slice(&self.tag(&random[..8], &issued_at));
-        let mut chains: Vec<&str> = networks.to_vec();
-        chains.dedup();
-        let mut info = json!({
-            "domain": self.domain,
-            "uri": resource_url,
-            "version": "1",
-            "nonce": alloy_primitives::hex::encode(nonce),
-            "issuedAt": issued_at,
-            "expirationTime": iso(now + self.validity_secs),
-            "resources": [resource_url],
-        });
-        if let Some(s) = &self.statement {
-            info["statement"] = json!(s);
+        serde_json::from_str(&self.declare_text(resource_url, networks, now)).unwrap_or(Value::Null)
+    }
+
+    /// [`SignInWithX::declare`], serialised: what a 402 sends (built from a pre-serialised schema, as it is
+    /// built for every 402).
+    pub fn declare_text(&self, resource_url: &str, networks: &[&str], now: u64) -> String {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Info<'a> {
+            domain: &'a str,
+            uri: &'a str,
+            version: &'static str,
+            nonce: String,
+            issued_at: &'a str,
+            expiration_time: String,
+            resources: [&'a str; 1],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            statement: Option<&'a str>,
         }
-        json!({
-            "info": info,
-            "supportedChains": chains.iter().map(|c| json!({"chainId": c, "type": "eip191"})).collect::<Vec<_>>(),
-            "schema": {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Chain<'a> {
+            chain_id: &'a str,
+            #[serde(rename = "type")]
+            kind: &'static str,
+        }
+        static SCHEMA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            json!({
                 "$schema": "https://json-schema.org/draft/2020-12/schema",
                 "type": "object",
                 "required": ["domain", "address", "uri", "version", "chainId", "type", "nonce", "issuedAt", "signature"],
@@ -340,8 +345,42 @@ impl SignInWithX {
                     "resources": {"type": "array", "items": {"type": "string"}},
                     "signature": {"type": "string"}
                 }
-            }
-        })
+            })
+            .to_string()
+        });
+        let random = B256::random();
+        let issued_at = iso(now);
+        let mut nonce = [0u8; 16];
+        nonce[..8].copy_from_slice(&random[..8]);
+        nonce[8..].copy_from_slice(&self.tag(&random[..8], &issued_at));
+        let mut chains: Vec<&str> = networks.to_vec();
+        chains.dedup();
+        let info = Info {
+            domain: &self.domain,
+            uri: resource_url,
+            version: "1",
+            nonce: alloy_primitives::hex::encode(nonce),
+            issued_at: &issued_at,
+            expiration_time: iso(now + self.validity_secs),
+            resources: [resource_url],
+            statement: self.statement.as_deref(),
+        };
+        let chains: Vec<Chain<'_>> = chains
+            .iter()
+            .map(|c| Chain {
+                chain_id: c,
+                kind: "eip191",
+            })
+            .collect();
+        let mut out = String::with_capacity(SCHEMA.len() + 512);
+        out.push_str(r#"{"info":"#);
+        out.push_str(&serde_json::to_string(&info).unwrap_or_default());
+        out.push_str(r#","supportedChains":"#);
+        out.push_str(&serde_json::to_string(&chains).unwrap_or_default());
+        out.push_str(r#","schema":"#);
+        out.push_str(&SCHEMA);
+        out.push('}');
+        out
     }
 
     /// Checks a `SIGN-IN-WITH-X` header for `resource_url` offered on `networks`, claiming its nonce in

@@ -86,9 +86,7 @@ pub(crate) struct Shared {
     pub(crate) methods: Vec<Method>,
     /// `Allow` of the 405 for a method that is not sold.
     pub(crate) allow: HeaderValue,
-    /// The 402's v2 `extensions` declared once per layer (sign-in-with-x adds its own per 402).
-    pub(crate) declarations: serde_json::Map<String, serde_json::Value>,
-    /// [`Shared::declarations`] serialised once (`None` when empty).
+    /// The 402's fixed v2 `extensions` (payment-identifier, bazaar), serialised once (`None` when empty).
     pub(crate) extensions: Option<String>,
     /// No-payment 402s, ready.
     pub(crate) prebuilt: super::response::Prebuilt402s,
@@ -107,40 +105,51 @@ impl Shared {
 
     /// The 402's v2 `extensions` for `offers` at `resource_url`: the layer's fixed declarations, the signed
     /// offers (offer-receipt) and, with `sign_in`, a fresh sign-in-with-x nonce; and until when (unix
-    /// seconds) the same value may be sent again.
+    /// seconds) the same value may be sent again. Assembled from pre-serialised parts: it is built per 402.
     pub(crate) fn extensions_for(
         &self,
         offers: &[CompiledOffer],
         resource_url: &str,
         sign_in: bool,
     ) -> (Option<String>, u64) {
-        let signs_offers = self.signs_offers();
         let fresh_nonce = sign_in && self.siwx.is_some();
-        if !(signs_offers || fresh_nonce) {
+        if !(self.signs_offers() || fresh_nonce) {
             return (self.extensions.clone(), u64::MAX);
         }
         let now = self.engine.now();
-        let mut extensions = self.declarations.clone();
         let mut until = u64::MAX;
+        let mut out = String::with_capacity(self.extensions.as_ref().map_or(0, String::len) + 4096);
+        out.push('{');
+        // The fixed declarations without their braces.
+        if let Some(fixed) = &self.extensions
+            && fixed.len() > 2
+        {
+            out.push_str(&fixed[1..fixed.len() - 1]);
+        }
+        let mut add = |key: &str, value: &str| {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push('"');
+            out.push_str(key);
+            out.push_str("\":");
+            out.push_str(value);
+        };
         #[cfg(feature = "offer-receipt")]
         if let Some(signer) = &self.offer_receipt
             && let Some((declaration, fresh_until)) = signer.declare(resource_url, offers, now)
         {
-            extensions.insert(crate::offer_receipt::KEY.to_owned(), declaration);
+            add(crate::offer_receipt::KEY, &declaration);
             until = fresh_until;
         }
         if sign_in && let Some(siwx) = &self.siwx {
             let mut nets: Vec<&str> = offers.iter().map(|o| o.offer.network.caip2()).collect();
             nets.dedup();
-            extensions.insert(
-                crate::siwx::KEY.to_owned(),
-                siwx.declare(resource_url, &nets, now),
-            );
+            add(crate::siwx::KEY, &siwx.declare_text(resource_url, &nets, now));
             until = now;
         }
-        let text =
-            (!extensions.is_empty()).then(|| serde_json::Value::Object(extensions).to_string());
-        (text, until)
+        out.push('}');
+        ((out.len() > 2).then_some(out), until)
     }
 
     fn signs_offers(&self) -> bool {
@@ -487,7 +496,7 @@ impl X402Config {
             declarations.insert(crate::bazaar::KEY.to_owned(), d.declaration());
         }
         let extensions = (!declarations.is_empty())
-            .then(|| serde_json::Value::Object(declarations.clone()).to_string());
+            .then(|| serde_json::Value::Object(declarations).to_string());
         Ok(X402Layer {
             shared: Arc::new(Shared {
                 base_url,
@@ -501,7 +510,6 @@ impl X402Config {
                 expose_headers: self.expose_headers,
                 methods: self.methods,
                 allow,
-                declarations,
                 extensions,
                 prebuilt: Default::default(),
                 siwx,

@@ -162,6 +162,7 @@ pub mod offer_receipt;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod payment;
+pub mod paywall;
 pub mod price;
 pub mod pricing;
 pub mod proto;

@@ -564,7 +564,10 @@ mod issuer {
                         .all(|(k, o)| Arc::ptr_eq(k, &o.v2_json) || **k == *o.v2_json)
             };
             let lock = || self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = lock().get(resource_url).and_then(|l| l.iter().find(|e| same(e))) {
+            if let Some(e) = lock()
+                .get(resource_url)
+                .and_then(|l| l.iter().find(|e| same(e)))
+            {
                 return Some((e.text.clone(), e.until));
             }
             let mut signed = Vec::with_capacity(offers.len());

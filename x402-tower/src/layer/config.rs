@@ -92,6 +92,8 @@ pub(crate) struct Shared {
     pub(crate) prebuilt: super::response::Prebuilt402s,
     /// The sign-in-with-x extension, when declared.
     pub(crate) siwx: Option<Arc<crate::siwx::SignInWithX>>,
+    /// What browsers get.
+    pub(crate) paywall: crate::paywall::Paywall,
     /// The offer-receipt signer, when declared.
     #[cfg(feature = "offer-receipt")]
     pub(crate) offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
@@ -145,7 +147,10 @@ impl Shared {
         if sign_in && let Some(siwx) = &self.siwx {
             let mut nets: Vec<&str> = offers.iter().map(|o| o.offer.network.caip2()).collect();
             nets.dedup();
-            add(crate::siwx::KEY, &siwx.declare_text(resource_url, &nets, now));
+            add(
+                crate::siwx::KEY,
+                &siwx.declare_text(resource_url, &nets, now),
+            );
             until = now;
         }
         out.push('}');
@@ -204,6 +209,7 @@ impl X402Layer {
             settle_without_verify: false,
             siwx: None,
             discovery: None,
+            paywall: Default::default(),
             #[cfg(feature = "offer-receipt")]
             offer_receipt: None,
         }
@@ -263,6 +269,7 @@ pub struct X402Config {
     settle_without_verify: bool,
     siwx: Option<crate::siwx::SignInWithX>,
     discovery: Option<crate::bazaar::Discovery>,
+    paywall: crate::paywall::Paywall,
     #[cfg(feature = "offer-receipt")]
     offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
 }
@@ -347,6 +354,14 @@ impl X402Config {
     #[cfg(feature = "offer-receipt")]
     pub fn offer_receipt(mut self, signer: Arc<crate::offer_receipt::OfferReceipt>) -> Self {
         self.offer_receipt = Some(signer);
+        self
+    }
+
+    /// What a browser (`Accept` preferring HTML) gets with a 402: the built-in page that pays from a browser
+    /// wallet (default), your template, or [`Paywall::Off`](crate::paywall::Paywall::Off) (the JSON 402). See
+    /// [`crate::paywall`].
+    pub fn paywall(mut self, paywall: crate::paywall::Paywall) -> Self {
+        self.paywall = paywall;
         self
     }
 
@@ -495,8 +510,8 @@ impl X402Config {
         if let Some(d) = &self.discovery {
             declarations.insert(crate::bazaar::KEY.to_owned(), d.declaration());
         }
-        let extensions = (!declarations.is_empty())
-            .then(|| serde_json::Value::Object(declarations).to_string());
+        let extensions =
+            (!declarations.is_empty()).then(|| serde_json::Value::Object(declarations).to_string());
         Ok(X402Layer {
             shared: Arc::new(Shared {
                 base_url,
@@ -513,6 +528,7 @@ impl X402Config {
                 extensions,
                 prebuilt: Default::default(),
                 siwx,
+                paywall: self.paywall,
                 #[cfg(feature = "offer-receipt")]
                 offer_receipt: self.offer_receipt,
             }),

@@ -362,6 +362,7 @@ fn siwx_402(
         None,
         shared.expose_headers,
         extensions.as_deref(),
+        &shared.paywall,
     )
 }
 
@@ -370,7 +371,8 @@ fn request_info<B>(shared: &Shared, req: &Request<B>) -> RequestInfo {
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     RequestInfo {
         resource_url: format!("{}{}", shared.base_url, path),
-        wants_html: prefers_html(req.headers()),
+        wants_html: !matches!(shared.paywall, crate::paywall::Paywall::Off)
+            && prefers_html(req.headers()),
     }
 }
 

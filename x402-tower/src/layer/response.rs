@@ -9,7 +9,7 @@ use http_body_util::Full;
 use super::config::Shared;
 use crate::engine::Answer;
 use crate::offer::PaymentOffer;
-use crate::price::format_decimal;
+use crate::paywall::{Paywall, PaywallPage};
 use crate::proto::{ResourceInfo, SettleResponse};
 use crate::verify::{CompiledOffer, domain_separator};
 
@@ -67,13 +67,13 @@ fn b64(bytes: &[u8]) -> HeaderValue {
     HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// The Base64 v2 PaymentRequired, assembled from the offers' pre-serialized requirements.
-pub(crate) fn payment_required_header(
+/// The v2 PaymentRequired (JSON), assembled from the offers' pre-serialized requirements.
+pub(crate) fn payment_required_document(
     offers: &[CompiledOffer],
     info: &RequestInfo,
     error: &str,
     extensions: Option<&str>,
-) -> HeaderValue {
+) -> String {
     let first = offers.first().map(|o| &o.offer);
     let resource = ResourceInfo {
         url: info.resource_url.clone(),
@@ -99,7 +99,7 @@ pub(crate) fn payment_required_header(
         s.push_str(ext);
     }
     s.push('}');
-    b64(s.as_bytes())
+    s
 }
 
 fn v1_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8> {
@@ -116,57 +116,6 @@ fn v1_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8>
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
-fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn html_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8> {
-    let mut rows = String::new();
-    for o in offers {
-        let o = &o.offer;
-        let symbol = if o.token.name.contains("USD") {
-            "USDC"
-        } else {
-            "units of the token"
-        };
-        rows.push_str(&format!(
-            "<li><strong>{} {}</strong> on {} (<code>{}</code>), paid to <code>{}</code></li>\n",
-            format_decimal(o.amount.atomic_units(), o.token.decimals),
-            symbol,
-            html_escape(o.network.v1_name().unwrap_or(o.network.caip2())),
-            html_escape(o.network.caip2()),
-            o.pay_to.to_checksum(None),
-        ));
-    }
-    let description = offers
-        .first()
-        .map(|o| o.offer.description.as_str())
-        .unwrap_or("");
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Payment required</title></head>\n<body>\n\
-         <h1>402 Payment required</h1>\n<p>{}</p>\n<p>This resource costs:</p>\n<ul>\n{}</ul>\n\
-         <p>Pay with an x402 client (for example <code>@x402/fetch</code> or the Python <code>x402</code> package): it reads \
-         the <code>PAYMENT-REQUIRED</code> header, signs an EIP-3009 authorization with your wallet and repeats the request.</p>\n\
-         <p>Resource: <code>{}</code></p>\n<p><small>Reason: {}</small></p>\n</body></html>\n",
-        html_escape(description),
-        rows,
-        html_escape(&info.resource_url),
-        html_escape(error),
-    )
-    .into_bytes()
-}
-
 /// The 402 answer: both headers, `Cache-Control: no-store`, a v1 JSON body (or an HTML page for a browser),
 /// and optionally a `success:false` receipt.
 pub(crate) fn payment_required(
@@ -176,9 +125,17 @@ pub(crate) fn payment_required(
     receipt: Option<(HeaderName, HeaderValue)>,
     expose_headers: bool,
     extensions: Option<&str>,
+    paywall: &Paywall,
 ) -> Response<Full<Bytes>> {
-    let (headers, body) =
-        payment_required_parts(offers, info, error, receipt, expose_headers, extensions);
+    let (headers, body) = payment_required_parts(
+        offers,
+        info,
+        error,
+        receipt,
+        expose_headers,
+        extensions,
+        paywall,
+    );
     response_402(&headers, &body)
 }
 
@@ -198,14 +155,33 @@ fn payment_required_parts(
     receipt: Option<(HeaderName, HeaderValue)>,
     expose_headers: bool,
     extensions: Option<&str>,
+    paywall: &Paywall,
 ) -> (HeaderMap, Bytes) {
-    let header = payment_required_header(offers, info, error, extensions);
-    let (body, content_type) = if info.wants_html {
-        (html_body(offers, info, error), "text/html; charset=utf-8")
-    } else {
-        (v1_body(offers, info, error), "application/json")
+    let document = payment_required_document(offers, info, error, extensions);
+    let header = b64(document.as_bytes());
+    let mut h = HeaderMap::with_capacity(7);
+    let page = info
+        .wants_html
+        .then(|| {
+            let plain: Vec<PaymentOffer> = offers.iter().map(|o| o.offer.clone()).collect();
+            let page = PaywallPage {
+                resource_url: &info.resource_url,
+                error,
+                offers: &plain,
+                payment_required: &document,
+            };
+            crate::paywall::render(paywall, &page)
+        })
+        .flatten();
+    let (body, content_type) = match page {
+        Some((html, csp)) => {
+            if let Some(csp) = csp {
+                h.insert(http::header::CONTENT_SECURITY_POLICY, csp);
+            }
+            (html.into_bytes(), "text/html; charset=utf-8")
+        }
+        None => (v1_body(offers, info, error), "application/json"),
     };
-    let mut h = HeaderMap::with_capacity(6);
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(PAYMENT_REQUIRED, header.clone());
@@ -266,6 +242,7 @@ impl Prebuilt402s {
             None,
             shared.expose_headers,
             extensions.as_deref(),
+            &shared.paywall,
         );
         let res = response_402(&headers, &body);
         let mut map = lock();
@@ -326,7 +303,7 @@ pub fn payment_required_response(
         resource_url: resource_url.to_owned(),
         wants_html: false,
     };
-    payment_required(&compiled, &info, error, None, false, None)
+    payment_required(&compiled, &info, error, None, false, None, &Paywall::Off)
 }
 
 /// The layer's answer for an engine [`Answer`].
@@ -351,6 +328,7 @@ pub(crate) fn render(
                 settle.map(|sr| receipt(version, &sr)),
                 shared.expose_headers,
                 extensions.as_deref(),
+                &shared.paywall,
             )
         }
         Answer::BadRequest { error, message } => {
@@ -521,6 +499,7 @@ mod tests {
             None,
             false,
             None,
+            &Paywall::Off,
         );
         assert_eq!(h[PAYMENT_REQUIRED], expected.headers()[PAYMENT_REQUIRED]);
         let v2: serde_json::Value = serde_json::from_slice(

@@ -11,6 +11,7 @@ mod facilitator;
 mod observer;
 mod offer_receipt;
 mod paying_client;
+mod paywall;
 mod protocol;
 mod rejections;
 mod replay;

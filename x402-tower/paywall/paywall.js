@@ -1,0 +1,182 @@
+"use strict";
+(function () {
+  var data = JSON.parse(document.getElementById("x402-data").textContent);
+  var offer = data.accepts[0];
+  var chainId = Number(offer.network.split(":")[1]);
+  var $ = function (id) { return document.getElementById(id); };
+  var state = { provider: null, account: null };
+  var REASONS = {
+    insufficient_funds: "Your USDC balance is too low for this payment.",
+    invalid_exact_evm_payload_signature: "The wallet's signature was not accepted.",
+    invalid_exact_evm_nonce_already_used: "This payment was already used.",
+    invalid_exact_evm_payload_authorization_valid_before: "The payment expired before it arrived. Try again.",
+    invalid_exact_evm_payload_authorization_value: "The amount signed is not the price.",
+    settlement_pending: "The payment is being confirmed on chain. Try again in a moment: you will not be charged twice.",
+  };
+  function say(text, kind) {
+    var s = $("x402-status");
+    s.textContent = text;
+    s.className = kind || "";
+  }
+  function units(raw, decimals) {
+    var v = BigInt(raw), d = BigInt(10) ** BigInt(decimals);
+    var frac = (v % d).toString().padStart(decimals, "0").replace(/0+$/, "");
+    return (v / d).toString() + (frac ? "." + frac : "");
+  }
+  function hex(n) { return "0x" + n.toString(16); }
+  function providers() {
+    var found = [];
+    window.addEventListener("eip6963:announceProvider", function (e) {
+      if (e.detail && e.detail.provider) found.push(e.detail);
+    });
+    window.dispatchEvent(new Event("eip6963:requestProvider"));
+    return found;
+  }
+  var announced = providers();
+  function pickProvider() {
+    if (announced.length > 0) return announced[0].provider;
+    return window.ethereum || null;
+  }
+  async function ensureChain(p) {
+    var current = Number(await p.request({ method: "eth_chainId" }));
+    if (current === chainId) return;
+    try {
+      await p.request({ method: "wallet_switchEthereumChain", params: [{ chainId: hex(chainId) }] });
+    } catch (e) {
+      if (e && e.code === 4902 && data.chain) {
+        await p.request({ method: "wallet_addEthereumChain", params: [data.chain] });
+      } else {
+        throw new Error("Switch your wallet to " + data.networkName + " to pay.");
+      }
+    }
+  }
+  async function balance(p, account) {
+    var call = { to: offer.asset, data: "0x70a08231" + account.slice(2).toLowerCase().padStart(64, "0") };
+    return BigInt(await p.request({ method: "eth_call", params: [call, "latest"] }));
+  }
+  async function connect() {
+    var p = pickProvider();
+    if (!p) {
+      say("No wallet found in this browser. Install a wallet (MetaMask, Coinbase Wallet...) or pay with an x402 client.", "error");
+      return;
+    }
+    try {
+      var accounts = await p.request({ method: "eth_requestAccounts" });
+      state.provider = p;
+      state.account = accounts[0];
+      await ensureChain(p);
+      var have = await balance(p, state.account);
+      $("x402-account").textContent = state.account;
+      $("x402-balance").textContent = units(have, data.decimals) + " USDC";
+      $("x402-wallet").hidden = false;
+      if (have < BigInt(offer.amount)) {
+        say("Your balance is lower than the price: add USDC on " + data.networkName + " to pay.", "error");
+        return;
+      }
+      $("x402-pay").disabled = false;
+      say("Ready to pay " + units(offer.amount, data.decimals) + " USDC.", "");
+    } catch (e) {
+      say(e && e.code === 4001 ? "You declined the connection." : (e && e.message) || "The wallet could not connect.", "error");
+    }
+  }
+  function randomNonce() {
+    var b = new Uint8Array(32);
+    crypto.getRandomValues(b);
+    return "0x" + Array.prototype.map.call(b, function (x) { return x.toString(16).padStart(2, "0"); }).join("");
+  }
+  function b64(text) {
+    var bytes = new TextEncoder().encode(text), s = "";
+    for (var i = 0; i < bytes.length; i++) s += String.fromCharCode(bytes[i]);
+    return btoa(s);
+  }
+  async function pay() {
+    var p = state.provider, from = state.account;
+    $("x402-pay").disabled = true;
+    var authorization = {
+      from: from,
+      to: offer.payTo,
+      value: offer.amount,
+      validAfter: "0",
+      validBefore: String(Math.floor(Date.now() / 1000) + (offer.maxTimeoutSeconds || 300)),
+      nonce: randomNonce(),
+    };
+    var typed = {
+      types: {
+        EIP712Domain: [
+          { name: "name", type: "string" }, { name: "version", type: "string" },
+          { name: "chainId", type: "uint256" }, { name: "verifyingContract", type: "address" },
+        ],
+        TransferWithAuthorization: [
+          { name: "from", type: "address" }, { name: "to", type: "address" }, { name: "value", type: "uint256" },
+          { name: "validAfter", type: "uint256" }, { name: "validBefore", type: "uint256" }, { name: "nonce", type: "bytes32" },
+        ],
+      },
+      primaryType: "TransferWithAuthorization",
+      domain: { name: offer.extra.name, version: offer.extra.version, chainId: chainId, verifyingContract: offer.asset },
+      message: authorization,
+    };
+    var signature;
+    try {
+      say("Confirm the payment in your wallet...", "");
+      signature = await p.request({ method: "eth_signTypedData_v4", params: [from, JSON.stringify(typed)] });
+    } catch (e) {
+      say(e && e.code === 4001 ? "You rejected the signature. Nothing was charged." : "The wallet could not sign: " + ((e && e.message) || e), "error");
+      $("x402-pay").disabled = false;
+      return;
+    }
+    var payment = { x402Version: 2, resource: data.resource, accepted: offer, payload: { signature: signature, authorization: authorization } };
+    if (data.extensions) payment.extensions = data.extensions;
+    say("Paying...", "");
+    var res = await fetch(location.href, { headers: { "PAYMENT-SIGNATURE": b64(JSON.stringify(payment)), Accept: "application/json, text/html;q=0.9" } });
+    if (res.ok) return show(res);
+    var reason = "";
+    try { reason = JSON.parse(atob(res.headers.get("PAYMENT-REQUIRED"))).error || ""; } catch (e) { reason = ""; }
+    say("The payment was refused: " + (REASONS[reason] || reason || ("HTTP " + res.status)), "error");
+    $("x402-pay").disabled = false;
+  }
+  function link(href, text) {
+    var a = document.createElement("a");
+    a.href = href;
+    a.textContent = text;
+    return a;
+  }
+  async function show(res) {
+    var type = res.headers.get("content-type") || "";
+    if (type.indexOf("text/html") === 0) {
+      var html = await res.text();
+      document.open();
+      document.write(html);
+      document.close();
+      return;
+    }
+    var body = await res.json();
+    var main = $("x402-main");
+    main.textContent = "";
+    if (body && body.article && body.article.content) {
+      var h = document.createElement("h1");
+      h.textContent = body.article.title;
+      var by = document.createElement("p");
+      by.className = "by";
+      by.textContent = "by " + body.article.author_name;
+      main.append(h, by);
+      body.article.content.split(/\n\n+/).forEach(function (para) {
+        var el = document.createElement("p");
+        el.textContent = para;
+        main.append(el);
+      });
+      if (body.receipt) {
+        var r = document.createElement("p");
+        r.className = "receipt";
+        r.append("Your license: ", link(body.receipt.certificate.url, "certificate"), " · ", link(body.receipt.nft.verifyUrl, "receipt " + body.receipt.nft.tokenId.slice(0, 12) + "…"));
+        main.append(r);
+      }
+    } else {
+      var pre = document.createElement("pre");
+      pre.textContent = JSON.stringify(body, null, 2);
+      main.append(pre);
+    }
+  }
+  $("x402-connect").addEventListener("click", connect);
+  $("x402-pay").addEventListener("click", pay);
+  $("x402-connect").disabled = false;
+})();

@@ -1,0 +1,97 @@
+//! What a browser gets: the built-in paywall (with its CSP), a custom template, or the JSON 402.
+
+use http::StatusCode;
+use tower::Layer;
+use x402_tower::paywall::{Paywall, PaywallPage, escape};
+
+use crate::support::*;
+
+const BROWSER: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+
+#[tokio::test]
+async fn the_builtin_paywall_shows_the_offer_and_carries_its_requirements_under_a_strict_csp() {
+    let svc = x402_tower::X402Layer::builder(BASE_URL)
+        .offer(offer().description("A <b>report</b></script> & more"))
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let a = send(svc, req("/report", &[("accept", BROWSER)])).await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(a.header("content-type"), Some("text/html; charset=utf-8"));
+    let html = std::str::from_utf8(&a.body).unwrap();
+    // The description is escaped in the page, and `<` cannot close the data block.
+    assert!(
+        html.contains("<h1>A &#60;b&#62;report&#60;/b&#62;&#60;/script&#62; &#38; more</h1>"),
+        "{html}"
+    );
+    assert!(html.contains("0.01 USDC"));
+    assert!(html.contains(&PAY_TO.to_checksum(None)));
+    assert!(html.contains("Connect wallet"));
+    let data_start = html
+        .find(r#"<script type="application/json" id="x402-data">"#)
+        .unwrap();
+    let data = &html[data_start..];
+    let data = &data[data.find('>').unwrap() + 1..data.find("</script>").unwrap()];
+    assert!(!data.contains('<'));
+    let doc: serde_json::Value = serde_json::from_str(data).unwrap();
+    assert_eq!(doc["accepts"], a.payment_required()["accepts"]);
+    assert_eq!(doc["decimals"], 6);
+    assert_eq!(
+        doc["resource"]["description"],
+        "A <b>report</b></script> & more"
+    );
+    // The CSP allows exactly the page's inline script and style, by hash, and requests to its own origin.
+    let csp = a.header("content-security-policy").expect("a CSP");
+    assert!(
+        csp.starts_with("default-src 'none'; script-src 'sha256-"),
+        "{csp}"
+    );
+    assert!(csp.contains("connect-src 'self'"));
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let script_start = html.rfind("<script>").unwrap() + "<script>".len();
+    let script = &html[script_start..html.rfind("</script>").unwrap()];
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(script));
+    assert!(csp.contains(&format!("'sha256-{hash}'")), "{csp}");
+    // A JSON client still gets the v1 body.
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let json = send(svc, req("/report", &[("accept", "application/json")])).await;
+    assert_eq!(json.header("content-type"), Some("application/json"));
+    assert_eq!(json.header("content-security-policy"), None);
+}
+
+#[tokio::test]
+async fn a_custom_template_is_used_and_off_gives_browsers_the_json_402() {
+    let custom = config()
+        .paywall(Paywall::custom(|page: &PaywallPage<'_>| {
+            format!(
+                "<!doctype html><p id=custom>{} for {}</p>",
+                escape(page.resource_url),
+                page.offers[0].amount.atomic_units()
+            )
+        }))
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let a = send(custom, req("/report", &[("accept", BROWSER)])).await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        std::str::from_utf8(&a.body).unwrap(),
+        "<!doctype html><p id=custom>https://shop.example/report for 10000</p>"
+    );
+    assert_eq!(a.header("content-security-policy"), None);
+    assert_eq!(a.payment_required()["x402Version"], 2);
+
+    let off = config()
+        .paywall(Paywall::Off)
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let a = send(off, req("/report", &[("accept", BROWSER)])).await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(a.header("content-type"), Some("application/json"));
+    assert_eq!(a.json()["x402Version"], 1);
+}

@@ -6,6 +6,7 @@
 # - tests/js/node_modules: `npm ci` from the committed lock (official x402 clients and servers, viem, the anvil
 #   binary, Circle's FiatTokenV2_2 artifacts). Skipped only when the installed tree matches the lock exactly.
 # - .cache/py: a Python venv with the official Python client `x402[evm,httpx]`, pinned in tests/py/requirements.txt.
+# - chromium (Debian's package, installed with apt-get when missing) for the browser tests (puppeteer-core).
 #
 # A missing tool is a loud failure, never a skipped test.
 
@@ -48,6 +49,18 @@ _x402_setup() {
             || _x402_die "pip install of tests/py/requirements.txt failed" || return 1
         echo "$stamp_want" >"$venv/.x402-stamp"
     fi
+
+    # Chromium for the browser tests (puppeteer-core drives it; Debian's package, installed when missing).
+    if ! command -v chromium >/dev/null 2>&1; then
+        echo "==> apt-get install chromium (the browser tests)"
+        local as_root=""
+        [ "$(id -u)" = 0 ] || as_root="sudo"
+        $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 \
+            || { $as_root apt-get update -q >/dev/null && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } \
+            || _x402_die "cannot install chromium (Debian's package) for the browser tests" || return 1
+    fi
+    export X402_CHROMIUM
+    X402_CHROMIUM="$(command -v chromium)"
 
     export X402_NODE
     X402_NODE="$(command -v node)"

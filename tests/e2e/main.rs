@@ -6,6 +6,7 @@
 //! Needs the tools `scripts/test.sh` installs (npm, PyPI, anvil); without them every test here fails with
 //! a message saying what to run.
 
+mod browser;
 mod common;
 mod extensions;
 mod facilitator_api;

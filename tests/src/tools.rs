@@ -25,6 +25,11 @@ pub fn anvil() -> PathBuf {
     path("X402_ANVIL")
 }
 
+/// Chromium (Debian's package), for the browser tests.
+pub fn chromium() -> PathBuf {
+    path("X402_CHROMIUM")
+}
+
 /// Node.js.
 pub fn node() -> PathBuf {
     path("X402_NODE")

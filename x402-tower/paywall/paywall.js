@@ -69,6 +69,7 @@
       $("x402-account").textContent = state.account;
       $("x402-balance").textContent = units(have, data.decimals) + " USDC";
       $("x402-wallet").hidden = false;
+      $("x402-connect").hidden = true;
       if (have < BigInt(offer.amount)) {
         say("Your balance is lower than the price: add USDC on " + data.networkName + " to pay.", "error");
         return;

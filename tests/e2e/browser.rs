@@ -1,0 +1,109 @@
+//! A reader pays from the paywall in headless Chromium (puppeteer-core), with an injected EIP-1193 wallet
+//! backed by a viem account on anvil; the reference server settles on chain. Screenshots under
+//! `target/browser-screenshots/`.
+
+use alloy_primitives::U256;
+use serde_json::Value;
+use workspace_tests::chain::Chain;
+use workspace_tests::clients::run;
+use workspace_tests::tools;
+
+use crate::common::{ARTICLE_PRICE, RefServer, pay_to, payer};
+
+/// Where the screenshots go (the workspace's `target/`).
+fn screenshots() -> std::path::PathBuf {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    dir
+}
+
+#[tokio::test]
+async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_moves_exactly_the_price()
+ {
+    let chain = Chain::start().await;
+    let server = RefServer::settling_on(&chain, |_| {}).await;
+    let (key, from) = payer(8);
+    chain.mint(from, 1_000_000).await;
+    let before = (chain.balance(from).await, chain.balance(pay_to()).await);
+    let shots = screenshots();
+    let stdout = run(
+        &tools::node(),
+        &[
+            "browser-check.mjs",
+            &server.article_url(),
+            &chain.anvil.url,
+            key,
+            tools::chromium().to_str().expect("path"),
+            shots.to_str().expect("path"),
+        ],
+        &tools::js_dir(),
+    )
+    .await;
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line in {stdout}"));
+    let r: Value = serde_json::from_str(line).expect("JSON");
+
+    assert_eq!(r["consoleErrors"], serde_json::json!([]), "{r}");
+    for mode in ["none", "reject", "pay", "phone"] {
+        assert_eq!(r[format!("{mode}Status")], 402, "{mode}: {r}");
+    }
+    assert!(
+        r["noWallet"]
+            .as_str()
+            .unwrap()
+            .starts_with("No wallet found"),
+        "{r}"
+    );
+    assert_eq!(
+        r["rejected"], "You rejected the signature. Nothing was charged.",
+        "{r}"
+    );
+    assert_eq!(r["signed"], 1, "only the purchase was signed: {r}");
+    assert_eq!(r["account"], from.to_checksum(None), "{r}");
+    assert_eq!(r["balance"], "1 USDC", "{r}");
+    assert_eq!(
+        r["title"],
+        "License to the article \"How Newsrooms Prove a Photo Is Real\" by Amara Okafor",
+        "{r}"
+    );
+    assert_eq!(
+        r["articleTitle"], "How Newsrooms Prove a Photo Is Real",
+        "{r}"
+    );
+    assert!(r["paragraphs"].as_u64().unwrap() > 3, "{r}");
+    let links: Vec<&str> = r["receiptLinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(links.len(), 2, "{r}");
+    assert!(links[0].ends_with("/certificate"), "{r}");
+    assert!(links.iter().all(|l| l.starts_with(&server.url)), "{r}");
+    assert_eq!(r["phoneOverflow"], false, "{r}");
+    // Exactly the price moved, once.
+    let price = U256::from(ARTICLE_PRICE);
+    assert_eq!(chain.balance(from).await, before.0 - price);
+    assert_eq!(chain.balance(pay_to()).await, before.1 + price);
+    for shot in [
+        "paywall.png",
+        "paywall-connected.png",
+        "paywall-paid.png",
+        "paywall-no-wallet.png",
+        "paywall-rejected.png",
+        "paywall-phone.png",
+    ] {
+        assert!(
+            shots
+                .join(shot)
+                .metadata()
+                .map(|m| m.len() > 1000)
+                .unwrap_or(false),
+            "{shot}"
+        );
+    }
+}

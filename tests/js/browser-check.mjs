@@ -1,0 +1,161 @@
+// A reader pays for an article from the paywall in a real browser: headless Chromium driven by puppeteer-core,
+// with an injected EIP-1193 wallet (EIP-6963 announced) backed by a viem local account on the test chain.
+//
+//     node browser-check.mjs <article URL> <RPC URL> <payer key> <chromium> <screenshot dir>
+//
+// Scenarios, in order: no wallet (the page says so); a rejected signature (the page says so, nothing is
+// sent); a purchase (connect, balance shown, pay, the article and its receipt links rendered in place); a phone
+// viewport. Screenshots go to <screenshot dir>. Any console error or page error fails the run. Prints one JSON
+// line with the observations; exits 1 on a failure (printed on stderr).
+import puppeteer from "puppeteer-core";
+import { createPublicClient, http } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+
+const [articleUrl, rpcUrl, key, chromium, shots] = process.argv.slice(2);
+if (!articleUrl || !rpcUrl || !key || !chromium || !shots) {
+  console.error("usage: node browser-check.mjs <article URL> <RPC URL> <payer key> <chromium> <screenshot dir>");
+  process.exit(2);
+}
+const account = privateKeyToAccount(key);
+const chain = createPublicClient({ transport: http(rpcUrl) });
+const out = { consoleErrors: [] };
+const TIMEOUT = 20_000;
+
+// The wallet, on the Node side: answers the page's EIP-1193 requests.
+function wallet(mode) {
+  return async (method, params) => {
+    try {
+      switch (method) {
+        case "eth_requestAccounts":
+        case "eth_accounts":
+          return { result: [account.address] };
+        case "eth_chainId":
+          return { result: `0x${(await chain.getChainId()).toString(16)}` };
+        case "wallet_switchEthereumChain":
+          return { result: null };
+        case "eth_call":
+          return { result: await chain.request({ method, params }) };
+        case "eth_signTypedData_v4": {
+          if (mode === "reject") return { error: { code: 4001, message: "User rejected the request." } };
+          const typed = JSON.parse(params[1]);
+          const { EIP712Domain, ...types } = typed.types;
+          const m = typed.message;
+          const message = { ...m, value: BigInt(m.value), validAfter: BigInt(m.validAfter), validBefore: BigInt(m.validBefore) };
+          const signature = await account.signTypedData({ domain: typed.domain, types, primaryType: typed.primaryType, message });
+          out.signed = (out.signed ?? 0) + 1;
+          return { result: signature };
+        }
+        default:
+          return { error: { code: 4200, message: `unsupported method ${method}` } };
+      }
+    } catch (e) {
+      return { error: { code: -32603, message: String(e?.message ?? e) } };
+    }
+  };
+}
+
+// The page side: window.ethereum and an EIP-6963 announcement, forwarding to the exposed function.
+function inject() {
+  const provider = {
+    isTestWallet: true,
+    async request({ method, params }) {
+      const r = await window.__x402Wallet(method, params ?? []);
+      if (r.error) {
+        const e = new Error(r.error.message);
+        e.code = r.error.code;
+        throw e;
+      }
+      return r.result;
+    },
+    on() {},
+    removeListener() {},
+  };
+  window.ethereum = provider;
+  const announce = () =>
+    window.dispatchEvent(
+      new CustomEvent("eip6963:announceProvider", {
+        detail: Object.freeze({ info: { uuid: "00000000-0000-4000-8000-000000000000", name: "Test wallet", icon: "data:image/svg+xml,<svg xmlns='http://www.w3.org/2000/svg'/>", rdns: "org.example.test" }, provider }),
+      }),
+    );
+  window.addEventListener("eip6963:requestProvider", announce);
+}
+
+async function open(browser, mode) {
+  const page = await browser.newPage();
+  page.on("console", (m) => {
+    // The paywall document itself answers 402 by design: Chromium logs that as a failed load. Anything else
+    // (another failed resource, a script error, a CSP violation) is an error.
+    const own = m.location()?.url === articleUrl && /status of 402/.test(m.text());
+    if (m.type() === "error" && !own) out.consoleErrors.push(`${mode}: ${m.text()} (${m.location()?.url})`);
+  });
+  page.on("pageerror", (e) => out.consoleErrors.push(`${mode}: ${e.message}`));
+  if (mode !== "none") {
+    await page.exposeFunction("__x402Wallet", wallet(mode));
+    await page.evaluateOnNewDocument(inject);
+  }
+  await page.setViewport({ width: 1000, height: 900 });
+  const res = await page.goto(articleUrl, { waitUntil: "load" });
+  out[`${mode}Status`] = res.status();
+  await page.waitForSelector("#x402-connect:not([disabled])", { timeout: TIMEOUT });
+  return page;
+}
+
+async function status(page) {
+  return page.$eval("#x402-status", (e) => e.textContent.trim());
+}
+
+const browser = await puppeteer.launch({
+  executablePath: chromium,
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+});
+try {
+  // No wallet.
+  let page = await open(browser, "none");
+  await page.click("#x402-connect");
+  await page.waitForFunction(() => document.querySelector("#x402-status").textContent.length > 0, { timeout: TIMEOUT });
+  out.noWallet = await status(page);
+  await page.screenshot({ path: `${shots}/paywall-no-wallet.png`, fullPage: true });
+  await page.close();
+
+  // A rejected signature.
+  page = await open(browser, "reject");
+  await page.click("#x402-connect");
+  await page.waitForSelector("#x402-pay:not([disabled])", { timeout: TIMEOUT });
+  await page.click("#x402-pay");
+  await page.waitForFunction(() => /rejected/.test(document.querySelector("#x402-status").textContent), { timeout: TIMEOUT });
+  out.rejected = await status(page);
+  await page.screenshot({ path: `${shots}/paywall-rejected.png`, fullPage: true });
+  await page.close();
+
+  // A purchase.
+  page = await open(browser, "pay");
+  await page.screenshot({ path: `${shots}/paywall.png`, fullPage: true });
+  out.title = await page.$eval("h1", (e) => e.textContent);
+  await page.click("#x402-connect");
+  await page.waitForSelector("#x402-pay:not([disabled])", { timeout: TIMEOUT });
+  out.balance = await page.$eval("#x402-balance", (e) => e.textContent);
+  out.account = await page.$eval("#x402-account", (e) => e.textContent);
+  await page.screenshot({ path: `${shots}/paywall-connected.png`, fullPage: true });
+  await page.click("#x402-pay");
+  await page.waitForSelector(".receipt a", { timeout: 60_000 });
+  out.articleTitle = await page.$eval("h1", (e) => e.textContent);
+  out.paragraphs = await page.$$eval("main p", (ps) => ps.length);
+  out.receiptLinks = await page.$$eval(".receipt a", (as) => as.map((a) => a.href));
+  await page.screenshot({ path: `${shots}/paywall-paid.png`, fullPage: true });
+  await page.close();
+
+  // A phone.
+  page = await open(browser, "phone");
+  await page.setViewport({ width: 375, height: 812, isMobile: true, deviceScaleFactor: 2 });
+  out.phoneOverflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);
+  await page.screenshot({ path: `${shots}/paywall-phone.png`, fullPage: true });
+  await page.close();
+
+  console.log(JSON.stringify(out));
+} catch (error) {
+  console.error(`browser-check: ${error?.stack ?? error}\n${JSON.stringify(out)}`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

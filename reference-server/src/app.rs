@@ -156,6 +156,10 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         )
         .route("/x402Article", paid_article)
         .route("/serveLlmsTxt", get(handlers::serve_llms_txt))
+        // The same text and the same interest count at the conventional path.
+        .route("/llms.txt", get(handlers::serve_llms_txt))
+        .route("/", get(crate::pages::landing))
+        .route("/assets/site.css", get(crate::pages::stylesheet))
         .route("/receipts/signer", get(handlers::receipt_signer))
         .route(
             "/receipts/{token_id}",

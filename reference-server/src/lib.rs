@@ -35,6 +35,7 @@ pub mod html;
 pub mod licensing;
 pub mod metrics;
 pub mod openapi;
+pub mod pages;
 pub mod registry;
 pub mod serve;
 pub mod store;

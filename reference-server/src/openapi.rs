@@ -33,6 +33,7 @@ use crate::{licensing, registry};
         registry::drf::options,
         registry::handlers::media,
         registry::handlers::verify_page,
+        registry::handlers::detail,
     ),
     tags(
         (name = "licensing", description = "Interface A: articles sold per request with x402 (USDC, EIP-3009)."),

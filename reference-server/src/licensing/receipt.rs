@@ -110,27 +110,22 @@ pub fn parse_signed(json: Option<&str>) -> Option<SignedReceipt> {
     json.and_then(|j| serde_json::from_str(j).ok())
 }
 
-pub use crate::html::html_escape;
+/// The signed receipt as the certificate shows it.
+struct SignedRow {
+    signer: String,
+    current: bool,
+    signature: String,
+}
 
-/// The certificate's row about the signed receipt: who signed it, whether that is this server's key.
-fn signed_row(r: &Receipt, server: Address) -> String {
-    let Some(s) = signed(r) else {
-        return "none (issued before receipts were signed)".to_owned();
-    };
-    match s.signer() {
-        Ok(by) => format!(
-            "EIP-712 (x402 offer-receipt), signed by <code>{by}</code>{note}<br><small>signature \
-             <code>{sig}</code></small>",
-            by = by.to_checksum(None),
-            note = if by == server {
-                " (this server's receipt key)"
-            } else {
-                " (<strong>not</strong> this server's current key: signed before a key change)"
-            },
-            sig = html_escape(&s.signature),
-        ),
-        Err(e) => format!("unreadable signature ({})", html_escape(&e.to_string())),
-    }
+#[derive(askama::Template)]
+#[template(path = "certificate.html")]
+struct Certificate<'a> {
+    token: &'a str,
+    title: &'a str,
+    rows: Vec<(&'static str, String)>,
+    signed: Option<SignedRow>,
+    unsigned: &'static str,
+    verify_url: String,
 }
 
 /// The HTML certificate of a receipt.
@@ -140,7 +135,7 @@ pub fn certificate_html(
     signer: Address,
     public_url: &str,
 ) -> String {
-    let e = html_escape;
+    use askama::Template as _;
     let (title, author) = article.map_or(("(article removed)", ""), |a| {
         (a.title.as_str(), a.author_name.as_str())
     });
@@ -154,46 +149,43 @@ pub fn certificate_html(
     } else {
         r.settlement.clone()
     };
-    let rows = [
-        ("Article", format!("{} ({})", e(title), e(&r.article_id))),
-        ("Author", e(author)),
-        ("Licensee (payer)", format!("<code>{}</code>", e(&r.payer))),
-        ("Paid to", format!("<code>{}</code>", e(&r.pay_to))),
+    let rows = vec![
+        ("Article", format!("{title} ({})", r.article_id)),
+        ("Author", author.to_owned()),
+        ("Licensee (payer)", r.payer.clone()),
+        ("Paid to", r.pay_to.clone()),
         (
             "Amount",
-            format!("{} USDC ({} atomic units)", e(&amount), e(&r.amount_atomic)),
+            format!("{amount} USDC ({} atomic units)", r.amount_atomic),
         ),
-        ("Network", e(&r.network)),
-        ("Token contract", format!("<code>{}</code>", e(&r.asset))),
-        (
-            "Authorization nonce",
-            format!("<code>{}</code>", e(&r.nonce)),
-        ),
-        ("Settlement", format!("<code>{}</code>", e(&settlement))),
+        ("Network", r.network.clone()),
+        ("Token contract", r.asset.clone()),
+        ("Authorization nonce", r.nonce.clone()),
+        ("Settlement", settlement),
         ("x402 version", r.x402_version.to_string()),
-        ("Issued", e(&r.created_at)),
-        ("Signed receipt", signed_row(r, signer)),
+        ("Issued", r.created_at.clone()),
     ];
-    let mut table = String::new();
-    for (k, v) in rows {
-        table.push_str(&format!("<tr><th>{k}</th><td>{v}</td></tr>\n"));
+    let signed = signed(r).map(|s| {
+        let by = s.signer().ok();
+        SignedRow {
+            signer: by.map_or_else(
+                || "(unreadable signature)".to_owned(),
+                |a| a.to_checksum(None),
+            ),
+            current: by == Some(signer),
+            signature: s.signature,
+        }
+    });
+    Certificate {
+        token: &r.token_id,
+        title,
+        rows,
+        signed,
+        unsigned: "none (issued before receipts were signed)",
+        verify_url: verify_url(public_url, &r.token_id),
     }
-    let verify = e(&verify_url(public_url, &r.token_id));
-    format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>License certificate {token}</title>\
-         <style>body{{font-family:Georgia,serif;max-width:46rem;margin:2rem auto;padding:0 1rem;color:#222}}\
-         .cert{{border:6px double #8a6d3b;padding:1.5rem 2rem}}h1{{text-align:center;margin-top:0}}\
-         th{{text-align:left;padding:.3rem 1rem .3rem 0;vertical-align:top;white-space:nowrap}}\
-         td{{padding:.3rem 0;word-break:break-all}}code{{font-size:.85em}}</style></head>\n\
-         <body><div class=\"cert\"><h1>Content License Certificate</h1>\
-         <p>This certifies that the licensee below paid for a license to <em>{title}</em> through the x402 \
-         protocol.</p><p>Receipt token <strong>{token}</strong></p>\n<table>\n{table}</table>\n\
-         <p>Machine-readable receipt: <a href=\"{verify}\">{verify}</a></p></div></body></html>\n",
-        token = e(&r.token_id),
-        title = e(title),
-    )
+    .render()
+    .unwrap_or_else(|e| format!("certificate unavailable: {e}"))
 }
 
 #[cfg(test)]
@@ -206,13 +198,5 @@ mod tests {
         assert_eq!(a, token_id("eip155:84532", "0xabc", "0xdef", "0x01"));
         assert_ne!(a, token_id("eip155:84532", "0xabc", "0xdef", "0x02"));
         assert!(a.bytes().all(|b| b.is_ascii_digit()));
-    }
-
-    #[test]
-    fn html_is_escaped() {
-        assert_eq!(
-            html_escape("<a href=\"x\">&'"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
-        );
     }
 }

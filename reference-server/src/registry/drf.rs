@@ -9,10 +9,12 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::json;
 
-use crate::html::html_escape as escape;
+use crate::html::escape;
 
 /// `Allow` of the collection.
 pub(crate) const ALLOW: &str = "GET, POST, HEAD, OPTIONS";
+/// `Allow` of one asset.
+pub(crate) const DETAIL_ALLOW: &str = "GET, HEAD, OPTIONS";
 
 /// Largest response body the surface buffers (a page of 200 records is well under 2 MiB).
 const MAX_BUFFER: usize = 64 * 1024 * 1024;
@@ -112,9 +114,25 @@ pub(crate) fn detail(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(Detail { detail: message })).into_response()
 }
 
-/// Middleware around the collection: early 404/406, HEAD as GET without a body, HTML rendering, and
-/// `Allow` / `Vary` / `Content-Length` on every response.
-pub(crate) async fn surface(req: Request, next: Next) -> Response {
+/// Which resource a [`surface`] wraps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resource {
+    /// The collection, in pages of at most `page_size`.
+    Collection {
+        /// The page size (default and maximum `limit`).
+        page_size: u64,
+    },
+    /// One asset.
+    Detail,
+}
+
+/// Middleware around the collection or one asset: early 404/406, HEAD as GET without a body, HTML
+/// rendering, and `Allow` / `Vary` / `Content-Length` on every response.
+pub(crate) async fn surface(
+    axum::extract::State(resource): axum::extract::State<Resource>,
+    req: Request,
+    next: Next,
+) -> Response {
     let renderer = negotiate(req.uri().query(), req.headers());
     let is_head = req.method() == Method::HEAD;
     // HEAD shows the GET page (same bytes, so the same Content-Length).
@@ -127,19 +145,40 @@ pub(crate) async fn surface(req: Request, next: Next) -> Response {
         },
         req.uri()
     );
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+    let ctx = HtmlContext {
+        request_line,
+        page: match resource {
+            Resource::Collection { page_size } => Some(registry_pagination::Page::from_query(
+                req.uri().query(),
+                page_size,
+                Some(page_size),
+            )),
+            Resource::Detail => None,
+        },
+        collection: super::COLLECTION_PATH.to_owned(),
+        path_and_query,
+    };
     let mut response = match renderer {
-        Err(early) => finish(early, Renderer::Json, &request_line).await,
+        Err(early) => finish(early, Renderer::Json, &ctx).await,
         Ok(renderer) => {
             let mut req = req;
             if is_head {
                 *req.method_mut() = Method::GET;
             }
             let response = next.run(req).await;
-            finish(response, renderer, &request_line).await
+            finish(response, renderer, &ctx).await
         }
     };
     let headers = response.headers_mut();
-    headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+    let allow = match resource {
+        Resource::Collection { .. } => ALLOW,
+        Resource::Detail => DETAIL_ALLOW,
+    };
+    headers.insert(header::ALLOW, HeaderValue::from_static(allow));
     headers.insert(header::VARY, HeaderValue::from_static("Accept"));
     if is_head {
         *response.body_mut() = Body::empty();
@@ -149,7 +188,7 @@ pub(crate) async fn surface(req: Request, next: Next) -> Response {
 
 /// Buffer the body (to give every answer an exact `Content-Length`, kept on HEAD) and render it as HTML
 /// when asked.
-async fn finish(response: Response, renderer: Renderer, request_line: &str) -> Response {
+async fn finish(response: Response, renderer: Renderer, ctx: &HtmlContext) -> Response {
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -183,7 +222,7 @@ async fn finish(response: Response, renderer: Renderer, request_line: &str) -> R
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
     let bytes = if renderer == Renderer::Html && is_json {
-        let page = html_page(parts.status, &bytes, request_line);
+        let page = html_page(parts.status, &bytes, ctx);
         parts.headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/html; charset=utf-8"),
@@ -204,37 +243,215 @@ async fn finish(response: Response, renderer: Renderer, request_line: &str) -> R
     Response::from_parts(parts, Body::from(bytes))
 }
 
-/// The browsable rendering: the same body pretty-printed, absolute URLs clickable, next/previous links.
-fn html_page(status: StatusCode, json_bytes: &[u8], request_line: &str) -> String {
-    let value: serde_json::Value =
-        serde_json::from_slice(json_bytes).unwrap_or(serde_json::Value::Null);
-    let pretty = serde_json::to_string_pretty(&value).unwrap_or_default();
-    let mut nav = String::new();
-    for key in ["previous", "next"] {
-        if let Some(url) = value.get(key).and_then(|v| v.as_str()) {
-            let url = escape(url);
-            nav.push_str(&format!(
-                "<a class=\"btn\" rel=\"{key}\" href=\"{url}\">{key}</a> "
-            ));
+/// One page-number control (DRF's `get_html_context`): `None` is an ellipsis.
+struct PageLink {
+    number: u64,
+    url: String,
+    current: bool,
+}
+
+/// An image of the page, shown inline.
+struct Thumb {
+    href: String,
+    src: String,
+    alt: String,
+}
+
+#[derive(askama::Template)]
+#[template(path = "browsable.html")]
+struct Browsable<'a> {
+    name: &'a str,
+    description: &'a str,
+    api_url: String,
+    json_url: String,
+    collection_url: &'a str,
+    pages: Vec<Option<PageLink>>,
+    previous: Option<String>,
+    next: Option<String>,
+    thumbs: Vec<Thumb>,
+    request_line: &'a str,
+    status: String,
+    allow: &'static str,
+    body: String,
+    show_form: bool,
+    max_caption: usize,
+    max_headline: usize,
+}
+
+/// What the browsable page needs to know of the request.
+pub(crate) struct HtmlContext {
+    /// `METHOD path?query`.
+    pub(crate) request_line: String,
+    /// Path and query of the request.
+    pub(crate) path_and_query: String,
+    /// The page asked for (collections), with the collection's page size.
+    pub(crate) page: Option<registry_pagination::Page>,
+    /// The collection's path (`/api/v3/assets/`), where the POST form posts.
+    pub(crate) collection: String,
+}
+
+/// `path_and_query` with `key` set to `value` (or removed with `None`), other parameters kept in order.
+fn with_param(path_and_query: &str, key: &str, value: Option<&str>) -> String {
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if k != key {
+            q.append_pair(&k, &v);
         }
     }
-    let count = value
-        .get("count")
-        .and_then(|c| c.as_u64())
-        .map(|c| format!("<p>{c} assets</p>"))
-        .unwrap_or_default();
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Asset List – Registry API</title>\
-<style>body{{font-family:system-ui,sans-serif;margin:2em}}pre{{background:#f6f8fa;padding:1em;overflow:auto;white-space:pre-wrap}}\
-.btn{{display:inline-block;padding:.3em .8em;border:1px solid #888;border-radius:4px;text-decoration:none;margin-right:.5em}}</style></head>\
-<body><h1>Asset List</h1>{count}<nav>{nav}</nav><p><code>{}</code></p>\
-<pre><b>HTTP {} {}</b>\n<b>Allow:</b> {ALLOW}\n<b>Content-Type:</b> application/json\n<b>Vary:</b> Accept\n\n{}</pre>\
-<p><a href=\"?format=json\">format=json</a></p></body></html>\n",
-        escape(request_line),
-        status.as_u16(),
-        status.canonical_reason().unwrap_or(""),
-        linkify(&pretty)
-    )
+    if let Some(v) = value {
+        q.append_pair(key, v);
+    }
+    let q = q.finish();
+    if q.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{q}")
+    }
+}
+
+/// DRF's `_get_displayed_page_numbers`: first, last, the current page and its neighbours, with ellipses.
+fn displayed_pages(current: u64, last: u64) -> Vec<Option<u64>> {
+    if last <= 5 {
+        return (1..=last).map(Some).collect();
+    }
+    let mut included = std::collections::BTreeSet::from([
+        1,
+        current.saturating_sub(1),
+        current,
+        current + 1,
+        last,
+    ]);
+    if current <= 4 {
+        included.extend([2, 3]);
+    }
+    if current + 3 >= last {
+        included.extend([last - 1, last - 2]);
+    }
+    let mut pages: Vec<Option<u64>> = included
+        .into_iter()
+        .filter(|&i| i > 0 && i <= last)
+        .map(Some)
+        .collect();
+    if current > 4 {
+        pages.insert(1, None);
+    }
+    if current + 3 < last {
+        let at = pages.len() - 1;
+        pages.insert(at, None);
+    }
+    pages
+}
+
+/// DRF's `LimitOffsetPagination.get_html_context`: page controls for `page` of `count` records.
+fn page_links(
+    ctx: &HtmlContext,
+    page: registry_pagination::Page,
+    count: u64,
+) -> Vec<Option<PageLink>> {
+    let ceil = |a: u64, b: u64| a.div_ceil(b);
+    if page.limit == 0 {
+        return Vec::new();
+    }
+    let current = ceil(page.offset, page.limit) + 1;
+    let last = (ceil(count.saturating_sub(page.offset), page.limit)
+        + ceil(page.offset, page.limit))
+    .max(1);
+    let current = current.min(last);
+    if last <= 1 {
+        return Vec::new();
+    }
+    displayed_pages(current, last)
+        .into_iter()
+        .map(|p| {
+            p.map(|number| {
+                let url = if number == 1 {
+                    with_param(&ctx.path_and_query, "offset", None)
+                } else {
+                    let offset = i128::from(page.offset)
+                        + (i128::from(number) - i128::from(current)) * i128::from(page.limit);
+                    with_param(
+                        &ctx.path_and_query,
+                        "offset",
+                        Some(&offset.max(0).to_string()),
+                    )
+                };
+                PageLink {
+                    number,
+                    url,
+                    current: number == current,
+                }
+            })
+        })
+        .collect()
+}
+
+/// The browsable rendering (DRF's): the body in the JSON's own key order with absolute URLs clickable,
+/// page-number controls, format buttons, an OPTIONS button, the POST form, and the page's images inline.
+fn html_page(status: StatusCode, json_bytes: &[u8], ctx: &HtmlContext) -> String {
+    use askama::Template as _;
+    let value: serde_json::Value =
+        serde_json::from_slice(json_bytes).unwrap_or(serde_json::Value::Null);
+    let link = |key: &str| value.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    let records: Vec<&serde_json::Value> = match value.get("results").and_then(|r| r.as_array()) {
+        Some(list) => list.iter().collect(),
+        None if value.get("cid").is_some() => vec![&value],
+        None => Vec::new(),
+    };
+    let thumbs = records
+        .iter()
+        .filter(|r| {
+            r["asset_file_mime_type"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("image/"))
+        })
+        .filter_map(|r| {
+            Some(Thumb {
+                href: format!("{}{}/?format=api", ctx.collection, r["cid"].as_str()?),
+                src: r["asset_file"].as_str()?.to_owned(),
+                alt: r["asset_file_name"].as_str().unwrap_or("").to_owned(),
+            })
+        })
+        .collect();
+    let pages = match (ctx.page, value.get("count").and_then(|c| c.as_u64())) {
+        (Some(page), Some(count)) => page_links(ctx, page, count),
+        _ => Vec::new(),
+    };
+    let detail = ctx.page.is_none();
+    Browsable {
+        name: if detail {
+            "Asset Instance"
+        } else {
+            "Asset List"
+        },
+        description: if detail {
+            "One registered media asset, the same record as in the list."
+        } else {
+            "Registered media assets, newest first, in pages (`limit`, `offset`)."
+        },
+        api_url: with_param(&ctx.path_and_query, "format", Some("api")),
+        json_url: with_param(&ctx.path_and_query, "format", Some("json")),
+        collection_url: &ctx.collection,
+        pages,
+        previous: link("previous"),
+        next: link("next"),
+        thumbs,
+        request_line: &ctx.request_line,
+        status: format!(
+            "{} {}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        ),
+        allow: if detail { DETAIL_ALLOW } else { ALLOW },
+        body: linkify(&crate::html::pretty_json(json_bytes)),
+        show_form: !detail,
+        max_caption: super::upload::MAX_CAPTION,
+        max_headline: super::upload::MAX_HEADLINE,
+    }
+    .render()
+    .unwrap_or_else(|e| format!("page unavailable: {e}"))
 }
 
 /// Escape pretty JSON and turn string values that are absolute http(s) URLs into links.
@@ -306,6 +523,17 @@ pub(crate) async fn options() -> Response {
     axum::Json(body).into_response()
 }
 
+/// OPTIONS of one asset: DRF `SimpleMetadata` of a read-only detail view.
+pub(crate) async fn detail_options() -> Response {
+    axum::Json(json!({
+        "name": "Asset Instance",
+        "description": "One registered media asset, the same record as in the list.",
+        "renders": ["application/json", "text/html"],
+        "parses": ["multipart/form-data"],
+    }))
+    .into_response()
+}
+
 /// 405 for every method the collection does not support.
 pub(crate) async fn method_not_allowed(method: Method) -> Response {
     detail(
@@ -358,14 +586,72 @@ mod tests {
         assert_eq!(pick(Some("format=xml"), None), Err(StatusCode::NOT_FOUND));
     }
 
+    fn ctx(path_and_query: &str, page: Option<registry_pagination::Page>) -> HtmlContext {
+        HtmlContext {
+            request_line: format!("GET {path_and_query}"),
+            path_and_query: path_and_query.to_owned(),
+            page,
+            collection: "/api/v3/assets/".into(),
+        }
+    }
+
     #[test]
     fn links_are_clickable_and_text_escaped() {
-        let html = html_page(StatusCode::OK, br#"{"count":1,"next":"http://h/?a=1&b=2","previous":null,"results":[{"caption":"<b>x</b>"}]}"#, "GET /");
+        let html = html_page(
+            StatusCode::OK,
+            br#"{"count":1,"next":"http://h/?a=1&b=2","previous":null,"results":[{"caption":"<b>x</b>"}]}"#,
+            &ctx("/api/v3/assets/", Some(registry_pagination::Page { limit: 1, offset: 0 })),
+        );
         assert!(
-            html.contains(r#"<a href="http://h/?a=1&amp;b=2">http://h/?a=1&amp;b=2</a>"#),
+            html.contains(r#"<a href="http://h/?a=1&#38;b=2">http://h/?a=1&#38;b=2</a>"#),
             "{html}"
         );
-        assert!(html.contains("&lt;b&gt;x&lt;/b&gt;"));
+        assert!(html.contains("&#60;b&#62;x&#60;/b&#62;"));
         assert!(html.contains(r#"rel="next""#));
+    }
+
+    #[test]
+    fn page_numbers_are_drfs() {
+        let none = |v: &[u64]| v.iter().map(|&n| Some(n)).collect::<Vec<_>>();
+        assert_eq!(displayed_pages(1, 5), none(&[1, 2, 3, 4, 5]));
+        assert_eq!(
+            displayed_pages(1, 10),
+            vec![Some(1), Some(2), Some(3), None, Some(10)]
+        );
+        assert_eq!(
+            displayed_pages(5, 10),
+            vec![Some(1), None, Some(4), Some(5), Some(6), None, Some(10)]
+        );
+        assert_eq!(
+            displayed_pages(10, 10),
+            vec![Some(1), None, Some(8), Some(9), Some(10)]
+        );
+        // 1,234 records, 200 per page, at offset 400: page 3 of 7; page 1 drops the offset.
+        let links = page_links(
+            &ctx("/api/v3/assets/?offset=400&format=api", None),
+            registry_pagination::Page {
+                limit: 200,
+                offset: 400,
+            },
+            1234,
+        );
+        let shown: Vec<(u64, String, bool)> = links
+            .into_iter()
+            .flatten()
+            .map(|l| (l.number, l.url, l.current))
+            .collect();
+        assert_eq!(
+            shown[0],
+            (1, "/api/v3/assets/?format=api".to_owned(), false)
+        );
+        assert_eq!(
+            shown[2],
+            (3, "/api/v3/assets/?format=api&offset=400".to_owned(), true)
+        );
+        assert_eq!(shown.last().unwrap().0, 7);
+        assert_eq!(
+            shown.last().unwrap().1,
+            "/api/v3/assets/?format=api&offset=1200"
+        );
     }
 }

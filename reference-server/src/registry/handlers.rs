@@ -261,6 +261,44 @@ pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Respons
     response
 }
 
+/// `GET /api/v3/assets/{cid}/`: one asset, the same record as in the list (JSON, or the browsable page).
+#[utoipa::path(
+    get,
+    path = "/api/v3/assets/{cid}/",
+    tag = "registry",
+    operation_id = "getAsset",
+    summary = "One asset: the same record as in the list",
+    description = "`format=api` or an Accept that prefers text/html renders DRF's browsable page.",
+    params(("cid" = String, Path, description = "The asset's CIDv1.")),
+    responses(
+        (status = 200, description = "The asset record.", body = Object),
+        (status = 404, description = "No such asset (DRF's shape).", body = super::drf::Detail<'static>),
+    ),
+)]
+pub(crate) async fn detail(
+    State(reg): State<Arc<Registry>>,
+    cid: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    let missing = || super::drf::detail(StatusCode::NOT_FOUND, "No Asset matches the given query.");
+    let cid = cid.map(|Path(c)| c).unwrap_or_default();
+    if cid.is_empty() || cid.len() > 128 {
+        return missing();
+    }
+    let (id, tpl) = match reg.store.template(cid).await {
+        Ok(t) => t,
+        Err(StoreError::NotFound) => return missing(),
+        Err(e) => return store_error(&e),
+    };
+    match render_one(&reg, id, &tpl) {
+        Ok(json) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            bytes::Bytes::from(json),
+        )
+            .into_response(),
+        Err(r) => r,
+    }
+}
+
 /// `GET /verify/{cid}`: the public verification page linked by `certificate_link`.
 #[utoipa::path(
     get,
@@ -304,38 +342,53 @@ pub(crate) async fn verify_page(
         Ok(b) => b,
         Err(r) => return r,
     };
-    let value: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
-    let rec = &value;
-    let s = |k: &str| crate::html::html_escape(rec[k].as_str().unwrap_or(""));
-    let integrity: String = rec["integrity_info"]
+    let rec: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
+    let s = |k: &str| rec[k].as_str().unwrap_or("").to_owned();
+    let integrity = rec["integrity_info"]
         .as_array()
         .map(|a| {
             a.iter()
                 .map(|i| {
-                    let e = |k: &str| crate::html::html_escape(i[k].as_str().unwrap_or(""));
-                    format!(
-                        "<li>{} — <a href=\"{}\">{}</a> ({})</li>",
-                        e("integrity_provider"),
-                        e("explorer_url"),
-                        e("search_id"),
-                        e("created_at")
-                    )
+                    let e = |k: &str| i[k].as_str().unwrap_or("").to_owned();
+                    Integrity {
+                        provider: e("integrity_provider"),
+                        explorer_url: e("explorer_url"),
+                        search_id: e("search_id"),
+                        created_at: e("created_at"),
+                    }
                 })
                 .collect()
         })
         .unwrap_or_default();
-    let html = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Asset {cid}</title></head><body>\
-<h1>Asset verification</h1><dl><dt>CID</dt><dd><code>{cid}</code></dd><dt>SHA-256 (proof hash)</dt><dd><code>{ph}</code></dd>\
-<dt>File</dt><dd><a href=\"{file}\">{name}</a> ({mime})</dd><dt>Owner</dt><dd>{owner}</dd><dt>Uploaded</dt><dd>{up}</dd></dl>\
-<h2>Integrity records</h2><ul>{integrity}</ul><p>Check: the SHA-256 of the file must equal the proof hash.</p></body></html>\n",
-        cid = s("cid"),
-        ph = s("proof_hash"),
-        file = s("asset_file"),
-        name = s("asset_file_name"),
-        mime = s("asset_file_mime_type"),
-        owner = s("owner_profile_display_name"),
-        up = s("uploaded_at"),
-    );
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
+    crate::pages::render(&VerifyPage {
+        cid: s("cid"),
+        proof_hash: s("proof_hash"),
+        file_url: s("asset_file"),
+        file_name: s("asset_file_name"),
+        mime: s("asset_file_mime_type"),
+        owner: s("owner_profile_display_name"),
+        uploaded_at: s("uploaded_at"),
+        integrity,
+    })
+}
+
+/// One integrity record on the verification page.
+struct Integrity {
+    provider: String,
+    explorer_url: String,
+    search_id: String,
+    created_at: String,
+}
+
+#[derive(askama::Template)]
+#[template(path = "verify.html")]
+struct VerifyPage {
+    cid: String,
+    proof_hash: String,
+    file_url: String,
+    file_name: String,
+    mime: String,
+    owner: String,
+    uploaded_at: String,
+    integrity: Vec<Integrity>,
 }

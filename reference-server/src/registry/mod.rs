@@ -131,6 +131,9 @@ impl Registry {
     }
 }
 
+/// The collection's path.
+pub const COLLECTION_PATH: &str = "/api/v3/assets/";
+
 /// The registry's routes: `/api/v3/assets/` (GET, HEAD, POST, OPTIONS), `/media/...` (signed files)
 /// and `/verify/{cid}` (the public verification page of `certificate_link`).
 ///
@@ -162,13 +165,26 @@ pub fn router(store: Arc<dyn AssetStore>, cfg: RegistryConfig) -> Router {
         .fallback(drf::method_not_allowed)
         .layer::<_, std::convert::Infallible>(pagination)
         .layer(axum::extract::DefaultBodyLimit::max(body_cap))
-        .layer(axum::middleware::from_fn(drf::surface))
+        .layer(axum::middleware::from_fn_with_state(
+            drf::Resource::Collection {
+                page_size: state.cfg.page_size,
+            },
+            drf::surface,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             page_cache::serve,
         ));
+    let one = get(handlers::detail)
+        .options(drf::detail_options)
+        .fallback(drf::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            drf::Resource::Detail,
+            drf::surface,
+        ));
     Router::new()
-        .route("/api/v3/assets/", collection)
+        .route(COLLECTION_PATH, collection)
+        .route("/api/v3/assets/{cid}/", one)
         .route(
             "/media/{*path}",
             get(handlers::media).route_layer(axum::middleware::from_fn(crate::conditional::etag)),

@@ -360,10 +360,13 @@ async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
 #[tokio::test]
 async fn llms_txt_is_plain_text_and_every_call_is_recorded() {
     let server = TestServer::start().await;
-    for ua in ["GPTBot/1.1", "GPTBot/1.1", "ClaudeBot/1.0"] {
-        let resp = server
-            .get_with(server.url("/serveLlmsTxt"), "user-agent", ua)
-            .await;
+    // `/llms.txt` is the same text and counts the same way.
+    for (ua, path) in [
+        ("GPTBot/1.1", "/serveLlmsTxt"),
+        ("GPTBot/1.1", "/llms.txt"),
+        ("ClaudeBot/1.0", "/serveLlmsTxt"),
+    ] {
+        let resp = server.get_with(server.url(path), "user-agent", ua).await;
         assert_eq!(resp.status(), 200);
         assert!(
             resp.headers()["content-type"]
@@ -1267,4 +1270,46 @@ async fn a_buyer_reads_a_bought_article_again_by_signing_in_with_x() {
         .unwrap();
     assert_eq!(res.status(), 200);
     assert!(res.extensions().get::<Paid>().is_some());
+}
+
+#[tokio::test]
+async fn the_landing_page_links_everything_and_every_link_answers() {
+    let server = TestServer::start().await;
+    let resp = server.get("/").await;
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let html = resp.text().await.unwrap();
+    assert!(html.contains(r#"<link rel="stylesheet" href="/assets/site.css">"#));
+    assert!(html.contains("How Newsrooms Prove a Photo Is Real"));
+    let hrefs: Vec<String> = html
+        .split("href=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(|h| h.replace("&#38;", "&"))
+        .filter(|h| h.starts_with('/'))
+        .collect();
+    for h in [
+        "/x402Article/list",
+        "/api/v3/assets/?format=api",
+        "/docs/",
+        "/llms.txt",
+        "/openapi.json",
+    ] {
+        assert!(hrefs.iter().any(|x| x == h), "{h} linked");
+    }
+    for href in &hrefs {
+        let status = server.get(href).await.status();
+        // Articles answer 402 until paid; everything else 200.
+        let expected = if href.starts_with("/x402Article?") {
+            402
+        } else {
+            200
+        };
+        assert_eq!(status, expected, "{href}");
+    }
 }

@@ -934,11 +934,44 @@ async fn drf_surface_formats_negotiation_options_and_405() {
     let html = r.text().await.unwrap();
     assert!(
         html.contains(&format!(
-            "<a href=\"{url}?format=api&amp;limit=200&amp;offset=200\">"
+            "<a href=\"{url}?format=api&#38;limit=200&#38;offset=200\">"
         )),
         "next link clickable"
     );
-    assert!(html.contains("&quot;count&quot;: 250"));
+    assert!(html.contains("&#34;count&#34;: 250"));
+    // DRF's page controls (250 records, 200 per page: two pages), the JSON's own key order, the format and
+    // OPTIONS buttons, the POST form; and no more than about twice the JSON's size.
+    assert!(html.contains(r#"aria-current="page">1</a>"#), "{html}");
+    assert!(html.contains(">2</a>"));
+    let order: Vec<usize> = [
+        "&#34;count&#34;",
+        "&#34;next&#34;",
+        "&#34;previous&#34;",
+        "&#34;results&#34;",
+    ]
+    .iter()
+    .map(|k| html.find(k).unwrap())
+    .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "keys in the JSON's order"
+    );
+    assert!(html.contains(r#"id="options-btn""#) && html.contains(r#"id="post-form""#));
+    let json_len = reg
+        .client
+        .get(format!("{url}?format=json"))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .len();
+    assert!(
+        html.len() < 2 * json_len + 16 * 1024,
+        "{} vs {json_len}",
+        html.len()
+    );
     // A browser's Accept prefers HTML; */* gets JSON.
     let r = reg
         .client
@@ -1120,4 +1153,70 @@ async fn two_instances_on_one_database_keep_the_listing_dense_under_concurrent_u
         .collect();
     assert!(uploaded.windows(2).all(|w| w[0] >= w[1]), "newest first");
     assert_eq!(b.get_json(&b.url("/api/v3/assets/")).await["count"], 61);
+}
+
+#[tokio::test]
+async fn one_asset_has_its_own_route_with_the_records_json_and_drfs_404() {
+    let reg = Registry::start(5, None).await;
+    let list = reg.get_json(&reg.url("/api/v3/assets/")).await;
+    let first = &list["results"][0];
+    let cid = first["cid"].as_str().unwrap();
+    let url = reg.url(&format!("/api/v3/assets/{cid}/"));
+    let one = reg.get_json(&url).await;
+    assert_eq!(one["cid"], first["cid"]);
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&one), keys(first));
+    for key in [
+        "proof_hash",
+        "asset_file_name",
+        "owner_profile_display_name",
+        "integrity_info",
+    ] {
+        assert_eq!(one[key], first[key], "{key}");
+    }
+    // The raw bytes keep the list's key order.
+    let raw = reg.client.get(&url).send().await.unwrap();
+    assert_eq!(raw.headers()["allow"], "GET, HEAD, OPTIONS");
+    assert_eq!(raw.headers()["content-type"], "application/json");
+    let text = raw.text().await.unwrap();
+    assert!(text.starts_with(r#"{"cid":"#) || text.find("\"cid\"").is_some());
+    // The browsable page of one asset.
+    let page = reg
+        .client
+        .get(format!("{url}?format=api"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<h1>Asset Instance</h1>"), "{html}");
+    assert!(html.contains(cid));
+    // Unknown: DRF's 404; POST: DRF's 405; OPTIONS: the detail view's metadata.
+    let missing = reg
+        .client
+        .get(reg.url("/api/v3/assets/bafkreinothere/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(
+        missing.json::<Value>().await.unwrap(),
+        serde_json::json!({"detail": "No Asset matches the given query."})
+    );
+    let post = reg.client.post(&url).send().await.unwrap();
+    assert_eq!(post.status(), 405);
+    assert_eq!(
+        post.json::<Value>().await.unwrap()["detail"],
+        "Method \"POST\" not allowed."
+    );
+    let options = reg
+        .client
+        .request(reqwest::Method::OPTIONS, &url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        options.json::<Value>().await.unwrap()["name"],
+        "Asset Instance"
+    );
 }

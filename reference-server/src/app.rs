@@ -160,6 +160,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         .route("/llms.txt", get(handlers::serve_llms_txt))
         .route("/", get(crate::pages::landing))
         .route("/assets/site.css", get(crate::pages::stylesheet))
+        .route("/favicon.ico", get(crate::pages::favicon))
         .route("/receipts/signer", get(handlers::receipt_signer))
         .route(
             "/receipts/{token_id}",

@@ -61,6 +61,18 @@ pub async fn landing(State(state): State<Arc<AppState>>) -> Response {
     })
 }
 
+/// `GET /favicon.ico`: no icon (204), so a browser showing a JSON answer logs no 404.
+pub async fn favicon() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=86400"),
+        )],
+    )
+        .into_response()
+}
+
 /// `GET /assets/site.css`.
 pub async fn stylesheet() -> Response {
     (

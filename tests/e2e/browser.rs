@@ -85,6 +85,37 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
     assert!(links[0].ends_with("/certificate"), "{r}");
     assert!(links.iter().all(|l| l.starts_with(&server.url)), "{r}");
     assert_eq!(r["phoneOverflow"], false, "{r}");
+    // The server's pages, opened in the browser: 200 and no console error (checked above for all of them).
+    for name in [
+        "landing",
+        "certificate",
+        "receipt",
+        "verify",
+        "browsable",
+        "detail",
+        "docs",
+    ] {
+        assert_eq!(r["pages"][name]["status"], 200, "{name}: {r}");
+    }
+    assert_eq!(r["pages"]["browsable"]["options"], true, "{r}");
+    assert_eq!(r["pages"]["docs"]["swagger"], true, "{r}");
+    let page_links = r["pages"]["browsable"]["pageLinks"]
+        .as_array()
+        .expect("page links");
+    assert!(
+        page_links.iter().any(|l| l == "1") && page_links.iter().any(|l| l == "2"),
+        "{r}"
+    );
+    let landing = r["landingLinks"].as_object().expect("landing links");
+    assert!(landing.len() >= 10, "{r}");
+    for (href, status) in landing {
+        let expected = if href.contains("/x402Article?") {
+            402
+        } else {
+            200
+        };
+        assert_eq!(status, expected, "{href}");
+    }
     // Exactly the price moved, once.
     let price = U256::from(ARTICLE_PRICE);
     assert_eq!(chain.balance(from).await, before.0 - price);

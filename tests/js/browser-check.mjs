@@ -152,6 +152,49 @@ try {
   await page.screenshot({ path: `${shots}/paywall-phone.png`, fullPage: true });
   await page.close();
 
+  // The server's pages load without console errors (the receipt's certificate and verify URL included).
+  const base = new URL(articleUrl).origin;
+  const assets = await (await fetch(`${base}/api/v3/assets/?limit=1`)).json();
+  const cid = assets.results[0].cid;
+  const pages = {
+    landing: `${base}/`,
+    certificate: out.receiptLinks[0],
+    receipt: out.receiptLinks[1],
+    verify: `${base}/verify/${cid}`,
+    browsable: `${base}/api/v3/assets/?format=api&limit=2&offset=2`,
+    detail: `${base}/api/v3/assets/${cid}/?format=api`,
+    docs: `${base}/docs/`,
+  };
+  out.pages = {};
+  for (const [name, url] of Object.entries(pages)) {
+    page = await browser.newPage();
+    page.on("console", (m) => {
+      if (m.type() === "error") out.consoleErrors.push(`${name}: ${m.text()} (${m.location()?.url})`);
+    });
+    page.on("pageerror", (e) => out.consoleErrors.push(`${name}: ${e.message}`));
+    const res = await page.goto(url, { waitUntil: "networkidle0" });
+    out.pages[name] = { status: res.status(), title: await page.title() };
+    if (name === "browsable") {
+      out.pages[name].pageLinks = await page.$$eval("nav.pages a", (as) => as.map((a) => a.textContent));
+      await page.click("#options-btn");
+      await page.waitForFunction(() => /Asset List/.test(document.querySelector("#response").textContent), { timeout: TIMEOUT });
+      out.pages[name].options = true;
+    }
+    if (name === "docs") {
+      await page.waitForSelector(".swagger-ui .info", { timeout: TIMEOUT });
+      out.pages[name].swagger = true;
+    }
+    await page.screenshot({ path: `${shots}/page-${name}.png`, fullPage: false });
+    await page.close();
+  }
+  // Every link of the landing page answers (articles 402 until paid).
+  page = await browser.newPage();
+  await page.goto(pages.landing);
+  const links = await page.$$eval("a", (as) => as.map((a) => a.href));
+  await page.close();
+  out.landingLinks = {};
+  for (const href of links) out.landingLinks[href] = (await fetch(href)).status;
+
   console.log(JSON.stringify(out));
 } catch (error) {
   console.error(`browser-check: ${error?.stack ?? error}\n${JSON.stringify(out)}`);

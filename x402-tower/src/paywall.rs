@@ -126,6 +126,45 @@ struct Builtin<'a> {
     data: String,
 }
 
+/// `wallet_addEthereumChain` parameters of the public testnets, for a wallet that does not know the chain
+/// (mainnets are in every wallet). Their public RPC endpoints and explorers.
+fn add_chain_params(v1_name: &str, chain_id: u64) -> Option<serde_json::Value> {
+    let (name, native, rpc, explorer) = match v1_name {
+        "base-sepolia" => (
+            "Base Sepolia",
+            "ETH",
+            "https://sepolia.base.org",
+            "https://sepolia.basescan.org",
+        ),
+        "avalanche-fuji" => (
+            "Avalanche Fuji",
+            "AVAX",
+            "https://api.avax-test.network/ext/bc/C/rpc",
+            "https://testnet.snowtrace.io",
+        ),
+        "polygon-amoy" => (
+            "Polygon Amoy",
+            "POL",
+            "https://rpc-amoy.polygon.technology",
+            "https://amoy.polygonscan.com",
+        ),
+        "arbitrum-sepolia" => (
+            "Arbitrum Sepolia",
+            "ETH",
+            "https://sepolia-rollup.arbitrum.io/rpc",
+            "https://sepolia.arbiscan.io",
+        ),
+        _ => return None,
+    };
+    Some(serde_json::json!({
+        "chainId": format!("0x{chain_id:x}"),
+        "chainName": name,
+        "nativeCurrency": {"name": native, "symbol": native, "decimals": 18},
+        "rpcUrls": [rpc],
+        "blockExplorerUrls": [explorer],
+    }))
+}
+
 /// The server's reason in words (empty for the first 402 of a request without payment).
 fn reason_in_words(error: &str) -> &'static str {
     match error {
@@ -161,8 +200,14 @@ pub(crate) fn render(
             };
             // The requirements for the script, with what it shows; `<` escaped so nothing in the JSON can
             // close the data block.
+            let chain = first
+                .network
+                .info()
+                .and_then(|i| add_chain_params(i.v1_name, i.chain_id))
+                .map(|c| format!("\"chain\":{c},"))
+                .unwrap_or_default();
             let data = format!(
-                "{{\"networkName\":{},\"decimals\":{},{}",
+                "{{\"networkName\":{},\"decimals\":{},{chain}{}",
                 serde_json::to_string(&network).unwrap_or_default(),
                 first.token.decimals,
                 page.payment_required.get(1..).unwrap_or("}")

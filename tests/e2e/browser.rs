@@ -5,7 +5,7 @@
 use alloy_primitives::U256;
 use serde_json::Value;
 use workspace_tests::chain::Chain;
-use workspace_tests::clients::run;
+use workspace_tests::clients::run_js_json;
 use workspace_tests::tools;
 
 use crate::common::{ARTICLE_PRICE, RefServer, pay_to, payer};
@@ -27,25 +27,17 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
     chain.mint(from, 1_000_000).await;
     let before = (chain.balance(from).await, chain.balance(pay_to()).await);
     let shots = screenshots();
-    let stdout = run(
-        &tools::node(),
+    let r = run_js_json(
+        "browser-check.mjs",
         &[
-            "browser-check.mjs",
             &server.article_url(),
             &chain.anvil.url,
             key,
             tools::chromium().to_str().expect("path"),
             shots.to_str().expect("path"),
         ],
-        &tools::js_dir(),
     )
     .await;
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON line in {stdout}"));
-    let r: Value = serde_json::from_str(line).expect("JSON");
 
     assert_eq!(r["consoleErrors"], serde_json::json!([]), "{r}");
     for mode in ["none", "reject", "pay", "phone"] {

@@ -2,8 +2,7 @@
 //! and viem, in `tests/js/extensions-check.mjs`: signed offers and receipts, sign-in-with-x, bazaar.
 
 use serde_json::Value;
-use workspace_tests::clients::run;
-use workspace_tests::tools;
+use workspace_tests::clients::run_js_json;
 
 use crate::common::{ARTICLE, RefServer, payer};
 
@@ -18,18 +17,7 @@ async fn official_extension_code_verifies_receipts_signs_in_and_lists_resources(
         "the demo catalog has {UNPAID}"
     );
     let (key, address) = payer(3);
-    let stdout = run(
-        &tools::node(),
-        &["extensions-check.mjs", &server.url, ARTICLE, UNPAID, key],
-        &tools::js_dir(),
-    )
-    .await;
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON line in {stdout}"));
-    let r: Value = serde_json::from_str(line).expect("JSON");
+    let r = run_js_json("extensions-check.mjs", &[&server.url, ARTICLE, UNPAID, key]).await;
     let published = r["published"].as_str().expect("published key");
 
     // offer-receipt: official verifiers and viem agree with the published key.

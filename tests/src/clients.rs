@@ -63,6 +63,20 @@ pub async fn run(program: &Path, args: &[&str], cwd: &Path) -> String {
     stdout
 }
 
+/// Runs the Node.js script `script` of `tests/js` with `args` and parses the last line of its stdout that is a
+/// JSON object (what the check scripts print).
+pub async fn run_js_json(script: &str, args: &[&str]) -> Value {
+    let mut all = vec![script];
+    all.extend_from_slice(args);
+    let stdout = run(&tools::node(), &all, &tools::js_dir()).await;
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line in {stdout}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
 /// Buys `url` with `client`, paying with `key`.
 pub async fn buy(client: Client, url: &str, key: &str) -> Purchase {
     let stdout = match client {

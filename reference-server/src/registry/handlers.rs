@@ -279,24 +279,30 @@ pub(crate) async fn detail(
     State(reg): State<Arc<Registry>>,
     cid: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Response {
-    let missing = || super::drf::detail(StatusCode::NOT_FOUND, "No Asset matches the given query.");
     let cid = cid.map(|Path(c)| c).unwrap_or_default();
-    if cid.is_empty() || cid.len() > 128 {
-        return missing();
-    }
-    let (id, tpl) = match reg.store.template(cid).await {
-        Ok(t) => t,
-        Err(StoreError::NotFound) => return missing(),
-        Err(e) => return store_error(&e),
-    };
-    match render_one(&reg, id, &tpl) {
-        Ok(json) => (
+    match record_of(&reg, cid).await {
+        Ok(Some(json)) => (
             [(header::CONTENT_TYPE, "application/json")],
             bytes::Bytes::from(json),
         )
             .into_response(),
+        Ok(None) => super::drf::detail(StatusCode::NOT_FOUND, "No Asset matches the given query."),
         Err(r) => r,
     }
+}
+
+/// The rendered record (JSON) of the asset `cid`: `Ok(None)` when there is none (a path that does not decode
+/// to UTF-8, an empty or overlong CID names no asset), `Err` with the answer when storage failed.
+async fn record_of(reg: &Registry, cid: String) -> Result<Option<Vec<u8>>, Response> {
+    if cid.is_empty() || cid.len() > 128 {
+        return Ok(None);
+    }
+    let (id, tpl) = match reg.store.template(cid).await {
+        Ok(t) => t,
+        Err(StoreError::NotFound) => return Ok(None),
+        Err(e) => return Err(store_error(&e)),
+    };
+    render_one(reg, id, &tpl).map(Some)
 }
 
 /// `GET /verify/{cid}`: the public verification page linked by `certificate_link`.
@@ -316,19 +322,10 @@ pub(crate) async fn verify_page(
     State(reg): State<Arc<Registry>>,
     cid: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Response {
-    // A path that does not decode to UTF-8 names no asset: the same JSON 404.
     let cid = cid.map(|Path(c)| c).unwrap_or_default();
-    if cid.is_empty() || cid.len() > 128 {
-        return error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "No such asset.",
-            serde_json::Value::Null,
-        );
-    }
-    let (id, tpl) = match reg.store.template(cid).await {
-        Ok(t) => t,
-        Err(StoreError::NotFound) => {
+    let json = match record_of(&reg, cid).await {
+        Ok(Some(json)) => json,
+        Ok(None) => {
             return error(
                 StatusCode::NOT_FOUND,
                 "not_found",
@@ -336,10 +333,6 @@ pub(crate) async fn verify_page(
                 serde_json::Value::Null,
             );
         }
-        Err(e) => return store_error(&e),
-    };
-    let json = match render_one(&reg, id, &tpl) {
-        Ok(b) => b,
         Err(r) => return r,
     };
     let rec: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();

@@ -40,7 +40,15 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
     .await;
 
     assert_eq!(r["consoleErrors"], serde_json::json!([]), "{r}");
-    for mode in ["none", "reject", "pay", "phone"] {
+    for mode in [
+        "none",
+        "reject",
+        "elsewhere",
+        "poor",
+        "badsig",
+        "pay",
+        "phone",
+    ] {
         assert_eq!(r[format!("{mode}Status")], 402, "{mode}: {r}");
     }
     assert!(
@@ -55,6 +63,25 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         "{r}"
     );
     assert_eq!(r["signed"], 1, "only the purchase was signed: {r}");
+    assert!(
+        r["wrongChain"]
+            .as_str()
+            .unwrap()
+            .starts_with("Switch your wallet to"),
+        "{r}"
+    );
+    assert!(
+        r["lowBalance"]
+            .as_str()
+            .unwrap()
+            .starts_with("Your balance is lower than the price"),
+        "{r}"
+    );
+    assert_eq!(r["lowBalancePayDisabled"], true, "{r}");
+    assert_eq!(
+        r["refused"], "The payment was refused: The wallet's signature was not accepted.",
+        "the server's reason in words: {r}"
+    );
     assert_eq!(r["account"], from.to_checksum(None), "{r}");
     assert_eq!(r["balance"], "1 USDC", "{r}");
     assert_eq!(

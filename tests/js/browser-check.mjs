@@ -17,21 +17,27 @@ if (!articleUrl || !rpcUrl || !key || !chromium || !shots) {
   process.exit(2);
 }
 const account = privateKeyToAccount(key);
+// A key with no USDC, and a stranger whose signature the server must refuse.
+const empty = privateKeyToAccount("0x" + "11".repeat(32));
+const stranger = privateKeyToAccount("0x" + "22".repeat(32));
 const chain = createPublicClient({ transport: http(rpcUrl) });
 const out = { consoleErrors: [] };
 const TIMEOUT = 20_000;
 
 // The wallet, on the Node side: answers the page's EIP-1193 requests.
 function wallet(mode) {
+  const me = mode === "poor" ? empty : account;
   return async (method, params) => {
     try {
       switch (method) {
         case "eth_requestAccounts":
         case "eth_accounts":
-          return { result: [account.address] };
+          return { result: [me.address] };
         case "eth_chainId":
-          return { result: `0x${(await chain.getChainId()).toString(16)}` };
+          // "elsewhere": the wallet sits on another chain and cannot switch to an unknown one.
+          return { result: mode === "elsewhere" ? "0x1" : `0x${(await chain.getChainId()).toString(16)}` };
         case "wallet_switchEthereumChain":
+          if (mode === "elsewhere") return { error: { code: 4902, message: "Unrecognized chain ID." } };
           return { result: null };
         case "eth_call":
           return { result: await chain.request({ method, params }) };
@@ -41,8 +47,9 @@ function wallet(mode) {
           const { EIP712Domain, ...types } = typed.types;
           const m = typed.message;
           const message = { ...m, value: BigInt(m.value), validAfter: BigInt(m.validAfter), validBefore: BigInt(m.validBefore) };
-          const signature = await account.signTypedData({ domain: typed.domain, types, primaryType: typed.primaryType, message });
-          out.signed = (out.signed ?? 0) + 1;
+          const signer = mode === "badsig" ? stranger : account;
+          const signature = await signer.signTypedData({ domain: typed.domain, types, primaryType: typed.primaryType, message });
+          if (mode !== "badsig") out.signed = (out.signed ?? 0) + 1;
           return { result: signature };
         }
         default:
@@ -126,6 +133,27 @@ try {
   await page.waitForFunction(() => /rejected/.test(document.querySelector("#x402-status").textContent), { timeout: TIMEOUT });
   out.rejected = await status(page);
   await page.screenshot({ path: `${shots}/paywall-rejected.png`, fullPage: true });
+  await page.close();
+
+  // The wallet is on another chain it cannot leave; a wallet without USDC; a signature the server refuses.
+  page = await open(browser, "elsewhere");
+  await page.click("#x402-connect");
+  await page.waitForFunction(() => /Switch your wallet/.test(document.querySelector("#x402-status").textContent), { timeout: TIMEOUT });
+  out.wrongChain = await status(page);
+  await page.close();
+  page = await open(browser, "poor");
+  await page.click("#x402-connect");
+  await page.waitForFunction(() => /balance is lower/.test(document.querySelector("#x402-status").textContent), { timeout: TIMEOUT });
+  out.lowBalance = await status(page);
+  out.lowBalancePayDisabled = await page.$eval("#x402-pay", (b) => b.disabled);
+  await page.screenshot({ path: `${shots}/paywall-low-balance.png`, fullPage: true });
+  await page.close();
+  page = await open(browser, "badsig");
+  await page.click("#x402-connect");
+  await page.waitForSelector("#x402-pay:not([disabled])", { timeout: TIMEOUT });
+  await page.click("#x402-pay");
+  await page.waitForFunction(() => /refused/.test(document.querySelector("#x402-status").textContent), { timeout: TIMEOUT });
+  out.refused = await status(page);
   await page.close();
 
   // A purchase.

@@ -316,3 +316,43 @@ async fn a_declared_payment_identifier_is_sent_and_echoed_declarations_are_kept(
     let id = info["id"].as_str().unwrap();
     assert!(id.starts_with("pay_") && id.len() == 36, "{id}");
 }
+
+/// A wallet that refuses to sign (a hardware key unplugged, a user who said no).
+struct Refusing(alloy_primitives::Address);
+
+#[async_trait::async_trait]
+impl alloy_signer::Signer for Refusing {
+    async fn sign_hash(
+        &self,
+        _: &alloy_primitives::B256,
+    ) -> alloy_signer::Result<alloy_primitives::Signature> {
+        Err(alloy_signer::Error::other("the wallet refused"))
+    }
+    fn address(&self) -> alloy_primitives::Address {
+        self.0
+    }
+    fn chain_id(&self) -> Option<u64> {
+        None
+    }
+    fn set_chain_id(&mut self, _: Option<u64>) {}
+}
+
+#[tokio::test]
+async fn a_signature_that_fails_gives_its_reservation_back_to_the_budget() {
+    let inner = Inner::new();
+    let sends = Arc::new(Mutex::new(Vec::new()));
+    let budget = Budget::new(Price::from_usdc_decimal("0.03").unwrap());
+    let before = budget.remaining();
+    let client = X402ClientLayer::new(Refusing(ACCOUNT0), policy("1").budget(budget.clone()))
+        .layer(server(config(), &inner, sends.clone()));
+    for _ in 0..5 {
+        match client.clone().oneshot(get()).await {
+            Err(ClientError::Signing(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    // Nothing was signed, nothing sent, and the budget is whole: five failures did not spend 0.03.
+    assert_eq!(budget.remaining(), before);
+    assert!(sends.lock().unwrap().is_empty());
+    assert_eq!(inner.calls(), 0);
+}

@@ -1313,3 +1313,35 @@ async fn the_landing_page_links_everything_and_every_link_answers() {
         assert_eq!(status, expected, "{href}");
     }
 }
+
+/// A request whose body is a stream cannot be sent twice, so the reqwest adapter cannot pay for it: it
+/// passes the 402 through as the server sent it (readable, no payment, no error), never a half-paid request.
+#[tokio::test]
+async fn the_reqwest_adapter_passes_a_402_through_for_a_request_it_cannot_resend() {
+    use x402_tower::client::{Paid, PaymentPolicy, reqwest::X402Middleware};
+    let server = TestServer::start().await;
+    let signer: alloy_signer_local::PrivateKeySigner = crate::common::PAYER_KEY.parse().unwrap();
+    let policy = PaymentPolicy::new(x402_tower::Price::from_usdc_decimal("1").unwrap());
+    let client = reqwest_middleware::ClientBuilder::new(server.client.clone())
+        .with(X402Middleware::new(signer, policy))
+        .build();
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let chunks =
+        futures_util::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"x"))]);
+    let resp = client
+        .get(&url)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .expect("the 402, not an error");
+    assert_eq!(resp.status(), 402);
+    assert!(resp.extensions().get::<Paid>().is_none());
+    assert!(resp.headers().contains_key("payment-required"));
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["x402Version"], 1);
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 0);
+    // The same request with a plain body is paid.
+    let paid = client.get(&url).send().await.unwrap();
+    assert_eq!(paid.status(), 200);
+    assert!(paid.extensions().get::<Paid>().is_some());
+}

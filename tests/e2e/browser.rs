@@ -63,6 +63,18 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         "{r}"
     );
     assert_eq!(r["signed"], 1, "only the purchase was signed: {r}");
+    // The purchase's first answer was lost after the server settled it; the page said so, sent the very same
+    // payment again and got the article: one signature, one transfer (balances below).
+    assert_eq!(r["lostAnswerStatus"], 200, "{r}");
+    assert!(
+        r["lostAnswer"]
+            .as_str()
+            .unwrap()
+            .starts_with("The server could not be reached"),
+        "{r}"
+    );
+    assert_eq!(r["paymentsSent"], 2, "{r}");
+    assert_eq!(r["sameHeaderResent"], true, "the same payment resent: {r}");
     assert!(
         r["wrongChain"]
             .as_str()

@@ -92,7 +92,8 @@ async function open(browser, mode) {
   page.on("console", (m) => {
     // The paywall document itself answers 402 by design: Chromium logs that as a failed load. Anything else
     // (another failed resource, a script error, a CSP violation) is an error.
-    const own = m.location()?.url === articleUrl && /status of 402/.test(m.text());
+    // So is the answer this test cuts on purpose (the lost answer of the purchase).
+    const own = m.location()?.url === articleUrl && (/status of 402/.test(m.text()) || (mode === "pay" && /ERR_CONNECTION_RESET/.test(m.text())));
     if (m.type() === "error" && !own) out.consoleErrors.push(`${mode}: ${m.text()} (${m.location()?.url})`);
   });
   page.on("pageerror", (e) => out.consoleErrors.push(`${mode}: ${e.message}`));
@@ -165,6 +166,28 @@ try {
   out.balance = await page.$eval("#x402-balance", (e) => e.textContent);
   out.account = await page.$eval("#x402-account", (e) => e.textContent);
   await page.screenshot({ path: `${shots}/paywall-connected.png`, fullPage: true });
+  // The first paid request reaches the server (which settles it) but its answer is lost on the way back.
+  await page.setRequestInterception(true);
+  let lost = false;
+  const sentHeaders = [];
+  page.on("request", async (req) => {
+    const header = req.headers()["payment-signature"];
+    if (!header) return req.continue();
+    sentHeaders.push(header);
+    out.paymentsSent = sentHeaders.length;
+    out.sameHeaderResent = sentHeaders.every((h) => h === sentHeaders[0]);
+    if (lost) return req.continue();
+    lost = true;
+    const delivered = await fetch(req.url(), { headers: req.headers() });
+    out.lostAnswerStatus = delivered.status;
+    await delivered.arrayBuffer();
+    return req.abort("connectionreset");
+  });
+  await page.click("#x402-pay");
+  await page.waitForFunction(() => /could not be reached/.test(document.querySelector("#x402-status").textContent), { timeout: 60_000 });
+  out.lostAnswer = await status(page);
+  // Pay again: the page resends the same payment; the server delivers what was paid for, once.
+  await page.waitForSelector("#x402-pay:not([disabled])", { timeout: TIMEOUT });
   await page.click("#x402-pay");
   await page.waitForSelector(".receipt a", { timeout: 60_000 });
   out.articleTitle = await page.$eval("h1", (e) => e.textContent);

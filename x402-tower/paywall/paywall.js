@@ -4,7 +4,9 @@
   var offer = data.accepts[0];
   var chainId = Number(offer.network.split(":")[1]);
   var $ = function (id) { return document.getElementById(id); };
-  var state = { provider: null, account: null };
+  // `pending`: a signed payment whose answer is not known yet (lost, or settlement pending): sent again as is,
+  // never signed anew, so a retry can never pay twice.
+  var state = { provider: null, account: null, pending: null };
   var REASONS = {
     insufficient_funds: "Your USDC balance is too low for this payment.",
     invalid_exact_evm_payload_signature: "The wallet's signature was not accepted.",
@@ -91,8 +93,9 @@
     return btoa(s);
   }
   async function pay() {
-    var p = state.provider, from = state.account;
     $("x402-pay").disabled = true;
+    if (state.pending) return send(state.pending);
+    var p = state.provider, from = state.account;
     var authorization = {
       from: from,
       to: offer.payTo,
@@ -127,12 +130,32 @@
     }
     var payment = { x402Version: 2, resource: data.resource, accepted: offer, payload: { signature: signature, authorization: authorization } };
     if (data.extensions) payment.extensions = data.extensions;
+    state.pending = b64(JSON.stringify(payment));
+    return send(state.pending);
+  }
+  async function send(header) {
     say("Paying...", "");
-    var res = await fetch(location.href, { headers: { "PAYMENT-SIGNATURE": b64(JSON.stringify(payment)), Accept: "application/json, text/html;q=0.9" } });
-    if (res.ok) return show(res);
+    var res;
+    try {
+      res = await fetch(location.href, { headers: { "PAYMENT-SIGNATURE": header, Accept: "application/json, text/html;q=0.9" } });
+    } catch (e) {
+      say("The server could not be reached. Press Pay to send the same payment again: it is never taken twice.", "error");
+      $("x402-pay").disabled = false;
+      return;
+    }
+    if (res.ok) {
+      state.pending = null;
+      return show(res);
+    }
     var reason = "";
     try { reason = JSON.parse(atob(res.headers.get("PAYMENT-REQUIRED"))).error || ""; } catch (e) { reason = ""; }
-    say("The payment was refused: " + (REASONS[reason] || reason || ("HTTP " + res.status)), "error");
+    // A refused payment is over (nothing was taken): the next Pay signs a new one. A pending one is resent.
+    if (reason === "settlement_pending") {
+      say(REASONS.settlement_pending + " Press Pay to ask again.", "");
+    } else {
+      state.pending = null;
+      say("The payment was refused: " + (REASONS[reason] || reason || ("HTTP " + res.status)), "error");
+    }
     $("x402-pay").disabled = false;
   }
   function link(href, text) {

@@ -7,14 +7,8 @@
   // `pending`: a signed payment whose answer is not known yet (lost, or settlement pending): sent again as is,
   // never signed anew, so a retry can never pay twice.
   var state = { provider: null, account: null, pending: null };
-  var REASONS = {
-    insufficient_funds: "Your USDC balance is too low for this payment.",
-    invalid_exact_evm_payload_signature: "The wallet's signature was not accepted.",
-    invalid_exact_evm_nonce_already_used: "This payment was already used.",
-    invalid_exact_evm_payload_authorization_valid_before: "The payment expired before it arrived. Try again.",
-    invalid_exact_evm_payload_authorization_value: "The amount signed is not the price.",
-    settlement_pending: "The payment is being confirmed on chain. Try again in a moment: you will not be charged twice.",
-  };
+  // The server's reasons in words: the table of src/paywall.rs, sent with the requirements.
+  var REASONS = data.reasons || {};
   function say(text, kind) {
     var s = $("x402-status");
     s.textContent = text;

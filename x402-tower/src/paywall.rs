@@ -165,21 +165,53 @@ fn add_chain_params(v1_name: &str, chain_id: u64) -> Option<serde_json::Value> {
     }))
 }
 
+/// The spec's reasons a reader may see, in words: used for the page's first rendering and sent to its
+/// script (in the data block) for the answers it gets itself. One table for both.
+const REASONS: &[(&str, &str)] = &[
+    (
+        "insufficient_funds",
+        "Your USDC balance is too low for this payment.",
+    ),
+    (
+        "invalid_exact_evm_payload_signature",
+        "The wallet's signature was not accepted.",
+    ),
+    (
+        "invalid_exact_evm_nonce_already_used",
+        "This payment was already used.",
+    ),
+    (
+        "invalid_exact_evm_payload_authorization_valid_before",
+        "The payment expired before it arrived. Try again.",
+    ),
+    (
+        "invalid_exact_evm_payload_authorization_value",
+        "The amount signed is not the price.",
+    ),
+    (
+        "settlement_pending",
+        "The payment is being confirmed on chain. Try again in a moment: you will not be charged twice.",
+    ),
+];
+
+/// [`REASONS`] as the JSON object the script reads, serialised once.
+static REASONS_JSON: LazyLock<String> = LazyLock::new(|| {
+    let map: serde_json::Map<String, serde_json::Value> = REASONS
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+        .collect();
+    serde_json::Value::Object(map).to_string()
+});
+
 /// The server's reason in words (empty for the first 402 of a request without payment).
 fn reason_in_words(error: &str) -> &'static str {
-    match error {
-        "" | crate::layer::NO_PAYMENT_ERROR => "",
-        "insufficient_funds" => "Your USDC balance is too low for this payment.",
-        "invalid_exact_evm_payload_signature" => "The wallet's signature was not accepted.",
-        "invalid_exact_evm_nonce_already_used" => "This payment was already used.",
-        "invalid_exact_evm_payload_authorization_valid_before" => {
-            "The payment expired before it arrived. Try again."
-        }
-        "settlement_pending" => {
-            "The payment is being confirmed on chain. Try again in a moment: you will not be charged twice."
-        }
-        e if e.starts_with("siwx_") => "Signing in did not work: pay to read.",
-        _ => "The last payment was refused. Try again.",
+    if error.is_empty() || error == crate::layer::NO_PAYMENT_ERROR {
+        return "";
+    }
+    match REASONS.iter().find(|(k, _)| *k == error) {
+        Some((_, words)) => words,
+        None if error.starts_with("siwx_") => "Signing in did not work: pay to read.",
+        None => "The last payment was refused. Try again.",
     }
 }
 
@@ -207,9 +239,10 @@ pub(crate) fn render(
                 .map(|c| format!("\"chain\":{c},"))
                 .unwrap_or_default();
             let data = format!(
-                "{{\"networkName\":{},\"decimals\":{},{chain}{}",
+                "{{\"networkName\":{},\"decimals\":{},\"reasons\":{},{chain}{}",
                 serde_json::to_string(&network).unwrap_or_default(),
                 first.token.decimals,
+                *REASONS_JSON,
                 page.payment_required.get(1..).unwrap_or("}")
             )
             .replace('<', "\\u003c");

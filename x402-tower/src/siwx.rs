@@ -26,7 +26,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::Sha256;
 
 use crate::BoxFuture;
@@ -304,13 +304,8 @@ impl SignInWithX {
         tag
     }
 
-    /// The declaration for a 402 of `resource_url` offered on `networks` (CAIP-2), with a fresh nonce.
-    pub fn declare(&self, resource_url: &str, networks: &[&str], now: u64) -> Value {
-        serde_json::from_str(&self.declare_text(resource_url, networks, now)).unwrap_or(Value::Null)
-    }
-
-    /// [`SignInWithX::declare`], serialised: what a 402 sends (built from a pre-serialised schema, as it is
-    /// built for every 402).
+    /// The declaration for a 402 of `resource_url` offered on `networks` (CAIP-2), with a fresh nonce,
+    /// serialised: what a 402 sends (built from a pre-serialised schema, as it is built for every 402).
     pub fn declare_text(&self, resource_url: &str, networks: &[&str], now: u64) -> String {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]

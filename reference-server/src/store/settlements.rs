@@ -226,6 +226,11 @@ pub const MAX_DISCOVERED: u64 = 10_000;
 /// last_updated)`.
 pub(crate) type DiscoveredRow = (String, String, i64, String, String, i64);
 
+/// A count or position as SQL's signed 64-bit integer (saturating).
+pub(crate) fn sql_int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// A resource as stored.
 pub(crate) fn discovered_row(r: &DiscoveryResource) -> DiscoveredRow {
     (
@@ -351,7 +356,7 @@ impl SettlementStore for SqliteSettlementStore {
                 accepts,
                 metadata,
                 at,
-                i64::try_from(MAX_DISCOVERED).unwrap_or(i64::MAX)
+                sql_int(MAX_DISCOVERED)
             ])?;
             Ok(n > 0)
         }))
@@ -363,8 +368,7 @@ impl SettlementStore for SqliteSettlementStore {
         offset: u64,
         limit: u64,
     ) -> StoreFuture<'_, (Vec<DiscoveryResource>, u64)> {
-        let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let (offset, limit) = (big(offset), big(limit));
+        let (offset, limit) = (sql_int(offset), sql_int(limit));
         Box::pin(self.db.read(move |c| {
             let total: i64 = c
                 .prepare_cached(

@@ -36,6 +36,10 @@ async fn the_builtin_paywall_shows_the_offer_and_carries_its_requirements_under_
     let doc: serde_json::Value = serde_json::from_str(data).unwrap();
     assert_eq!(doc["accepts"], a.payment_required()["accepts"]);
     assert_eq!(doc["decimals"], 6);
+    assert_eq!(
+        doc["reasons"]["insufficient_funds"],
+        "Your USDC balance is too low for this payment."
+    );
     // A wallet that does not know Base Sepolia is offered to add it.
     assert_eq!(doc["chain"]["chainId"], "0x14a34");
     assert_eq!(doc["chain"]["rpcUrls"][0], "https://sepolia.base.org");

@@ -6,7 +6,7 @@ use tokio_postgres::types::ToSql;
 use super::Pg;
 use crate::store::settlements::{
     MAX_DISCOVERED, Resolution, SettlementOutcome, SettlementRecord, SettlementStore,
-    discovered_from, discovered_row, outcome_counts,
+    discovered_from, discovered_row, outcome_counts, sql_int,
 };
 use crate::store::{StoreError, StoreFuture};
 use x402_tower::bazaar::DiscoveryResource;
@@ -181,7 +181,7 @@ impl SettlementStore for PgSettlementStore {
                 )
                 .await?;
             let version = i16::try_from(version).unwrap_or(2);
-            let cap = i64::try_from(MAX_DISCOVERED).unwrap_or(i64::MAX);
+            let cap = sql_int(MAX_DISCOVERED);
             let n = c
                 .execute(
                     &stmt,
@@ -198,8 +198,7 @@ impl SettlementStore for PgSettlementStore {
         offset: u64,
         limit: u64,
     ) -> StoreFuture<'_, (Vec<DiscoveryResource>, u64)> {
-        let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let (offset, limit) = (big(offset), big(limit));
+        let (offset, limit) = (sql_int(offset), sql_int(limit));
         Box::pin(async move {
             let c = self.pg.client().await?;
             let total: i64 = c

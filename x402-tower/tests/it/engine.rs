@@ -23,9 +23,21 @@ fn engine(settler: Arc<dyn Settler>, store: Arc<InMemoryReplayStore>) -> Payment
 }
 
 /// The facilitator request for the v2 payment with nonce byte `nonce`.
+/// The facilitator request of the payment with `nonce`, built once: each test owns its nonces, and a second
+/// call is the same payment sent again (built anew, a later second would land in `validBefore` and make it
+/// another authorization under the same nonce, refused as a replay: that flaked under CI load).
 fn body(nonce: u8) -> Value {
-    let payload = unb64(&v2_header(nonce));
-    json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload})
+    static BUILT: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u8, Value>>> =
+        std::sync::LazyLock::new(Default::default);
+    BUILT
+        .lock()
+        .unwrap()
+        .entry(nonce)
+        .or_insert_with(|| {
+            let payload = unb64(&v2_header(nonce));
+            json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload})
+        })
+        .clone()
 }
 
 fn state(store: &InMemoryReplayStore) -> Option<PaymentState> {

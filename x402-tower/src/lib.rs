@@ -169,6 +169,7 @@ pub mod proto;
 pub mod replay;
 pub mod settle;
 pub mod siwx;
+pub mod terms;
 pub mod verify;
 
 pub use engine::{Answer, PaymentEngine, PaymentEngineBuilder, PaymentIdentifier, ReconcileReport};

@@ -54,6 +54,9 @@ pub struct VerifiedPayment {
     /// answer and resent the identical payment): deliver the same thing again, do not issue anything new.
     /// Nothing was settled for this request.
     pub redelivered: bool,
+    /// Which of the offers the price source returned this payment pays (their position): the license
+    /// bought when one resource is sold under several (0 for a facilitator's request, which has one).
+    pub offer_index: usize,
 }
 
 impl VerifiedPayment {
@@ -71,6 +74,7 @@ impl VerifiedPayment {
             x402_version: request.payload.x402_version(),
             settlement: None,
             redelivered: false,
+            offer_index: 0,
         }
     }
 }

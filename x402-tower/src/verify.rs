@@ -365,10 +365,17 @@ pub(crate) fn verify(
             let network = Network::from_v1_name(&p.network)
                 .ok_or_else(|| reject(RejectReason::InvalidNetwork, "unknown v1 network"))?;
             // Only the offers advertised to v1 clients (the legacy networks) can be paid in v1: an offer on a
-            // v2-only network has no v1 requirements to match or to hand a facilitator.
-            offers.iter().position(|o| {
-                o.offer.network == network && o.offer.network.legacy_v1_name().is_some()
-            })
+            // v2-only network has no v1 requirements to match or to hand a facilitator. A v1 payment names no
+            // offer, only its amount: among several offers on its network (two licenses of one resource at two
+            // prices), the one whose price it pays exactly, else the first (which it must then cover).
+            let payable = |o: &CompiledOffer| {
+                o.offer.network == network && network.legacy_v1_name().is_some()
+            };
+            let value = p.payload.authorization.value;
+            offers
+                .iter()
+                .position(|o| payable(o) && o.offer.amount.atomic_units() == value)
+                .or_else(|| offers.iter().position(payable))
         }
         PaymentPayload::V2(p) => {
             if p.accepted.scheme != SCHEME_EXACT {

@@ -484,7 +484,8 @@ impl PaymentEngine {
                 return Begin::Answer(self.refuse(r.reason, 2));
             }
         };
-        let compiled = &offers[local.offer_index];
+        let offer_index = local.offer_index;
+        let compiled = &offers[offer_index];
         let (requirements, requirements_json) = match &local.payload {
             PaymentPayload::V1(_) => match compiled.v1_requirements(resource_url) {
                 Some(r) => {
@@ -531,12 +532,14 @@ impl PaymentEngine {
             .await
         {
             Admitted::Answer(a) => return Begin::Answer(a),
-            Admitted::Redeliver(a) => {
+            Admitted::Redeliver(mut a) => {
+                a.verified.offer_index = offer_index;
                 self.metrics.accepted();
                 return Begin::Serve(a);
             }
             Admitted::Fresh(a) => a,
         };
+        attempt.verified.offer_index = offer_index;
         let settling_now = route.timing == SettleTiming::BeforeHandler;
         if !(settling_now && route.settle_without_verify)
             && let Err(a) = self.settler_verify(&mut attempt).await

@@ -94,6 +94,8 @@ pub(crate) struct Shared {
     pub(crate) siwx: Option<Arc<crate::siwx::SignInWithX>>,
     /// What browsers get.
     pub(crate) paywall: crate::paywall::Paywall,
+    /// Where the `terms` of a 402 come from, when declared.
+    pub(crate) terms: Option<crate::terms::TermsSource>,
     /// The offer-receipt signer, when declared.
     #[cfg(feature = "offer-receipt")]
     pub(crate) offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
@@ -111,11 +113,12 @@ impl Shared {
     pub(crate) fn extensions_for(
         &self,
         offers: &[CompiledOffer],
-        resource_url: &str,
+        info: &super::response::RequestInfo,
         sign_in: bool,
     ) -> (Option<String>, u64) {
+        let resource_url = info.resource_url.as_str();
         let fresh_nonce = sign_in && self.siwx.is_some();
-        if !(self.signs_offers() || fresh_nonce) {
+        if !(self.signs_offers() || fresh_nonce || info.terms.is_some()) {
             return (self.extensions.clone(), u64::MAX);
         }
         let now = self.engine.now();
@@ -137,6 +140,9 @@ impl Shared {
             out.push_str("\":");
             out.push_str(value);
         };
+        if let Some(terms) = &info.terms {
+            add(crate::terms::KEY, terms.declaration());
+        }
         #[cfg(feature = "offer-receipt")]
         if let Some(signer) = &self.offer_receipt
             && let Some((declaration, fresh_until)) = signer.declare(resource_url, offers, now)
@@ -209,6 +215,7 @@ impl X402Layer {
             settle_without_verify: false,
             siwx: None,
             discovery: None,
+            terms: None,
             paywall: Default::default(),
             #[cfg(feature = "offer-receipt")]
             offer_receipt: None,
@@ -269,6 +276,7 @@ pub struct X402Config {
     settle_without_verify: bool,
     siwx: Option<crate::siwx::SignInWithX>,
     discovery: Option<crate::bazaar::Discovery>,
+    terms: Option<crate::terms::TermsSource>,
     paywall: crate::paywall::Paywall,
     #[cfg(feature = "offer-receipt")]
     offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
@@ -370,6 +378,21 @@ impl X402Config {
     /// into its payment). See [`crate::bazaar`]. Default: not declared.
     pub fn discovery(mut self, discovery: crate::bazaar::Discovery) -> Self {
         self.discovery = Some(discovery);
+        self
+    }
+
+    /// Declares the `terms` extension in every 402 (v2): what a payment buys the right to do. See
+    /// [`crate::terms`]. Default: not declared.
+    pub fn terms(mut self, terms: crate::terms::Terms) -> Self {
+        self.terms = Some(crate::terms::TermsSource::Fixed(Arc::new(terms)));
+        self
+    }
+
+    /// Declares the `terms` extension per request: the `Arc<`[`Terms`](crate::terms::Terms)`>` an earlier layer
+    /// put in the request extensions (none there: no `terms` in that 402). For resources sold under terms of
+    /// their own, such as articles each with its license.
+    pub fn terms_per_request(mut self) -> Self {
+        self.terms = Some(crate::terms::TermsSource::PerRequest);
         self
     }
 
@@ -529,6 +552,7 @@ impl X402Config {
                 prebuilt: Default::default(),
                 siwx,
                 paywall: self.paywall,
+                terms: self.terms,
                 #[cfg(feature = "offer-receipt")]
                 offer_receipt: self.offer_receipt,
             }),

@@ -354,7 +354,7 @@ fn siwx_402(
     error: &str,
 ) -> Response<Full<Bytes>> {
     shared.engine.metrics.payment_required();
-    let (extensions, _) = shared.extensions_for(offers, &info.resource_url, true);
+    let (extensions, _) = shared.extensions_for(offers, info, true);
     super::response::payment_required(
         offers,
         info,
@@ -373,6 +373,10 @@ fn request_info<B>(shared: &Shared, req: &Request<B>) -> RequestInfo {
         resource_url: format!("{}{}", shared.base_url, path),
         wants_html: !matches!(shared.paywall, crate::paywall::Paywall::Off)
             && prefers_html(req.headers()),
+        terms: shared
+            .terms
+            .as_ref()
+            .and_then(|t| t.for_request(req.extensions())),
     }
 }
 

@@ -34,6 +34,8 @@ pub const EXPOSE_HEADERS_VALUE: &str =
 pub(crate) struct RequestInfo {
     pub(crate) resource_url: String,
     pub(crate) wants_html: bool,
+    /// The `terms` this request's 402 declares.
+    pub(crate) terms: Option<std::sync::Arc<crate::terms::Terms>>,
 }
 
 /// Whether the `Accept` header prefers HTML (a person in a browser): the media range with the highest `q`
@@ -208,6 +210,7 @@ struct Prebuilt {
     /// Held, so the offers' address cannot be reused by other offers while the entry lives.
     offers: std::sync::Arc<[CompiledOffer]>,
     wants_html: bool,
+    terms: Option<std::sync::Arc<crate::terms::Terms>>,
     /// Sent again until then (unix seconds; signed offers expire).
     until: u64,
     headers: HeaderMap,
@@ -229,12 +232,13 @@ impl Prebuilt402s {
             && let Some(p) = list.iter().find(|p| {
                 std::sync::Arc::ptr_eq(&p.offers, offers)
                     && p.wants_html == info.wants_html
+                    && p.terms == info.terms
                     && now < p.until
             })
         {
             return response_402(&p.headers, &p.body);
         }
-        let (extensions, until) = shared.extensions_for(offers, &info.resource_url, false);
+        let (extensions, until) = shared.extensions_for(offers, info, false);
         let (headers, body) = payment_required_parts(
             offers,
             info,
@@ -255,6 +259,7 @@ impl Prebuilt402s {
             list.push(Prebuilt {
                 offers: offers.clone(),
                 wants_html: info.wants_html,
+                terms: info.terms.clone(),
                 until,
                 headers,
                 body,
@@ -302,6 +307,7 @@ pub fn payment_required_response(
     let info = RequestInfo {
         resource_url: resource_url.to_owned(),
         wants_html: false,
+        terms: None,
     };
     payment_required(&compiled, &info, error, None, false, None, &Paywall::Off)
 }
@@ -320,7 +326,7 @@ pub(crate) fn render(
             version,
         } => {
             shared.engine.metrics.payment_required();
-            let (extensions, _) = shared.extensions_for(offers, &info.resource_url, false);
+            let (extensions, _) = shared.extensions_for(offers, info, false);
             payment_required(
                 offers,
                 info,
@@ -491,6 +497,7 @@ mod tests {
         let info = RequestInfo {
             resource_url: "https://example.org/a?id=1".into(),
             wants_html: false,
+            terms: None,
         };
         let expected = payment_required(
             &compiled,

@@ -19,4 +19,5 @@ mod service;
 mod settlement;
 mod siwx;
 mod stores;
+mod terms;
 mod vectors;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use serde_json::{Value, json};
+use serde_json::json;
 use tower::Layer;
 use x402_tower::price::Price;
 use x402_tower::settle::VerifyOnlySettler;

@@ -55,6 +55,8 @@ pub struct AppState {
     pub settlements: Arc<SettlementLog>,
     /// The payment engine's durable records (shared by the paid route and `/facilitator`).
     pub payment_store: Arc<dyn PaymentStore>,
+    /// Web Bot Auth: verifies signed crawler requests.
+    pub bots: licensing::bot_auth::BotVerifier,
 }
 
 impl AppState {
@@ -72,7 +74,7 @@ impl AppState {
         let settlements = Arc::new(SettlementLog::new(stores.settlements.clone()));
         let payment_store = stores.payments.clone();
         let licensing = stores.licensing.clone();
-        let articles = ArticleCatalog::load(&*licensing)
+        let articles = ArticleCatalog::load(&*licensing, &public_url, settings.default_terms.clone())
             .await
             .map_err(|e| BuildError::Registry(format!("article catalog: {e}")))?;
         let example_article = articles
@@ -89,6 +91,7 @@ impl AppState {
             &example_article,
         )?;
         Ok(Self {
+            bots: licensing::bot_auth::BotVerifier::new(settings.bot_auth.clone(), &public_url),
             articles,
             payments,
             payment_store,
@@ -146,7 +149,16 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
             state.clone(),
             handlers::require_article,
         ))
+        // Inside the task of run_to_completion: the verified crawler is a task-local the settlement log reads.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            licensing::bot_auth::identify,
+        ))
         .route_layer(middleware::from_fn(run_to_completion));
+    let llms_txt = get(handlers::serve_llms_txt).route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        licensing::bot_auth::identify,
+    ));
 
     let app = Router::new()
         // Interface A
@@ -155,9 +167,13 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
             get(handlers::list_articles).route_layer(middleware::from_fn(crate::conditional::etag)),
         )
         .route("/x402Article", paid_article)
-        .route("/serveLlmsTxt", get(handlers::serve_llms_txt))
+        .route("/serveLlmsTxt", llms_txt.clone())
         // The same text and the same interest count at the conventional path.
-        .route("/llms.txt", get(handlers::serve_llms_txt))
+        .route("/llms.txt", llms_txt)
+        // License terms for machines: RSL 1.0, and robots.txt pointing at it.
+        .route("/license.xml", get(handlers::license_xml))
+        .route("/robots.txt", get(handlers::robots_txt))
+        .route("/operator/licensing", get(handlers::licensing_view))
         .route("/", get(crate::pages::landing))
         .route("/assets/site.css", get(crate::pages::stylesheet))
         .route("/favicon.ico", get(crate::pages::favicon))
@@ -461,6 +477,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         licensing::payment::record_payment_metrics(&state.payments);
         state.settlements.record_metrics();
         state.interest.record_metrics();
+        state.bots.record_metrics();
         state.connections.record_metrics();
         state.stores.backend.record_metrics();
     });

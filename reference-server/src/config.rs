@@ -198,6 +198,45 @@ pub struct Config {
     )]
     pub facilitator_pay_to: Vec<String>,
 
+    /// Usages the site's default license permits (RSL 1.0 tokens: all ai-all ai-train ai-input ai-index
+    /// search), for articles without licenses of their own.
+    #[arg(long, env = "REFERENCE_SERVER_LICENSE_PERMITS", default_value = "search ai-input")]
+    pub license_permits: String,
+
+    /// Usages the site's default license prohibits.
+    #[arg(long, env = "REFERENCE_SERVER_LICENSE_PROHIBITS", default_value = "ai-train")]
+    pub license_prohibits: String,
+
+    /// User types the site's default license is for (commercial non-commercial education government
+    /// personal). Default: any.
+    #[arg(long, env = "REFERENCE_SERVER_LICENSE_USERS", default_value = "")]
+    pub license_users: String,
+
+    /// Web Bot Auth: origins of the signature agents whose key directories this server may fetch
+    /// (`https://agent.example`; repeat or comma-separate). A signed request from any other agent is treated
+    /// as unsigned. Default: none.
+    #[arg(long, env = "REFERENCE_SERVER_BOT_AGENTS", value_delimiter = ',')]
+    pub bot_agents: Vec<String>,
+
+    /// Web Bot Auth: how long to wait for an agent's key directory, in milliseconds.
+    #[arg(long, env = "REFERENCE_SERVER_BOT_DIRECTORY_TIMEOUT_MS", default_value_t = 2000)]
+    pub bot_directory_timeout_ms: u64,
+
+    /// Web Bot Auth: how long a fetched key directory is used before it is fetched again, in seconds.
+    #[arg(long, env = "REFERENCE_SERVER_BOT_DIRECTORY_TTL_SECS", default_value_t = 3600)]
+    pub bot_directory_ttl_secs: u64,
+
+    /// Web Bot Auth: paths that answer 401 to a request without a verified signature (`/x402Article`,
+    /// `/llms.txt`...; repeat or comma-separate). Default: none (signatures are recorded, never required).
+    #[arg(long, env = "REFERENCE_SERVER_BOT_REQUIRE", value_delimiter = ',')]
+    pub bot_require: Vec<String>,
+
+    /// License-token contract (ERC-721, `contracts/LicenseToken.sol`): each purchase mints the token whose id
+    /// is the receipt's to the payer. Needs on-chain settlement (`--rpc-url`, `--settler-key`, whose account
+    /// must be the contract's minter).
+    #[arg(long, env = "REFERENCE_SERVER_LICENSE_TOKEN")]
+    pub license_token: Option<String>,
+
     /// A one-off command instead of serving.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -260,6 +299,14 @@ impl Config {
             write_stall_timeout_secs: 30,
             max_connections: 4096,
             log_format: LogFormat::Text,
+            license_permits: "search ai-input".into(),
+            license_prohibits: "ai-train".into(),
+            license_users: String::new(),
+            bot_agents: Vec::new(),
+            bot_directory_timeout_ms: 2000,
+            bot_directory_ttl_secs: 3600,
+            bot_require: Vec::new(),
+            license_token: None,
             command: None,
         }
     }
@@ -366,6 +413,12 @@ pub struct Settings {
     pub connections: crate::serve::ConnectionLimits,
     /// Log format.
     pub log_format: LogFormat,
+    /// The license of articles without licenses of their own.
+    pub default_terms: crate::licensing::license::DefaultTerms,
+    /// Web Bot Auth verification.
+    pub bot_auth: crate::licensing::bot_auth::BotAuthConfig,
+    /// The license-token contract, when purchases mint license tokens.
+    pub license_token: Option<Address>,
 }
 
 /// The network and token articles are sold in (from x402-tower's network table, or given explicitly).
@@ -642,7 +695,23 @@ impl Config {
                 pay_to: (!facilitator_pay_to.is_empty()).then_some(facilitator_pay_to),
             },
         };
+        let default_terms = self.default_terms()?;
+        let bot_auth = self.bot_auth()?;
+        let license_token = match &self.license_token {
+            None => None,
+            Some(_) if onchain.is_none() => {
+                return Err(invalid(
+                    "license-token",
+                    self.license_token.as_deref().unwrap_or(""),
+                    "minting needs on-chain settlement: --rpc-url and --settler-key",
+                ));
+            }
+            Some(a) => Some(parse_address("license-token", a)?),
+        };
         Ok(Settings {
+            default_terms,
+            bot_auth,
+            license_token,
             onchain,
             facilitator,
             listen: self.listen,
@@ -669,6 +738,65 @@ impl Config {
                 max_connections: self.max_connections,
             },
             log_format: self.log_format,
+        })
+    }
+}
+
+impl Config {
+    fn default_terms(&self) -> Result<crate::licensing::license::DefaultTerms, ConfigError> {
+        use crate::licensing::license::{DefaultTerms, USAGES, USER_TYPES, parse_tokens};
+        let terms = DefaultTerms {
+            permits: parse_tokens(&self.license_permits, "usage", USAGES)
+                .map_err(|e| invalid("license-permits", &self.license_permits, e.to_string()))?,
+            prohibits: parse_tokens(&self.license_prohibits, "usage", USAGES).map_err(|e| {
+                invalid("license-prohibits", &self.license_prohibits, e.to_string())
+            })?,
+            users: parse_tokens(&self.license_users, "user type", USER_TYPES)
+                .map_err(|e| invalid("license-users", &self.license_users, e.to_string()))?,
+        };
+        terms
+            .validate()
+            .map_err(|e| invalid("license-prohibits", &self.license_prohibits, e.to_string()))?;
+        Ok(terms)
+    }
+
+    fn bot_auth(&self) -> Result<crate::licensing::bot_auth::BotAuthConfig, ConfigError> {
+        let agents = self
+            .bot_agents
+            .iter()
+            .filter(|a| !a.trim().is_empty())
+            .map(|a| {
+                let url = parse_http_url("bot-agents", a)?;
+                let origin = crate::licensing::bot_auth::origin_of(&url)
+                    .ok_or_else(|| invalid("bot-agents", a, "expected an origin (scheme://host[:port])"))?;
+                Ok(origin)
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        for (flag, v, max) in [
+            ("bot-directory-timeout-ms", self.bot_directory_timeout_ms, 60_000),
+            ("bot-directory-ttl-secs", self.bot_directory_ttl_secs, 7 * 86_400),
+        ] {
+            if v == 0 || v > max {
+                return Err(invalid(flag, &v.to_string(), format!("1 to {max}")));
+            }
+        }
+        let require = self
+            .bot_require
+            .iter()
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| {
+                if p.starts_with('/') && !p.contains(['?', '#', ' ']) {
+                    Ok(p.trim_end_matches('/').to_owned())
+                } else {
+                    Err(invalid("bot-require", p, "expected a path such as /x402Article"))
+                }
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        Ok(crate::licensing::bot_auth::BotAuthConfig {
+            agents,
+            directory_timeout: Duration::from_millis(self.bot_directory_timeout_ms),
+            directory_ttl: Duration::from_secs(self.bot_directory_ttl_secs),
+            require,
         })
     }
 }

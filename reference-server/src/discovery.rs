@@ -121,12 +121,15 @@ fn own_items(state: &AppState, now: u64) -> Vec<DiscoveryResource> {
         .articles
         .list()
         .iter()
-        .map(|a| {
-            let offer = crate::licensing::payment::article_offer(
+        .filter_map(|a| {
+            // One offer per license, as the article's 402 (the first is its catalog price).
+            let offers = crate::licensing::payment::article_offers(
                 &state.settings.payment,
                 state.settings.pay_to,
                 a,
+                crate::licensing::payment::LicenseChoice(None),
             );
+            let offer = offers.first()?;
             let id: String = form_urlencoded::byte_serialize(a.id.as_bytes()).collect();
             let mut metadata = serde_json::Map::new();
             metadata.insert(
@@ -135,14 +138,17 @@ fn own_items(state: &AppState, now: u64) -> Vec<DiscoveryResource> {
             );
             metadata.insert("description".into(), json!(offer.description));
             metadata.insert("mimeType".into(), json!(offer.mime_type));
-            DiscoveryResource {
+            Some(DiscoveryResource {
                 resource: format!("{}/x402Article?articleId={id}", state.public_url),
                 kind: "http".into(),
                 x402_version: 2,
-                accepts: vec![serde_json::to_value(offer.requirements_v2()).unwrap_or(Value::Null)],
+                accepts: offers
+                    .iter()
+                    .map(|o| serde_json::to_value(o.requirements_v2()).unwrap_or(Value::Null))
+                    .collect(),
                 last_updated: json!(now),
                 metadata,
-            }
+            })
         })
         .collect()
 }

@@ -24,6 +24,7 @@ use crate::{licensing, registry};
         licensing::handlers::list_articles,
         licensing::handlers::get_article,
         licensing::handlers::serve_llms_txt,
+        licensing::handlers::license_xml,
         licensing::handlers::receipt_json,
         licensing::handlers::receipt_signer,
         crate::discovery::list,

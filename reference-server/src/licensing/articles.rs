@@ -4,11 +4,17 @@
 //! Loaded at start from the database, and reloaded every [`REFRESH`] by a background task so that a change
 //! made through the database (by another instance, or by an operator) is served within that time. Articles
 //! only change that way: nothing in this server writes them after seeding.
+//!
+//! Each article is held with its licenses resolved (its own, or the site's default terms at its price) and
+//! the x402 `terms` its 402 declares, built once per load.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use x402_tower::terms::Terms;
+
+use super::license::{self, DefaultTerms};
 use crate::store::StoreError;
 use crate::store::articles::{Article, LicensingStore};
 
@@ -17,7 +23,7 @@ pub const REFRESH: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
 struct Snapshot {
-    by_id: HashMap<String, Arc<Article>>,
+    by_id: HashMap<String, (Arc<Article>, Arc<Terms>)>,
     /// Published articles in catalog order (newest first, as the store lists them).
     published: Vec<Arc<Article>>,
 }
@@ -26,14 +32,32 @@ struct Snapshot {
 #[derive(Debug, Default)]
 pub struct ArticleCatalog {
     snapshot: RwLock<Arc<Snapshot>>,
+    /// Public base URL (the `terms` URLs).
+    public_url: String,
+    /// The terms of articles without licenses of their own.
+    default_terms: DefaultTerms,
 }
 
 impl ArticleCatalog {
-    /// Loads every published article from `store` (at start, before serving).
-    pub async fn load(store: &dyn LicensingStore) -> Result<Self, StoreError> {
-        let catalog = ArticleCatalog::default();
+    /// Loads every published article from `store` (at start, before serving); articles without licenses of
+    /// their own are sold under `default_terms`.
+    pub async fn load(
+        store: &dyn LicensingStore,
+        public_url: &str,
+        default_terms: DefaultTerms,
+    ) -> Result<Self, StoreError> {
+        let catalog = ArticleCatalog {
+            public_url: public_url.to_owned(),
+            default_terms,
+            ..Default::default()
+        };
         catalog.replace(store.list_published().await?);
         Ok(catalog)
+    }
+
+    /// The site's default terms.
+    pub fn default_terms(&self) -> &DefaultTerms {
+        &self.default_terms
     }
 
     /// Replaces the catalog with what `store` holds now.
@@ -43,10 +67,19 @@ impl ArticleCatalog {
     }
 
     fn replace(&self, articles: Vec<Article>) {
-        let published: Vec<Arc<Article>> = articles.into_iter().map(Arc::new).collect();
+        let published: Vec<Arc<Article>> = articles
+            .into_iter()
+            .map(|mut a| {
+                a.licenses = license::effective(&a, &self.default_terms);
+                Arc::new(a)
+            })
+            .collect();
         let by_id = published
             .iter()
-            .map(|a| (a.id.clone(), a.clone()))
+            .map(|a| {
+                let terms = license::terms_of(&self.public_url, &a.id, &a.licenses);
+                (a.id.clone(), (a.clone(), terms))
+            })
             .collect();
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) =
             Arc::new(Snapshot { by_id, published });
@@ -59,8 +92,13 @@ impl ArticleCatalog {
             .clone()
     }
 
-    /// The published article `id`, if any.
+    /// The published article `id` (its licenses resolved), if any.
     pub fn published(&self, id: &str) -> Option<Arc<Article>> {
+        self.current().by_id.get(id).map(|(a, _)| a.clone())
+    }
+
+    /// The published article `id` and the x402 `terms` of its 402.
+    pub fn for_sale(&self, id: &str) -> Option<(Arc<Article>, Arc<Terms>)> {
         self.current().by_id.get(id).cloned()
     }
 
@@ -83,7 +121,9 @@ mod tests {
             .insert_articles(vec![article("a", true), article("draft", false)])
             .await
             .unwrap();
-        let catalog = ArticleCatalog::load(&store).await.unwrap();
+        let catalog = ArticleCatalog::load(&store, "http://x", DefaultTerms::default())
+            .await
+            .unwrap();
         assert_eq!(catalog.published("a").unwrap().title, "Title a");
         assert!(catalog.published("draft").is_none());
         // Another instance adds an article: served after the next reload, not before.
@@ -95,5 +135,36 @@ mod tests {
         catalog.reload(&store).await.unwrap();
         assert!(catalog.published("b").is_some());
         assert_eq!(catalog.list().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn articles_without_licenses_get_the_default_terms_and_terms_follow_the_licenses() {
+        let store = SqliteLicensingStore::new(Db::open_in_memory().unwrap());
+        let mut own = article("own", true);
+        own.licenses = vec![license::License {
+            id: "training".into(),
+            permits: vec!["ai-train".into()],
+            prohibits: vec![],
+            users: vec![],
+            price_atomic: 99,
+        }];
+        store
+            .insert_articles(vec![article("plain", true), own])
+            .await
+            .unwrap();
+        let catalog = ArticleCatalog::load(&store, "http://x", DefaultTerms::default())
+            .await
+            .unwrap();
+        let (plain, terms) = catalog.for_sale("plain").unwrap();
+        assert_eq!(plain.licenses[0].id, license::DEFAULT_LICENSE_ID);
+        assert_eq!(plain.licenses[0].prohibits, ["ai-train"]);
+        assert_eq!(plain.licenses[0].price_atomic, plain.price_atomic);
+        assert_eq!(
+            terms.info().terms,
+            "http://x/license.xml?articleId=plain"
+        );
+        let (own, own_terms) = catalog.for_sale("own").unwrap();
+        assert_eq!(own.licenses[0].id, "training");
+        assert_ne!(own_terms.info().version, terms.info().version);
     }
 }

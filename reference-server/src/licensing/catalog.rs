@@ -1,5 +1,6 @@
 //! The demo catalog seeded on an empty database: deterministic, so tests and docs can name articles.
 
+use super::license::License;
 use crate::store::articles::Article;
 
 /// `(id, title, author, date, price in USDC atomic units, published, excerpt, topic sentences)`.
@@ -49,7 +50,7 @@ const ENTRIES: &[Entry] = &[
         "AI Crawlers Are Reading Your Archive. Here Is How to Charge Them",
         "Mei Lin Tan",
         "2025-04-02",
-        100_000,
+        40_000,
         true,
         "An llms.txt file and a priced endpoint turn unlicensed scraping into a licensing channel.",
         [
@@ -214,10 +215,55 @@ pub fn demo_articles() -> Vec<Article> {
                 published_date: date.to_owned(),
                 price_atomic: price,
                 published,
+                licenses: licenses(id, price),
             },
         )
         .collect()
 }
+
+/// A realistic mix of license terms (RSL 1.0 vocabulary; see [`super::license`]):
+/// - most articles: none of their own, so the site's default terms (search and AI input, no training);
+/// - three sell two licenses, one per offer: `inference` at the article's price, `training` (training
+///   permitted too) at a higher one;
+/// - one forbids training and indexing and is for non-commercial and educational users only;
+/// - one permits search only and prohibits every AI use.
+fn licenses(id: &str, price: u64) -> Vec<License> {
+    let words = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let license = |id: &str, permits: &str, prohibits: &str, users: &str, price_atomic| License {
+        id: id.to_owned(),
+        permits: words(permits),
+        prohibits: words(prohibits),
+        users: words(users),
+        price_atomic,
+    };
+    match id {
+        "ai-crawlers-and-licensing" | "archive-digitisation-costs" | "eip-3009-in-practice" => vec![
+            license("inference", "search ai-input", "ai-train", "", price),
+            license(
+                "training",
+                "search ai-input ai-index ai-train",
+                "",
+                "",
+                TRAINING_PRICE,
+            ),
+        ],
+        "deepfake-election-audit" => vec![license(
+            "non-commercial",
+            "search ai-input",
+            "ai-train ai-index",
+            "non-commercial education",
+            price,
+        )],
+        "photo-metadata-privacy" => vec![license("search-only", "search", "ai-all", "", price)],
+        _ => Vec::new(),
+    }
+}
+
+/// The price of the demo's training licenses (0.1 USDC: the legacy v1 client's default ceiling).
+pub const TRAINING_PRICE: u64 = 100_000;
+
+/// An article of the demo catalog sold under two licenses (tests buy both).
+pub const TWO_LICENSE_DEMO_ID: &str = "ai-crawlers-and-licensing";
 
 /// The id of the one unpublished article of the demo catalog (tests use it).
 pub const UNPUBLISHED_DEMO_ID: &str = "draft-subscription-bundles";
@@ -251,5 +297,14 @@ mod tests {
             a.iter()
                 .any(|x| x.id == UNPUBLISHED_DEMO_ID && !x.published)
         );
+        for x in &a {
+            if !x.licenses.is_empty() {
+                super::super::license::validate(&x.licenses).unwrap();
+                assert_eq!(x.licenses[0].price_atomic, x.price_atomic, "{}", x.id);
+            }
+        }
+        let two = a.iter().find(|x| x.id == TWO_LICENSE_DEMO_ID).unwrap();
+        assert_eq!(two.licenses.len(), 2);
+        assert!(two.licenses[1].price_atomic > two.licenses[0].price_atomic);
     }
 }

@@ -12,7 +12,7 @@ use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use x402_tower::offer_receipt::SignedReceipt;
 
-use super::payment::PaidBy;
+use super::payment::{LicenseChoice, PaidBy};
 use super::receipt::{self, ReceiptView};
 use crate::app::AppState;
 use crate::store::StoreError;
@@ -106,8 +106,10 @@ pub struct CatalogEntry {
 )]
 pub async fn list_articles(
     State(state): State<Arc<AppState>>,
-) -> Result<Json<Vec<CatalogEntry>>, ApiError> {
-    Ok(Json(
+) -> Result<impl IntoResponse, ApiError> {
+    Ok((
+        [(header::LINK, license_link(&state.public_url))],
+        Json(
         state
             .articles
             .list()
@@ -119,8 +121,18 @@ pub async fn list_articles(
                 excerpt: a.excerpt.clone(),
                 published_date: a.published_date.clone(),
             })
-            .collect(),
+            .collect::<Vec<_>>(),
+        ),
     ))
+}
+
+/// `Link: <…/license.xml>; rel="license"; type="application/rsl+xml"` (RSL discovery).
+pub fn license_link(public_url: &str) -> HeaderValue {
+    HeaderValue::try_from(format!(
+        "<{public_url}/license.xml>; rel=\"license\"; type=\"{}\"",
+        super::license::RSL_MEDIA_TYPE
+    ))
+    .unwrap_or_else(|_| HeaderValue::from_static("</license.xml>; rel=\"license\""))
 }
 
 /// Query of `GET /x402Article`.
@@ -128,6 +140,8 @@ pub async fn list_articles(
 pub struct ArticleQuery {
     #[serde(rename = "articleId")]
     article_id: Option<String>,
+    /// One of the article's licenses (`inference`, `training`...); absent: every license is offered.
+    license: Option<String>,
 }
 
 /// Middleware in front of the x402 layer on `/x402Article`: 400 without `articleId`, 404 for an unknown
@@ -139,10 +153,11 @@ pub async fn require_article(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let id = match query {
+    let (id, license) = match query {
         Ok(Query(ArticleQuery {
             article_id: Some(id),
-        })) if !id.trim().is_empty() => id,
+            license,
+        })) if !id.trim().is_empty() => (id, license),
         Ok(_) => {
             return ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -165,13 +180,35 @@ pub async fn require_article(
         .into_response();
     }
     // From the in-memory catalog: no database read for a 402 (or before a purchase).
-    match state.articles.published(&id) {
-        Some(article) => {
-            request.extensions_mut().insert(article);
-            next.run(request).await
-        }
-        None => ApiError::not_found(format!("no published article has id {id:?}")).into_response(),
+    let Some((article, terms)) = state.articles.for_sale(&id) else {
+        return ApiError::not_found(format!("no published article has id {id:?}")).into_response();
+    };
+    let choice = match license.as_deref().filter(|l| !l.is_empty()) {
+        None => LicenseChoice(None),
+        Some(l) => match article.licenses.iter().position(|x| x.id == l) {
+            Some(i) => LicenseChoice(Some(i)),
+            None => {
+                let ids: Vec<&str> = article.licenses.iter().map(|x| x.id.as_str()).collect();
+                return ApiError::not_found(format!(
+                    "article {id:?} has no license {:?}; its licenses: {}",
+                    l.chars().take(MAX_ARTICLE_ID_LEN).collect::<String>(),
+                    ids.join(", ")
+                ))
+                .into_response();
+            }
+        },
+    };
+    request.extensions_mut().insert(article);
+    request.extensions_mut().insert(terms);
+    request.extensions_mut().insert(choice);
+    let mut response = next.run(request).await;
+    // The license terms, on the 402 and on the paid article alike (RSL discovery).
+    if matches!(response.status(), StatusCode::OK | StatusCode::PAYMENT_REQUIRED) {
+        response
+            .headers_mut()
+            .append(header::LINK, license_link(&state.public_url));
     }
+    response
 }
 
 /// `GET /x402Article?articleId=` after a valid payment: store the receipt, then answer the article.
@@ -209,8 +246,18 @@ pub async fn get_article(
         request.extensions().get::<Arc<Article>>(),
         request.extensions().get::<x402_tower::siwx::SignedIn>(),
     ) {
-        return read_again(&state, article, signed, request.uri()).await;
+        let choice = request
+            .extensions()
+            .get::<LicenseChoice>()
+            .copied()
+            .unwrap_or(LicenseChoice(None));
+        return read_again(&state, article, choice, signed, request.uri()).await;
     }
+    let choice = request
+        .extensions()
+        .get::<LicenseChoice>()
+        .copied()
+        .unwrap_or(LicenseChoice(None));
     let (article, payment) = match (
         request.extensions().get::<Arc<Article>>(),
         PaidBy::from_extensions(request.extensions()),
@@ -232,7 +279,15 @@ pub async fn get_article(
         &payment.payer,
         &payment.nonce,
     );
+    // The license the payment bought: the one its offer sells (offers are in license order).
+    let license = super::payment::licenses_offered(&article, choice).get(payment.offer_index);
     let record = Receipt {
+        license_id: license.map(|l| l.id.clone()),
+        license_version: Some(super::license::version(&article.licenses)),
+        agent: request
+            .extensions()
+            .get::<super::bot_auth::VerifiedAgent>()
+            .map(|a| a.agent.clone()),
         token_id: token_id.clone(),
         article_id: article.id.clone(),
         payer: payment.payer.clone(),
@@ -270,7 +325,7 @@ pub async fn get_article(
                 }
                 _ => {
                     tracing::warn!(payer = %payment.payer, nonce = %payment.nonce, "payment already used for a receipt");
-                    return Ok(replayed_payment(&state, &article, request.uri()));
+                    return Ok(replayed_payment(&state, &article, choice, request.uri()));
                 }
             }
         }
@@ -297,17 +352,22 @@ pub async fn get_article(
 async fn read_again(
     state: &AppState,
     article: &Article,
+    choice: LicenseChoice,
     signed: &x402_tower::siwx::SignedIn,
     uri: &axum::http::Uri,
 ) -> Result<Response, ApiError> {
     let payer = signed.address.to_checksum(None);
     let Some(receipt) = state.licensing.receipt_of(&payer, &article.id).await? else {
         // The layer's check found a receipt a moment ago; answer as if it had not.
-        let offer =
-            super::payment::article_offer(&state.settings.payment, state.settings.pay_to, article);
+        let offers = super::payment::article_offers(
+            &state.settings.payment,
+            state.settings.pay_to,
+            article,
+            choice,
+        );
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         return Ok(x402_tower::layer::response::payment_required_response(
-            &[offer],
+            &offers,
             &format!("{}{}", state.public_url, path),
             x402_tower::siwx::Refusal::NotPaid.as_str(),
         )
@@ -410,12 +470,21 @@ fn article_response(
 
 /// The 402 for a payment the receipts table already holds: the x402 layer's 402 for the article's offer
 /// (requirements headers and v1 body), with the layer's nonce-reuse reason.
-fn replayed_payment(state: &AppState, article: &Article, uri: &axum::http::Uri) -> Response {
-    let offer =
-        super::payment::article_offer(&state.settings.payment, state.settings.pay_to, article);
+fn replayed_payment(
+    state: &AppState,
+    article: &Article,
+    choice: LicenseChoice,
+    uri: &axum::http::Uri,
+) -> Response {
+    let offers = super::payment::article_offers(
+        &state.settings.payment,
+        state.settings.pay_to,
+        article,
+        choice,
+    );
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     x402_tower::layer::response::payment_required_response(
-        &[offer],
+        &offers,
         &format!("{}{}", state.public_url, path),
         x402_tower::verify::RejectReason::NonceAlreadyUsed.as_str(),
     )
@@ -447,6 +516,10 @@ pub async fn serve_llms_txt(
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip()),
+        request
+            .extensions()
+            .get::<super::bot_auth::VerifiedAgent>()
+            .map(|a| a.agent.as_str()),
     );
     let articles = state.articles.list();
     let text = super::llms_txt::render(
@@ -456,6 +529,191 @@ pub async fn serve_llms_txt(
         &articles,
     );
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// Query of `GET /license.xml`.
+#[derive(Debug, Deserialize)]
+pub struct LicenseQuery {
+    #[serde(rename = "articleId")]
+    article_id: Option<String>,
+}
+
+/// `GET /license.xml[?articleId=]`: the RSL 1.0 document of the catalog, or of one article (the `terms` URL
+/// of its 402).
+#[utoipa::path(
+    get,
+    path = "/license.xml",
+    tag = "licensing",
+    operation_id = "getLicenseTerms",
+    summary = "License terms for machines (RSL 1.0)",
+    params(("articleId" = Option<String>, Query, description = "One article's terms only.")),
+    responses(
+        (status = 200, description = "The RSL document.", body = String, content_type = "application/rsl+xml"),
+        (status = 404, description = "No published article has this id.", body = ErrorBody),
+    ),
+)]
+pub async fn license_xml(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<LicenseQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
+    let articles = match query.article_id.as_deref().filter(|id| !id.is_empty()) {
+        Some(id) => vec![state.articles.published(id).ok_or_else(|| {
+            ApiError::not_found(format!(
+                "no published article has id {:?}",
+                id.chars().take(MAX_ARTICLE_ID_LEN).collect::<String>()
+            ))
+        })?],
+        None => state.articles.list(),
+    };
+    let contents: Vec<_> = articles
+        .iter()
+        .map(|a| super::license::rsl_content(&state.public_url, &a.id, &a.licenses))
+        .collect();
+    Ok((
+        [(header::CONTENT_TYPE, super::license::RSL_MEDIA_TYPE)],
+        super::license::rsl_document(&state.public_url, &contents),
+    )
+        .into_response())
+}
+
+/// `GET /robots.txt`: crawling allowed; the `License:` line points at the RSL terms.
+pub async fn robots_txt(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!(
+            "# Content on this site is licensed per article over x402 (HTTP 402, USDC).\n\
+             # Machine-readable terms (RSL 1.0): what each license permits, prohibits and costs.\n\
+             License: {url}/license.xml\n\n\
+             User-agent: *\n\
+             Allow: /\n",
+            url = state.public_url
+        ),
+    )
+        .into_response()
+}
+
+/// Query of `GET /operator/licensing`.
+#[derive(Debug, Deserialize)]
+pub struct LicensingViewQuery {
+    days: Option<String>,
+}
+
+/// Most days `GET /operator/licensing` looks back (and its default).
+pub const MAX_LICENSING_DAYS: u32 = 366;
+
+/// Purchases and interest of one verified agent (or of unsigned requests: `agent` = `""`).
+#[derive(Debug, Default, Serialize)]
+pub struct AgentActivity {
+    agent: String,
+    llms_txt_requests: u64,
+    purchases: u64,
+    amount_atomic: u64,
+    /// Purchases per license id.
+    licenses: std::collections::BTreeMap<String, u64>,
+}
+
+/// Purchases of one article's license.
+#[derive(Debug, Default, Serialize)]
+pub struct LicenseActivity {
+    article_id: String,
+    license_id: String,
+    purchases: u64,
+    amount_atomic: u64,
+    /// Distinct verified agents that bought it.
+    agents: std::collections::BTreeSet<String>,
+}
+
+/// The answer of `GET /operator/licensing`.
+#[derive(Debug, Serialize)]
+pub struct LicensingView {
+    since: String,
+    by_agent: Vec<AgentActivity>,
+    by_license: Vec<LicenseActivity>,
+    /// Per day, agent and license, newest first.
+    daily_purchases: Vec<crate::store::articles::DailyPurchases>,
+    /// Per day and agent, newest first.
+    daily_llms_txt: Vec<crate::store::articles::DailyInterest>,
+}
+
+/// `GET /operator/licensing[?days=n]`: interest (llms.txt) and purchases per verified agent (Web Bot Auth)
+/// and per license, over the last `n` days (default 30), with the per-day rows. `agent` `""` gathers
+/// unsigned requests. Same operator-token rule as `/operator/llms-txt`.
+pub async fn licensing_view(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: Result<Query<LicensingViewQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    if let Some(denied) = operator_auth(&state, &headers) {
+        return Ok(denied);
+    }
+    let Query(query) = query
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
+    let days = match query.days.as_deref() {
+        None | Some("") => 30,
+        Some(d) => d
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_LICENSING_DAYS).contains(n))
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_days",
+                    format!("days must be 1 to {MAX_LICENSING_DAYS}"),
+                )
+            })?,
+    };
+    let since = (time::OffsetDateTime::now_utc() - time::Duration::days(i64::from(days) - 1)).date();
+    let since = format!(
+        "{:04}-{:02}-{:02}",
+        since.year(),
+        u8::from(since.month()),
+        since.day()
+    );
+    let (purchases, interest) = state.licensing.licensing_activity(since.clone()).await?;
+    let mut by_agent: std::collections::BTreeMap<String, AgentActivity> = Default::default();
+    let mut by_license: std::collections::BTreeMap<(String, String), LicenseActivity> =
+        Default::default();
+    for p in &purchases {
+        let a = by_agent.entry(p.agent.clone()).or_default();
+        a.purchases += p.purchases;
+        a.amount_atomic += p.amount_atomic;
+        *a.licenses.entry(p.license_id.clone()).or_default() += p.purchases;
+        let l = by_license
+            .entry((p.article_id.clone(), p.license_id.clone()))
+            .or_default();
+        l.purchases += p.purchases;
+        l.amount_atomic += p.amount_atomic;
+        if !p.agent.is_empty() {
+            l.agents.insert(p.agent.clone());
+        }
+    }
+    for i in &interest {
+        by_agent.entry(i.agent.clone()).or_default().llms_txt_requests += i.requests;
+    }
+    let mut by_agent: Vec<AgentActivity> = by_agent
+        .into_iter()
+        .map(|(agent, a)| AgentActivity { agent, ..a })
+        .collect();
+    by_agent.sort_by(|x, y| y.purchases.cmp(&x.purchases).then(x.agent.cmp(&y.agent)));
+    let mut by_license: Vec<LicenseActivity> = by_license
+        .into_iter()
+        .map(|((article_id, license_id), l)| LicenseActivity {
+            article_id,
+            license_id,
+            ..l
+        })
+        .collect();
+    by_license.sort_by(|x, y| y.purchases.cmp(&x.purchases));
+    Ok(Json(LicensingView {
+        since,
+        by_agent,
+        by_license,
+        daily_purchases: purchases,
+        daily_llms_txt: interest,
+    })
+    .into_response())
 }
 
 fn valid_token_id(token: &str) -> bool {

@@ -33,7 +33,8 @@ pub const MAX_USER_AGENT: usize = 256;
 /// How long recorded interest is kept by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
-type Key = (i64, String, String);
+/// (minute, user agent, client address, verified agent or "").
+type Key = (i64, String, String, String);
 
 /// Counts llms.txt requests in memory and writes them in batches.
 #[derive(Debug, Default)]
@@ -45,14 +46,21 @@ pub struct InterestRecorder {
 }
 
 impl InterestRecorder {
-    /// Counts one request at `at` from `client` with `user_agent`.
-    pub fn record(&self, at: OffsetDateTime, user_agent: &str, client: Option<IpAddr>) {
+    /// Counts one request at `at` from `client` with `user_agent`, signed by the verified `agent` if any.
+    pub fn record(
+        &self,
+        at: OffsetDateTime,
+        user_agent: &str,
+        client: Option<IpAddr>,
+        verified_agent: Option<&str>,
+    ) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let minute = at.unix_timestamp().div_euclid(60);
         let agent = cap(user_agent);
+        let verified = verified_agent.map(cap).unwrap_or_default();
         let client = client.map_or_else(String::new, |ip| ip.to_canonical().to_string());
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (minute, agent, client);
+        let key = (minute, agent, client, verified);
         if let Some(n) = pending.get_mut(&key) {
             *n += 1;
             return;
@@ -61,7 +69,7 @@ impl InterestRecorder {
             key
         } else {
             self.overflowed.fetch_add(1, Ordering::Relaxed);
-            (minute, OVERFLOW.to_owned(), OVERFLOW.to_owned())
+            (minute, OVERFLOW.to_owned(), OVERFLOW.to_owned(), String::new())
         };
         *pending.entry(key).or_insert(0) += 1;
     }
@@ -110,10 +118,11 @@ impl InterestRecorder {
         let requests: u64 = taken.values().sum();
         let batch = taken
             .iter()
-            .map(|((minute, agent, client), n)| LlmsTxtInterest {
+            .map(|((minute, user_agent, client, agent), n)| LlmsTxtInterest {
                 bucket: bucket(*minute),
-                user_agent: agent.clone(),
+                user_agent: user_agent.clone(),
                 client_addr: client.clone(),
+                agent: agent.clone(),
                 count: *n,
             })
             .collect();
@@ -175,10 +184,10 @@ mod tests {
         let t = time::macros::datetime!(2026-11-23 05:19:42 UTC);
         let ip: IpAddr = "::ffff:10.0.0.7".parse().unwrap();
         for _ in 0..1000 {
-            r.record(t, "GPTBot/1.0", Some(ip));
+            r.record(t, "GPTBot/1.0", Some(ip), None);
         }
-        r.record(t + Duration::from_secs(60), "GPTBot/1.0", Some(ip));
-        r.record(t, &"é".repeat(300), None);
+        r.record(t + Duration::from_secs(60), "GPTBot/1.0", Some(ip), None);
+        r.record(t, &"é".repeat(300), None, None);
         assert_eq!(r.flush(&store).await.unwrap(), 1002);
         assert_eq!(r.flush(&store).await.unwrap(), 0, "nothing twice");
         let stats = store.llms_txt_stats().await.unwrap();
@@ -204,13 +213,18 @@ mod tests {
         let r = InterestRecorder::default();
         let t = time::macros::datetime!(2026-11-23 05:19:42 UTC);
         for i in 0..(MAX_PENDING_KEYS + 500) {
-            r.record(t, &format!("agent {i}"), None);
+            r.record(t, &format!("agent {i}"), None, None);
         }
         assert_eq!(r.overflowed(), 500);
         let pending = r.pending.lock().unwrap();
         assert_eq!(pending.len(), MAX_PENDING_KEYS + 1);
         assert_eq!(
-            pending[&(t.unix_timestamp() / 60, OVERFLOW.into(), OVERFLOW.into())],
+            pending[&(
+                t.unix_timestamp() / 60,
+                OVERFLOW.into(),
+                OVERFLOW.into(),
+                String::new()
+            )],
             500
         );
     }
@@ -219,8 +233,8 @@ mod tests {
     async fn a_failed_flush_keeps_the_counts() {
         let r = InterestRecorder::default();
         let t = time::macros::datetime!(2026-11-23 05:19:42 UTC);
-        r.record(t, "a", None);
-        r.record(t, "b", None);
+        r.record(t, "a", None, None);
+        r.record(t, "b", None, None);
         let broken = Db::open_in_memory().unwrap();
         broken
             .write(|c| Ok(c.execute_batch("DROP TABLE llms_txt_interest")?))
@@ -228,7 +242,7 @@ mod tests {
             .unwrap();
         assert!(r.flush(&SqliteLicensingStore::new(broken)).await.is_err());
         assert_eq!(r.flushed(), 0);
-        r.record(t, "a", None);
+        r.record(t, "a", None, None);
         let store = SqliteLicensingStore::new(Db::open_in_memory().unwrap());
         assert_eq!(r.flush(&store).await.unwrap(), 3, "kept and added up");
         assert_eq!(

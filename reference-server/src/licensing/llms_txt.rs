@@ -26,7 +26,11 @@ pub fn render(
          ## Terms\n\n\
          - One payment licenses one article for the payer named in the receipt.\n\
          - Network: {network}. Token: {asset} (EIP-712 domain name `{name}`, version `{version}`). Recipient: {pay_to}.\n\
-         - Prices are per article, in USDC, below and in the catalog.\n\n\
+         - Prices are per article and license, in USDC, below and in the catalog.\n\
+         - What each license permits and prohibits (RSL 1.0: search, ai-input, ai-index, ai-train...) is below and, \
+         machine-readable, at {public_url}/license.xml (`application/rsl+xml`; robots.txt has its `License:` line). \
+         An article sold under several licenses has one offer per license in its 402; add `&license=<id>` to be \
+         offered one. The receipt records the license bought and the version of the terms.\n\n\
          ## Catalog\n\n\
          - Machine-readable catalog (free): {public_url}/x402Article/list\n\
          - OpenAPI 3.1 description: {public_url}/openapi.json\n\n",
@@ -43,6 +47,15 @@ pub fn render(
             price = super::usdc_display(a.price_atomic),
             excerpt = a.excerpt,
         );
+        for l in &a.licenses {
+            let _ = writeln!(
+                t,
+                "  - license `{lid}`: {price} USDC, {summary}",
+                lid = l.id,
+                price = super::usdc_display(l.price_atomic),
+                summary = super::license::summary(l),
+            );
+        }
     }
     let _ = write!(
         t,

@@ -70,9 +70,11 @@
 //! payment records.
 
 pub mod articles;
+pub mod bot_auth;
 pub mod catalog;
 pub mod handlers;
 pub mod interest;
+pub mod license;
 pub mod llms_txt;
 pub mod payment;
 pub mod receipt;

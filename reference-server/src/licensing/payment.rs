@@ -16,6 +16,7 @@ use x402_tower::{ReplayStore, SettleTiming, VerifiedPayment, X402Layer};
 
 use crate::app::BuildError;
 use crate::config::{Config, ConfigError, PaymentNetwork, Settings, parse_address};
+use super::license::License;
 use crate::store::articles::{Article, LicensingStore};
 
 /// Resolve `--network`, `--asset`, `--asset-name`, `--asset-version` into a [`PaymentNetwork`].
@@ -101,6 +102,8 @@ pub struct PaidBy {
     pub transaction: String,
     /// The identical payment was settled by an earlier request (whose answer the buyer lost).
     pub redelivered: bool,
+    /// Which of the offers of the request it paid (the license bought).
+    pub offer_index: usize,
     /// The receipt the x402 layer signed for this settlement (offer-receipt), as sent in `PAYMENT-RESPONSE`.
     pub signed: Option<x402_tower::offer_receipt::SignedReceipt>,
 }
@@ -120,28 +123,53 @@ impl PaidBy {
             x402_version: p.x402_version,
             transaction: settlement.transaction.clone(),
             redelivered: p.redelivered,
+            offer_index: p.offer_index,
             signed: x402_tower::offer_receipt::SignedReceipt::from_settlement(settlement),
         })
     }
 }
 
-/// The offer an article is sold with (the x402 layer's, and the handler's 402 for a replayed payment).
-pub(crate) fn article_offer(
+/// Which of an article's licenses a request asks for (`&license=<id>`, its position in the article's
+/// licenses); `None`: every license, one offer each, in the article's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LicenseChoice(pub Option<usize>);
+
+/// The licenses a request for `article` is offered (an article in the catalog has at least one).
+pub(crate) fn licenses_offered(article: &Article, choice: LicenseChoice) -> &[License] {
+    match choice.0 {
+        Some(i) => article.licenses.get(i..=i).unwrap_or_default(),
+        None => &article.licenses,
+    }
+}
+
+/// The offers an article is sold with, one per license offered (the x402 layer's, and the handler's 402
+/// for a replayed payment). The position of an offer is the position of its license in
+/// [`licenses_offered`], which is how a paid request learns the license bought.
+pub(crate) fn article_offers(
     payment: &PaymentNetwork,
     pay_to: alloy_primitives::Address,
     article: &Article,
-) -> PaymentOffer {
-    PaymentOffer::new(
-        payment.network.clone(),
-        payment.token.clone(),
-        pay_to,
-        Price::from(article.price_atomic),
-    )
-    .description(format!(
-        "License to the article \"{}\" by {}",
-        article.title, article.author_name
-    ))
-    .mime_type("application/json")
+    choice: LicenseChoice,
+) -> Vec<PaymentOffer> {
+    licenses_offered(article, choice)
+        .iter()
+        .map(|license| {
+            PaymentOffer::new(
+                payment.network.clone(),
+                payment.token.clone(),
+                pay_to,
+                Price::from(license.price_atomic),
+            )
+            .description(format!(
+                "License \"{}\" to the article \"{}\" by {} ({})",
+                license.id,
+                article.title,
+                article.author_name,
+                super::license::summary(license)
+            ))
+            .mime_type("application/json")
+        })
+        .collect()
 }
 
 /// The x402 layer selling `/x402Article`: each article at its own price (the article was put in the
@@ -161,8 +189,13 @@ pub(crate) fn x402_layer(
     let payment = settings.payment.clone();
     let pay_to = settings.pay_to;
     let price = move |parts: &http::request::Parts| {
+        let choice = parts
+            .extensions
+            .get::<LicenseChoice>()
+            .copied()
+            .unwrap_or(LicenseChoice(None));
         let decision = match parts.extensions.get::<Arc<Article>>() {
-            Some(a) => PriceDecision::Charge(vec![article_offer(&payment, pay_to, a)]),
+            Some(a) => PriceDecision::Charge(article_offers(&payment, pay_to, a, choice)),
             None => {
                 tracing::error!("x402 price source reached without an article");
                 let mut resp = http::Response::new(Full::new(Bytes::from_static(
@@ -184,6 +217,8 @@ pub(crate) fn x402_layer(
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, licensing))
         .discovery(crate::discovery::article_discovery(example_article))
+        // Each article's license (RSL document and version), put in the request by require_article.
+        .terms_per_request()
         // Signed offers and receipts; the transaction is in them, as on the public verify URL already.
         .offer_receipt(Arc::new(
             OfferReceipt::from_secret(settings.receipt_key.signer().to_bytes())

@@ -108,6 +108,8 @@ impl SettlementLog {
             message,
             resolved_from: None,
             resolved_at: None,
+            // The request's verified crawler, when the engine reports from within the request's task.
+            agent: super::bot_auth::current_agent().map(|a| a.agent),
         };
         let written = if event.reconciled {
             // A reconciliation: the unknown row becomes what was found (a still-unknown one stays as it is).

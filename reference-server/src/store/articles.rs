@@ -27,6 +27,9 @@ pub struct Article {
     pub price_atomic: u64,
     /// Only published articles are listed and sold.
     pub published: bool,
+    /// The licenses it is sold under, each at its own price (empty: the site's default terms at
+    /// `price_atomic`; see [`licensing::license`](crate::licensing::license)).
+    pub licenses: Vec<crate::licensing::license::License>,
 }
 
 /// A durable license receipt: proof that `payer` paid for `article_id`.
@@ -57,6 +60,12 @@ pub struct Receipt {
     /// The receipt signed by the server's receipt key (x402 offer-receipt, EIP-712), as JSON; `None` for
     /// receipts issued before signing existed.
     pub signed: Option<String>,
+    /// The license bought (its id within the article); `None` for receipts issued before licenses existed.
+    pub license_id: Option<String>,
+    /// The version of the article's terms it was bought under (the x402 `terms` version of the 402).
+    pub license_version: Option<String>,
+    /// The buyer's verified crawler identity (Web Bot Auth), when its request was signed.
+    pub agent: Option<String>,
 }
 
 /// Requests of `/serveLlmsTxt` from one client address with one user agent within one minute: how llms.txt
@@ -69,9 +78,42 @@ pub struct LlmsTxtInterest {
     pub user_agent: String,
     /// Client IP address.
     pub client_addr: String,
+    /// The verified crawler (Web Bot Auth agent origin), `""` for unsigned requests.
+    pub agent: String,
     /// Requests in that minute.
     pub count: u64,
 }
+
+/// Purchases of one day by one verified agent (or none) of one article's license.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DailyPurchases {
+    /// `YYYY-MM-DD` (UTC).
+    pub day: String,
+    /// The verified agent, `""` when unsigned.
+    pub agent: String,
+    /// The article.
+    pub article_id: String,
+    /// The license bought, `""` for receipts issued before licenses existed.
+    pub license_id: String,
+    /// Receipts issued.
+    pub purchases: u64,
+    /// Sum paid, token atomic units.
+    pub amount_atomic: u64,
+}
+
+/// llms.txt requests of one day by one verified agent (or none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DailyInterest {
+    /// `YYYY-MM-DD` (UTC).
+    pub day: String,
+    /// The verified agent, `""` when unsigned.
+    pub agent: String,
+    /// Requests.
+    pub requests: u64,
+}
+
+/// Most rows of each kind [`LicensingStore::licensing_activity`] returns.
+pub const MAX_ACTIVITY_ROWS: u32 = 5000;
 
 /// Aggregated llms.txt interest, for the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -129,6 +171,31 @@ pub trait LicensingStore: Send + Sync + std::fmt::Debug {
     fn purge_llms_txt_interest(&self, before_bucket: String) -> StoreFuture<'_, u64>;
     /// Aggregated llms.txt interest for the operator.
     fn llms_txt_stats(&self) -> StoreFuture<'_, LlmsTxtStats>;
+    /// Purchases and llms.txt interest per day, agent (and license) since `since_day` (`YYYY-MM-DD`), newest
+    /// first, at most [`MAX_ACTIVITY_ROWS`] of each.
+    fn licensing_activity(
+        &self,
+        since_day: String,
+    ) -> StoreFuture<'_, (Vec<DailyPurchases>, Vec<DailyInterest>)>;
+}
+
+/// The purchases query of [`LicensingStore::licensing_activity`] (`placeholder`: `?1`/`$1`, the first day;
+/// `sum`: the backend's integer sum of `amount_atomic`).
+pub(crate) fn activity_purchases_sql(placeholder: &str, sum: &str) -> String {
+    format!(
+        "SELECT substr(created_at, 1, 10) AS day, COALESCE(agent, '') AS agent, article_id, \
+         COALESCE(license_id, '') AS license_id, COUNT(*), {sum} FROM receipts \
+         WHERE created_at >= {placeholder} GROUP BY 1, 2, 3, 4 ORDER BY 1 DESC, 5 DESC, 2, 3, 4 \
+         LIMIT {MAX_ACTIVITY_ROWS}"
+    )
+}
+
+/// The interest query of [`LicensingStore::licensing_activity`] (`sum`: the backend's integer sum of `hits`).
+pub(crate) fn activity_interest_sql(placeholder: &str, sum: &str) -> String {
+    format!(
+        "SELECT substr(bucket, 1, 10) AS day, agent, {sum} FROM llms_txt_interest \
+         WHERE bucket >= {placeholder} GROUP BY 1, 2 ORDER BY 1 DESC, 3 DESC, 2 LIMIT {MAX_ACTIVITY_ROWS}"
+    )
 }
 
 /// [`LicensingStore`] on SQLite.
@@ -138,7 +205,7 @@ pub struct SqliteLicensingStore {
 }
 
 const ARTICLE_COLUMNS: &str =
-    "id, title, excerpt, content, author_name, published_date, price_atomic, published";
+    "id, title, excerpt, content, author_name, published_date, price_atomic, published, licenses";
 
 fn article_from_row(r: &Row<'_>) -> rusqlite::Result<Article> {
     let price: i64 = r.get(6)?;
@@ -151,11 +218,19 @@ fn article_from_row(r: &Row<'_>) -> rusqlite::Result<Article> {
         published_date: r.get(5)?,
         price_atomic: u64::try_from(price).unwrap_or(0),
         published: r.get(7)?,
+        licenses: stored_licenses(r.get::<_, Option<String>>(8)?.as_deref())?,
+    })
+}
+
+/// An article's licenses from their column (an unreadable value is a database error, not a default).
+fn stored_licenses(text: Option<&str>) -> rusqlite::Result<Vec<crate::licensing::license::License>> {
+    crate::licensing::license::from_stored(text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, Box::new(e))
     })
 }
 
 const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
-     x402_version, settlement, created_at, signed_receipt";
+     x402_version, settlement, created_at, signed_receipt, license_id, license_version, agent";
 
 fn receipt_from_row(r: &Row<'_>) -> rusqlite::Result<Receipt> {
     Ok(Receipt {
@@ -171,6 +246,9 @@ fn receipt_from_row(r: &Row<'_>) -> rusqlite::Result<Receipt> {
         settlement: r.get(9)?,
         created_at: r.get(10)?,
         signed: r.get(11)?,
+        license_id: r.get(12)?,
+        license_version: r.get(13)?,
+        agent: r.get(14)?,
     })
 }
 
@@ -216,7 +294,7 @@ impl LicensingStore for SqliteLicensingStore {
         Box::pin(self.db.write(move |c| {
             let mut n = 0;
             let mut stmt = c.prepare(&format!(
-                "INSERT OR IGNORE INTO articles ({ARTICLE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                "INSERT OR IGNORE INTO articles ({ARTICLE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
             ))?;
             for a in &articles {
                 n += stmt.execute(params![
@@ -227,7 +305,8 @@ impl LicensingStore for SqliteLicensingStore {
                     a.author_name,
                     a.published_date,
                     price(a)?,
-                    a.published
+                    a.published,
+                    crate::licensing::license::to_stored(&a.licenses)
                 ])?;
             }
             Ok(n)
@@ -237,7 +316,7 @@ impl LicensingStore for SqliteLicensingStore {
     fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()> {
         Box::pin(self.db.write(move |c| {
             let mut stmt = c.prepare_cached(&format!(
-                "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
             ))?;
             let r = &receipt;
             stmt.execute(params![
@@ -252,7 +331,10 @@ impl LicensingStore for SqliteLicensingStore {
                 r.x402_version,
                 r.settlement,
                 r.created_at,
-                r.signed
+                r.signed,
+                r.license_id,
+                r.license_version,
+                r.agent
             ])
             .map_err(|e| receipt_conflict(e.into(), r))?;
             Ok(())
@@ -308,12 +390,13 @@ impl LicensingStore for SqliteLicensingStore {
     fn add_llms_txt_interest(&self, batch: Vec<LlmsTxtInterest>) -> StoreFuture<'_, ()> {
         Box::pin(self.db.write(move |c| {
             let mut stmt = c.prepare_cached(
-                "INSERT INTO llms_txt_interest (bucket, user_agent, client_addr, hits) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (bucket, user_agent, client_addr) DO UPDATE SET hits = hits + excluded.hits",
+                "INSERT INTO llms_txt_interest (bucket, user_agent, client_addr, agent, hits) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (bucket, user_agent, client_addr, agent) DO UPDATE SET hits = hits + excluded.hits",
             )?;
             for i in &batch {
                 let hits = i64::try_from(i.count).unwrap_or(i64::MAX);
-                stmt.execute(params![i.bucket, i.user_agent, i.client_addr, hits])?;
+                stmt.execute(params![i.bucket, i.user_agent, i.client_addr, i.agent, hits])?;
             }
             Ok(())
         }))
@@ -350,15 +433,16 @@ impl LicensingStore for SqliteLicensingStore {
                 .collect::<Result<Vec<_>, _>>()?;
             let recent = c
                 .prepare_cached(
-                    "SELECT bucket, user_agent, client_addr, hits FROM llms_txt_interest \
-                     ORDER BY bucket DESC, hits DESC, user_agent, client_addr LIMIT 20",
+                    "SELECT bucket, user_agent, client_addr, agent, hits FROM llms_txt_interest \
+                     ORDER BY bucket DESC, hits DESC, user_agent, client_addr, agent LIMIT 20",
                 )?
                 .query_map([], |r| {
                     Ok(LlmsTxtInterest {
                         bucket: r.get(0)?,
                         user_agent: r.get(1)?,
                         client_addr: r.get(2)?,
-                        count: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                        agent: r.get(3)?,
+                        count: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -369,6 +453,46 @@ impl LicensingStore for SqliteLicensingStore {
                 recent,
             })
         }))
+    }
+
+    fn licensing_activity(
+        &self,
+        since_day: String,
+    ) -> StoreFuture<'_, (Vec<DailyPurchases>, Vec<DailyInterest>)> {
+        Box::pin(self.db.read(move |c| Self::activity(c, &since_day)))
+    }
+}
+
+impl SqliteLicensingStore {
+    fn activity(
+        c: &rusqlite::Connection,
+        since_day: &str,
+    ) -> Result<(Vec<DailyPurchases>, Vec<DailyInterest>), StoreError> {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        let purchases = c
+            .prepare_cached(&activity_purchases_sql("?1", "SUM(CAST(amount_atomic AS INTEGER))"))?
+            .query_map([since_day], |r| {
+                Ok(DailyPurchases {
+                    day: r.get(0)?,
+                    agent: r.get(1)?,
+                    article_id: r.get(2)?,
+                    license_id: r.get(3)?,
+                    purchases: n(r.get(4)?),
+                    amount_atomic: n(r.get(5)?),
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        let interest = c
+            .prepare_cached(&activity_interest_sql("?1", "SUM(hits)"))?
+            .query_map([since_day], |r| {
+                Ok(DailyInterest {
+                    day: r.get(0)?,
+                    agent: r.get(1)?,
+                    requests: n(r.get(2)?),
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((purchases, interest))
     }
 }
 
@@ -399,5 +523,6 @@ pub(crate) fn test_article(id: &str, published: bool) -> Article {
         published_date: "2025-01-02".into(),
         price_atomic: 10_000,
         published,
+        licenses: Vec::new(),
     }
 }

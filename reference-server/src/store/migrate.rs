@@ -29,6 +29,7 @@ pub const TABLES: &[&str] = &[
     "payment_states",
     "payment_ids",
     "discovery_resources",
+    "license_mints",
 ];
 
 /// Tables whose `id` is a PostgreSQL identity to move past the copied ids.

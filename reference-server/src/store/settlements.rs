@@ -85,10 +85,13 @@ pub struct SettlementRecord {
     pub resolved_from: Option<String>,
     /// When it was resolved, RFC 3339 UTC.
     pub resolved_at: Option<String>,
+    /// The payer's verified crawler identity (Web Bot Auth), when its request was signed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 const COLUMNS: &str = "id, at, outcome, payer, pay_to, article_id, resource, amount_atomic, network, \
-     asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at";
+     asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at, agent";
 
 fn record_from_row(r: &Row<'_>) -> rusqlite::Result<SettlementRecord> {
     let raw: String = r.get(2)?;
@@ -117,14 +120,15 @@ fn record_from_row(r: &Row<'_>) -> rusqlite::Result<SettlementRecord> {
         message: r.get(14)?,
         resolved_from: r.get(15)?,
         resolved_at: r.get(16)?,
+        agent: r.get(17)?,
     })
 }
 
 fn insert(c: &rusqlite::Connection, r: &SettlementRecord) -> Result<i64, StoreError> {
     c.prepare_cached(
         "INSERT INTO settlements (at, outcome, payer, pay_to, article_id, resource, amount_atomic, network, \
-         asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+         asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at, agent) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?
     .execute(params![
         r.at,
@@ -142,7 +146,8 @@ fn insert(c: &rusqlite::Connection, r: &SettlementRecord) -> Result<i64, StoreEr
         r.reason,
         r.message,
         r.resolved_from,
-        r.resolved_at
+        r.resolved_at,
+        r.agent
     ])?;
     Ok(c.last_insert_rowid())
 }

@@ -85,6 +85,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0008_discovery",
         include_str!("migrations/sqlite/0008_discovery.sql"),
     ),
+    (
+        "0009_licenses",
+        include_str!("migrations/sqlite/0009_licenses.sql"),
+    ),
 ];
 
 /// Number of reader connections for a file database (the machine has few cores; SQLite reads are fast).

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use alloy_primitives::{Address, B256};
-use reference_server::store::articles::{Article, LlmsTxtInterest, Receipt, UserAgentCount};
+use reference_server::licensing::license::License;
+use reference_server::store::articles::{
+    Article, DailyInterest, DailyPurchases, LlmsTxtInterest, Receipt, UserAgentCount,
+};
 use reference_server::store::assets::{FileSource, NewAsset};
 use reference_server::store::settlements::{SettlementOutcome, SettlementRecord};
 use reference_server::store::{StoreError, Stores};
@@ -97,6 +100,27 @@ fn article(id: &str, published: bool) -> Article {
         published_date: "2025-01-02".into(),
         price_atomic: 10_000,
         published,
+        // Article "b" is sold under two licenses of its own (stored as JSON, read back as written).
+        licenses: if id == "b" {
+            vec![
+                License {
+                    id: "inference".into(),
+                    permits: vec!["search".into(), "ai-input".into()],
+                    prohibits: vec!["ai-train".into()],
+                    users: vec![],
+                    price_atomic: 10_000,
+                },
+                License {
+                    id: "training".into(),
+                    permits: vec!["ai-train".into()],
+                    prohibits: vec![],
+                    users: vec!["education".into()],
+                    price_atomic: 90_000,
+                },
+            ]
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -114,6 +138,9 @@ fn receipt(token: &str, nonce: &str) -> Receipt {
         settlement: "verify-only".into(),
         created_at: "2025-01-01T00:00:00Z".into(),
         signed: Some(r#"{"format":"eip712"}"#.into()),
+        license_id: Some("inference".into()),
+        license_version: Some("0123456789abcdef".into()),
+        agent: (nonce == "0xaa").then(|| "https://crawler.example".into()),
     }
 }
 
@@ -150,6 +177,7 @@ async fn articles_receipts_and_llms_txt_interest_round_trip() {
         bucket: format!("2026-11-23T05:{m:02}:00Z"),
         user_agent: ua.into(),
         client_addr: client.into(),
+        agent: if ua == "y" { "https://crawler.example".into() } else { String::new() },
         count: n,
     };
     s.add_llms_txt_interest(vec![
@@ -196,6 +224,30 @@ async fn articles_receipts_and_llms_txt_interest_round_trip() {
         2
     );
     assert_eq!(s.llms_txt_stats().await.unwrap().total, 4);
+
+    // The operator's licensing view: purchases per day, agent and license; interest per day and agent.
+    s.add_llms_txt_interest(vec![minute(30, "y", "10.0.0.2", 5)])
+        .await
+        .unwrap();
+    let (purchases, interest) = s.licensing_activity("2025-01-01".into()).await.unwrap();
+    assert_eq!(
+        purchases,
+        vec![DailyPurchases {
+            day: "2025-01-01".into(),
+            agent: "https://crawler.example".into(),
+            article_id: "a".into(),
+            license_id: "inference".into(),
+            purchases: 1,
+            amount_atomic: 10_000,
+        }]
+    );
+    assert!(interest.contains(&DailyInterest {
+        day: "2026-11-23".into(),
+        agent: "https://crawler.example".into(),
+        requests: 5,
+    }));
+    let (later, _) = s.licensing_activity("2025-01-02".into()).await.unwrap();
+    assert!(later.is_empty(), "since a day after the only receipt");
 }
 
 fn settlement(outcome: SettlementOutcome, nonce: &str) -> SettlementRecord {
@@ -217,6 +269,7 @@ fn settlement(outcome: SettlementOutcome, nonce: &str) -> SettlementRecord {
         message: (outcome == SettlementOutcome::Unknown).then(|| "timed out".into()),
         resolved_from: None,
         resolved_at: None,
+        agent: None,
     }
 }
 

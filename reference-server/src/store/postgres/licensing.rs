@@ -4,8 +4,8 @@ use tokio_postgres::Row;
 
 use super::{Pg, big, unsigned};
 use crate::store::articles::{
-    Article, LicensingStore, LlmsTxtInterest, LlmsTxtStats, Receipt, UserAgentCount, price,
-    receipt_conflict,
+    Article, DailyInterest, DailyPurchases, LicensingStore, LlmsTxtInterest, LlmsTxtStats, Receipt,
+    UserAgentCount, activity_interest_sql, activity_purchases_sql, price, receipt_conflict,
 };
 use crate::store::{StoreError, StoreFuture};
 
@@ -23,10 +23,10 @@ impl PgLicensingStore {
 }
 
 const ARTICLE_COLUMNS: &str =
-    "id, title, excerpt, content, author_name, published_date, price_atomic, published";
+    "id, title, excerpt, content, author_name, published_date, price_atomic, published, licenses";
 
 const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
-     x402_version, settlement, created_at, signed_receipt";
+     x402_version, settlement, created_at, signed_receipt, license_id, license_version, agent";
 
 fn article(r: &Row) -> Result<Article, StoreError> {
     Ok(Article {
@@ -38,6 +38,8 @@ fn article(r: &Row) -> Result<Article, StoreError> {
         published_date: r.try_get(5)?,
         price_atomic: unsigned(r.try_get(6)?),
         published: r.try_get(7)?,
+        licenses: crate::licensing::license::from_stored(r.try_get::<_, Option<&str>>(8)?)
+            .map_err(|e| StoreError::Invalid(format!("article licenses: {e}")))?,
     })
 }
 
@@ -57,6 +59,9 @@ fn receipt(r: &Row) -> Result<Receipt, StoreError> {
         settlement: r.try_get(9)?,
         created_at: r.try_get(10)?,
         signed: r.try_get(11)?,
+        license_id: r.try_get(12)?,
+        license_version: r.try_get(13)?,
+        agent: r.try_get(14)?,
     })
 }
 
@@ -106,7 +111,7 @@ impl LicensingStore for PgLicensingStore {
             let tx = c.transaction().await?;
             let stmt = tx
                 .prepare(&format!(
-                    "INSERT INTO articles ({ARTICLE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                    "INSERT INTO articles ({ARTICLE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
                      ON CONFLICT (id) DO NOTHING"
                 ))
                 .await?;
@@ -124,6 +129,7 @@ impl LicensingStore for PgLicensingStore {
                             &a.published_date,
                             &price(a)?,
                             &a.published,
+                            &crate::licensing::license::to_stored(&a.licenses),
                         ],
                     )
                     .await?;
@@ -138,7 +144,7 @@ impl LicensingStore for PgLicensingStore {
             let c = self.pg.client().await?;
             let stmt = c
                 .prepare_cached(&format!(
-                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
                 ))
                 .await?;
             c.execute(
@@ -156,6 +162,9 @@ impl LicensingStore for PgLicensingStore {
                     &r.settlement,
                     &r.created_at,
                     &r.signed,
+                    &r.license_id,
+                    &r.license_version,
+                    &r.agent,
                 ],
             )
             .await
@@ -243,24 +252,26 @@ impl LicensingStore for PgLicensingStore {
             let mut buckets = Vec::with_capacity(batch.len());
             let mut agents = Vec::with_capacity(batch.len());
             let mut clients = Vec::with_capacity(batch.len());
+            let mut verified = Vec::with_capacity(batch.len());
             let mut hits = Vec::with_capacity(batch.len());
             for i in batch {
                 buckets.push(i.bucket);
                 agents.push(i.user_agent);
                 clients.push(i.client_addr);
+                verified.push(i.agent);
                 hits.push(big(i.count));
             }
             let c = self.pg.client().await?;
             // One statement for the whole batch (its keys are distinct: the aggregator made them so).
             let stmt = c
                 .prepare_cached(
-                    "INSERT INTO llms_txt_interest (bucket, user_agent, client_addr, hits) \
-                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[]) \
-                     ON CONFLICT (bucket, user_agent, client_addr) \
+                    "INSERT INTO llms_txt_interest (bucket, user_agent, client_addr, agent, hits) \
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
+                     ON CONFLICT (bucket, user_agent, client_addr, agent) \
                      DO UPDATE SET hits = llms_txt_interest.hits + EXCLUDED.hits",
                 )
                 .await?;
-            c.execute(&stmt, &[&buckets, &agents, &clients, &hits])
+            c.execute(&stmt, &[&buckets, &agents, &clients, &verified, &hits])
                 .await?;
             Ok(())
         })
@@ -303,8 +314,8 @@ impl LicensingStore for PgLicensingStore {
                 .collect::<Result<Vec<_>, StoreError>>()?;
             let recent = c
                 .query(
-                    "SELECT bucket, user_agent, client_addr, hits FROM llms_txt_interest \
-                     ORDER BY bucket DESC, hits DESC, user_agent, client_addr LIMIT 20",
+                    "SELECT bucket, user_agent, client_addr, agent, hits FROM llms_txt_interest \
+                     ORDER BY bucket DESC, hits DESC, user_agent, client_addr, agent LIMIT 20",
                     &[],
                 )
                 .await?
@@ -314,7 +325,8 @@ impl LicensingStore for PgLicensingStore {
                         bucket: r.try_get(0)?,
                         user_agent: r.try_get(1)?,
                         client_addr: r.try_get(2)?,
-                        count: unsigned(r.try_get(3)?),
+                        agent: r.try_get(3)?,
+                        count: unsigned(r.try_get(4)?),
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
@@ -324,6 +336,49 @@ impl LicensingStore for PgLicensingStore {
                 by_user_agent,
                 recent,
             })
+        })
+    }
+
+    fn licensing_activity(
+        &self,
+        since_day: String,
+    ) -> StoreFuture<'_, (Vec<DailyPurchases>, Vec<DailyInterest>)> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let purchases = c
+                .query(
+                    &activity_purchases_sql("$1", "SUM(amount_atomic::bigint)::bigint"),
+                    &[&since_day],
+                )
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(DailyPurchases {
+                        day: r.try_get(0)?,
+                        agent: r.try_get(1)?,
+                        article_id: r.try_get(2)?,
+                        license_id: r.try_get(3)?,
+                        purchases: unsigned(r.try_get(4)?),
+                        amount_atomic: unsigned(r.try_get(5)?),
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            let interest = c
+                .query(
+                    &activity_interest_sql("$1", "SUM(hits)::bigint"),
+                    &[&since_day],
+                )
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(DailyInterest {
+                        day: r.try_get(0)?,
+                        agent: r.try_get(1)?,
+                        requests: unsigned(r.try_get(2)?),
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok((purchases, interest))
         })
     }
 }

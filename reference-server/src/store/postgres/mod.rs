@@ -52,6 +52,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0004_discovery",
         include_str!("../migrations/postgres/0004_discovery.sql"),
     ),
+    (
+        "0005_licenses",
+        include_str!("../migrations/postgres/0005_licenses.sql"),
+    ),
 ];
 
 /// Most connections one instance holds.

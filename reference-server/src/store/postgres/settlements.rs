@@ -25,11 +25,11 @@ impl PgSettlementStore {
 }
 
 const COLUMNS: &str = "id, at, outcome, payer, pay_to, article_id, resource, amount_atomic, network, \
-     asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at";
+     asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at, agent";
 
 const INSERT: &str = "INSERT INTO settlements (at, outcome, payer, pay_to, article_id, resource, \
-     amount_atomic, network, asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id";
+     amount_atomic, network, asset, nonce, x402_version, tx_hash, reason, message, resolved_from, resolved_at, \
+     agent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id";
 
 fn record(r: &Row) -> Result<SettlementRecord, StoreError> {
     let raw: String = r.try_get(2)?;
@@ -54,6 +54,7 @@ fn record(r: &Row) -> Result<SettlementRecord, StoreError> {
         message: r.try_get(14)?,
         resolved_from: r.try_get(15)?,
         resolved_at: r.try_get(16)?,
+        agent: r.try_get(17)?,
     })
 }
 
@@ -62,7 +63,7 @@ async fn insert(
     r: &SettlementRecord,
 ) -> Result<i64, StoreError> {
     let version = i16::from(r.x402_version);
-    let params: [&(dyn ToSql + Sync); 16] = [
+    let params: [&(dyn ToSql + Sync); 17] = [
         &r.at,
         &r.outcome.as_str(),
         &r.payer,
@@ -79,6 +80,7 @@ async fn insert(
         &r.message,
         &r.resolved_from,
         &r.resolved_at,
+        &r.agent,
     ];
     let stmt = c.prepare_cached(INSERT).await?;
     Ok(c.query_one(&stmt, &params).await?.try_get(0)?)

@@ -200,11 +200,19 @@ pub struct Config {
 
     /// Usages the site's default license permits (RSL 1.0 tokens: all ai-all ai-train ai-input ai-index
     /// search), for articles without licenses of their own.
-    #[arg(long, env = "REFERENCE_SERVER_LICENSE_PERMITS", default_value = "search ai-input")]
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_LICENSE_PERMITS",
+        default_value = "search ai-input"
+    )]
     pub license_permits: String,
 
     /// Usages the site's default license prohibits.
-    #[arg(long, env = "REFERENCE_SERVER_LICENSE_PROHIBITS", default_value = "ai-train")]
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_LICENSE_PROHIBITS",
+        default_value = "ai-train"
+    )]
     pub license_prohibits: String,
 
     /// User types the site's default license is for (commercial non-commercial education government
@@ -219,11 +227,19 @@ pub struct Config {
     pub bot_agents: Vec<String>,
 
     /// Web Bot Auth: how long to wait for an agent's key directory, in milliseconds.
-    #[arg(long, env = "REFERENCE_SERVER_BOT_DIRECTORY_TIMEOUT_MS", default_value_t = 2000)]
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_BOT_DIRECTORY_TIMEOUT_MS",
+        default_value_t = 2000
+    )]
     pub bot_directory_timeout_ms: u64,
 
     /// Web Bot Auth: how long a fetched key directory is used before it is fetched again, in seconds.
-    #[arg(long, env = "REFERENCE_SERVER_BOT_DIRECTORY_TTL_SECS", default_value_t = 3600)]
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_BOT_DIRECTORY_TTL_SECS",
+        default_value_t = 3600
+    )]
     pub bot_directory_ttl_secs: u64,
 
     /// Web Bot Auth: paths that answer 401 to a request without a verified signature (`/x402Article`,
@@ -767,14 +783,23 @@ impl Config {
             .filter(|a| !a.trim().is_empty())
             .map(|a| {
                 let url = parse_http_url("bot-agents", a)?;
-                let origin = crate::licensing::bot_auth::origin_of(&url)
-                    .ok_or_else(|| invalid("bot-agents", a, "expected an origin (scheme://host[:port])"))?;
+                let origin = crate::licensing::bot_auth::origin_of(&url).ok_or_else(|| {
+                    invalid("bot-agents", a, "expected an origin (scheme://host[:port])")
+                })?;
                 Ok(origin)
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         for (flag, v, max) in [
-            ("bot-directory-timeout-ms", self.bot_directory_timeout_ms, 60_000),
-            ("bot-directory-ttl-secs", self.bot_directory_ttl_secs, 7 * 86_400),
+            (
+                "bot-directory-timeout-ms",
+                self.bot_directory_timeout_ms,
+                60_000,
+            ),
+            (
+                "bot-directory-ttl-secs",
+                self.bot_directory_ttl_secs,
+                7 * 86_400,
+            ),
         ] {
             if v == 0 || v > max {
                 return Err(invalid(flag, &v.to_string(), format!("1 to {max}")));
@@ -788,7 +813,11 @@ impl Config {
                 if p.starts_with('/') && !p.contains(['?', '#', ' ']) {
                     Ok(p.trim_end_matches('/').to_owned())
                 } else {
-                    Err(invalid("bot-require", p, "expected a path such as /x402Article"))
+                    Err(invalid(
+                        "bot-require",
+                        p,
+                        "expected a path such as /x402Article",
+                    ))
                 }
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;

@@ -159,10 +159,7 @@ mod tests {
         assert_eq!(plain.licenses[0].id, license::DEFAULT_LICENSE_ID);
         assert_eq!(plain.licenses[0].prohibits, ["ai-train"]);
         assert_eq!(plain.licenses[0].price_atomic, plain.price_atomic);
-        assert_eq!(
-            terms.info().terms,
-            "http://x/license.xml?articleId=plain"
-        );
+        assert_eq!(terms.info().terms, "http://x/license.xml?articleId=plain");
         let (own, own_terms) = catalog.for_sale("own").unwrap();
         assert_eq!(own.licenses[0].id, "training");
         assert_ne!(own_terms.info().version, terms.info().version);

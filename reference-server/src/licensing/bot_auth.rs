@@ -153,10 +153,9 @@ impl SignedMessage for Message<'_> {
                         Some(format!("?{}", self.uri.query().unwrap_or("")))
                     }
                     DerivedComponent::Scheme { .. } => Some(self.scheme.to_owned()),
-                    DerivedComponent::RequestTarget { .. } => self
-                        .uri
-                        .path_and_query()
-                        .map(|p| p.as_str().to_owned()),
+                    DerivedComponent::RequestTarget { .. } => {
+                        self.uri.path_and_query().map(|p| p.as_str().to_owned())
+                    }
                     DerivedComponent::TargetUri { .. } => authority().map(|a| {
                         let pq = self.uri.path_and_query().map_or("/", |p| p.as_str());
                         format!("{}://{a}{pq}", self.scheme)
@@ -258,7 +257,9 @@ impl BotVerifier {
             .clone()
             .ok_or_else(|| Unverified::Malformed("no keyid".into()))?;
         let (Some(created), Some(expires)) = (details.created, details.expires) else {
-            return Err(Unverified::Malformed("created and expires are required".into()));
+            return Err(Unverified::Malformed(
+                "created and expires are required".into(),
+            ));
         };
         if created > now + CREATED_SKEW {
             return Err(Unverified::NotYetValid);
@@ -286,7 +287,9 @@ impl BotVerifier {
                 }
             }
             if named.is_empty() {
-                return Err(Unverified::Malformed("signature-agent names no agent".into()));
+                return Err(Unverified::Malformed(
+                    "signature-agent names no agent".into(),
+                ));
             }
             named
         } else {
@@ -409,7 +412,10 @@ pub fn origin_of(url: &str) -> Option<String> {
     if !matches!(scheme, "http" | "https") {
         return None;
     }
-    Some(format!("{scheme}://{}", uri.authority()?.as_str().to_ascii_lowercase()))
+    Some(format!(
+        "{scheme}://{}",
+        uri.authority()?.as_str().to_ascii_lowercase()
+    ))
 }
 
 tokio::task_local! {
@@ -424,7 +430,11 @@ pub fn current_agent() -> Option<VerifiedAgent> {
 /// Middleware: verifies a signed request, puts the [`VerifiedAgent`] in the request extensions and in the
 /// task-local, and answers 401 on a path that requires a verified signature. Unsigned requests pass as
 /// they are.
-pub async fn identify(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+pub async fn identify(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let bots = &state.bots;
     let agent = if BotVerifier::is_signed(request.headers()) {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
@@ -559,8 +569,10 @@ mod tests {
         stranger
             .preload(
                 "https://other.test",
-                serde_json::from_value(serde_json::json!({"keys": [{"kty": "OKP", "crv": "Ed25519",
-                    "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}))
+                serde_json::from_value(
+                    serde_json::json!({"keys": [{"kty": "OKP", "crv": "Ed25519",
+                    "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}),
+                )
                 .unwrap(),
             )
             .await;
@@ -577,7 +589,9 @@ mod tests {
         foreign.insert("signature-input", r#"sig1=("@authority" "signature-agent";key="agent1");created=1735689600;keyid="poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U";alg="ed25519";expires=1735693200;tag="web-bot-auth""#.parse().unwrap());
         assert_eq!(
             v.verify(&get, &uri, &foreign, INSIDE).await,
-            Err(Unverified::AgentNotAllowed("https://crawler.invalid".into()))
+            Err(Unverified::AgentNotAllowed(
+                "https://crawler.invalid".into()
+            ))
         );
         // Not web-bot-auth at all.
         let mut other_tag = vector();

@@ -237,16 +237,18 @@ fn licenses(id: &str, price: u64) -> Vec<License> {
         price_atomic,
     };
     match id {
-        "ai-crawlers-and-licensing" | "archive-digitisation-costs" | "eip-3009-in-practice" => vec![
-            license("inference", "search ai-input", "ai-train", "", price),
-            license(
-                "training",
-                "search ai-input ai-index ai-train",
-                "",
-                "",
-                TRAINING_PRICE,
-            ),
-        ],
+        "ai-crawlers-and-licensing" | "archive-digitisation-costs" | "eip-3009-in-practice" => {
+            vec![
+                license("inference", "search ai-input", "ai-train", "", price),
+                license(
+                    "training",
+                    "search ai-input ai-index ai-train",
+                    "",
+                    "",
+                    TRAINING_PRICE,
+                ),
+            ]
+        }
         "deepfake-election-audit" => vec![license(
             "non-commercial",
             "search ai-input",

@@ -110,18 +110,18 @@ pub async fn list_articles(
     Ok((
         [(header::LINK, license_link(&state.public_url))],
         Json(
-        state
-            .articles
-            .list()
-            .iter()
-            .map(|a| CatalogEntry {
-                price_amount: super::usdc_amount(a.price_atomic),
-                id: a.id.clone(),
-                title: a.title.clone(),
-                excerpt: a.excerpt.clone(),
-                published_date: a.published_date.clone(),
-            })
-            .collect::<Vec<_>>(),
+            state
+                .articles
+                .list()
+                .iter()
+                .map(|a| CatalogEntry {
+                    price_amount: super::usdc_amount(a.price_atomic),
+                    id: a.id.clone(),
+                    title: a.title.clone(),
+                    excerpt: a.excerpt.clone(),
+                    published_date: a.published_date.clone(),
+                })
+                .collect::<Vec<_>>(),
         ),
     ))
 }
@@ -203,7 +203,10 @@ pub async fn require_article(
     request.extensions_mut().insert(choice);
     let mut response = next.run(request).await;
     // The license terms, on the 402 and on the paid article alike (RSL discovery).
-    if matches!(response.status(), StatusCode::OK | StatusCode::PAYMENT_REQUIRED) {
+    if matches!(
+        response.status(),
+        StatusCode::OK | StatusCode::PAYMENT_REQUIRED
+    ) {
         response
             .headers_mut()
             .append(header::LINK, license_link(&state.public_url));
@@ -304,8 +307,7 @@ pub async fn get_article(
             .as_ref()
             .and_then(|s| serde_json::to_string(s).ok()),
     };
-    let signed = record.signed.clone();
-    match state.licensing.insert_receipt(record).await {
+    match state.licensing.insert_receipt(record.clone()).await {
         Ok(()) => state.metrics.record_receipt(true),
         Err(StoreError::Conflict(_)) => {
             // A receipt for this payment exists. The engine lets a payment through twice only as the
@@ -316,12 +318,7 @@ pub async fn get_article(
                 Some(existing) if existing.article_id == article.id => {
                     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id,
                         redelivered = payment.redelivered, "license delivered again");
-                    return Ok(article_response(
-                        &state,
-                        &article,
-                        &token_id,
-                        receipt::parse_signed(existing.signed.as_deref()),
-                    ));
+                    return Ok(article_response(&state, &article, &existing));
                 }
                 _ => {
                     tracing::warn!(payer = %payment.payer, nonce = %payment.nonce, "payment already used for a receipt");
@@ -339,12 +336,7 @@ pub async fn get_article(
         }
     }
     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id, "license issued");
-    Ok(article_response(
-        &state,
-        &article,
-        &token_id,
-        receipt::parse_signed(signed.as_deref()),
-    ))
+    Ok(article_response(&state, &article, &record))
 }
 
 /// A buyer who signed in with x (sign-in-with-x) reads an article it bought again: the same answer as its
@@ -380,12 +372,7 @@ async fn read_again(
     state.metrics.record_reread();
     tracing::info!(article = %article.id, payer = %payer, token_id = %receipt.token_id,
         "license read again (signed in with x)");
-    Ok(article_response(
-        state,
-        article,
-        &receipt.token_id,
-        receipt::parse_signed(receipt.signed.as_deref()),
-    ))
+    Ok(article_response(state, article, &receipt))
 }
 
 /// The paid answer of `GET /x402Article`.
@@ -420,6 +407,9 @@ pub struct ReceiptLinks {
     /// `PAYMENT-RESPONSE`; absent only for receipts issued before signing existed.
     #[serde(skip_serializing_if = "Option::is_none")]
     signed: Option<SignedReceipt>,
+    /// The license bought (its id, the terms version, the RSL document).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    license: Option<receipt::LicenseBought>,
 }
 
 /// `receipt.nft`.
@@ -442,12 +432,10 @@ pub struct CertificateLink {
 }
 
 /// The paid answer: the article and its receipt links.
-fn article_response(
-    state: &AppState,
-    article: &Article,
-    token_id: &str,
-    signed: Option<SignedReceipt>,
-) -> Response {
+fn article_response(state: &AppState, article: &Article, receipt: &Receipt) -> Response {
+    let token_id = receipt.token_id.as_str();
+    let signed = receipt::parse_signed(receipt.signed.as_deref());
+    let license = receipt::LicenseBought::of(receipt, &state.public_url);
     Json(PaidArticle {
         article: ArticleText {
             title: &article.title,
@@ -463,6 +451,7 @@ fn article_response(
                 url: receipt::certificate_url(&state.public_url, token_id),
             },
             signed,
+            license,
         },
     })
     .into_response()
@@ -664,7 +653,8 @@ pub async fn licensing_view(
                 )
             })?,
     };
-    let since = (time::OffsetDateTime::now_utc() - time::Duration::days(i64::from(days) - 1)).date();
+    let since =
+        (time::OffsetDateTime::now_utc() - time::Duration::days(i64::from(days) - 1)).date();
     let since = format!(
         "{:04}-{:02}-{:02}",
         since.year(),
@@ -690,7 +680,10 @@ pub async fn licensing_view(
         }
     }
     for i in &interest {
-        by_agent.entry(i.agent.clone()).or_default().llms_txt_requests += i.requests;
+        by_agent
+            .entry(i.agent.clone())
+            .or_default()
+            .llms_txt_requests += i.requests;
     }
     let mut by_agent: Vec<AgentActivity> = by_agent
         .into_iter()

@@ -69,7 +69,12 @@ impl InterestRecorder {
             key
         } else {
             self.overflowed.fetch_add(1, Ordering::Relaxed);
-            (minute, OVERFLOW.to_owned(), OVERFLOW.to_owned(), String::new())
+            (
+                minute,
+                OVERFLOW.to_owned(),
+                OVERFLOW.to_owned(),
+                String::new(),
+            )
         };
         *pending.entry(key).or_insert(0) += 1;
     }

@@ -21,7 +21,9 @@ use x402_tower::terms::Terms;
 use crate::store::articles::Article;
 
 /// RSL 1.0 usage tokens (`<permits type="usage">`).
-pub const USAGES: &[&str] = &["all", "ai-all", "ai-train", "ai-input", "ai-index", "search"];
+pub const USAGES: &[&str] = &[
+    "all", "ai-all", "ai-train", "ai-input", "ai-index", "search",
+];
 
 /// RSL 1.0 user types (`<permits type="user">`).
 pub const USER_TYPES: &[&str] = &[

@@ -14,9 +14,9 @@ use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, Verify
 use x402_tower::siwx::{PaidCheck, SignInWithX};
 use x402_tower::{ReplayStore, SettleTiming, VerifiedPayment, X402Layer};
 
+use super::license::License;
 use crate::app::BuildError;
 use crate::config::{Config, ConfigError, PaymentNetwork, Settings, parse_address};
-use super::license::License;
 use crate::store::articles::{Article, LicensingStore};
 
 /// Resolve `--network`, `--asset`, `--asset-name`, `--asset-version` into a [`PaymentNetwork`].

@@ -70,12 +70,43 @@ pub struct ReceiptView {
     /// The address this server signs offers and receipts with now (what a signed receipt's signature must
     /// recover to; also in the start-up banner and `/receipts/signer`).
     pub receipt_signer: String,
+    /// The license bought and the terms it was bought under; absent for receipts issued before licenses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub license: Option<LicenseBought>,
+    /// The buyer's verified crawler identity (Web Bot Auth agent), when its request was signed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// `license` of a [`ReceiptView`]: who paid for what use, under which terms.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct LicenseBought {
+    /// The license's id within the article (`inference`, `training`, `standard`...).
+    pub id: String,
+    /// The version of the article's terms when it was bought (the x402 `terms` version of its 402).
+    pub version: Option<String>,
+    /// The article's RSL document (its terms now; `version` says whether they changed since).
+    #[schema(format = "uri")]
+    pub terms: String,
+}
+
+impl LicenseBought {
+    /// The license a stored receipt records.
+    pub fn of(r: &Receipt, public_url: &str) -> Option<Self> {
+        r.license_id.as_ref().map(|id| LicenseBought {
+            id: id.clone(),
+            version: r.license_version.clone(),
+            terms: super::license::terms_url(public_url, &r.article_id),
+        })
+    }
 }
 
 impl ReceiptView {
     /// The public view of a stored receipt.
     pub fn new(r: &Receipt, article_title: &str, public_url: &str, signer: Address) -> Self {
         Self {
+            license: LicenseBought::of(r, public_url),
+            agent: r.agent.clone(),
             token_id: r.token_id.clone(),
             article_id: r.article_id.clone(),
             article_title: article_title.to_owned(),

@@ -223,7 +223,9 @@ fn article_from_row(r: &Row<'_>) -> rusqlite::Result<Article> {
 }
 
 /// An article's licenses from their column (an unreadable value is a database error, not a default).
-fn stored_licenses(text: Option<&str>) -> rusqlite::Result<Vec<crate::licensing::license::License>> {
+fn stored_licenses(
+    text: Option<&str>,
+) -> rusqlite::Result<Vec<crate::licensing::license::License>> {
     crate::licensing::license::from_stored(text).map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, Box::new(e))
     })
@@ -470,7 +472,10 @@ impl SqliteLicensingStore {
     ) -> Result<(Vec<DailyPurchases>, Vec<DailyInterest>), StoreError> {
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
         let purchases = c
-            .prepare_cached(&activity_purchases_sql("?1", "SUM(CAST(amount_atomic AS INTEGER))"))?
+            .prepare_cached(&activity_purchases_sql(
+                "?1",
+                "SUM(CAST(amount_atomic AS INTEGER))",
+            ))?
             .query_map([since_day], |r| {
                 Ok(DailyPurchases {
                     day: r.get(0)?,

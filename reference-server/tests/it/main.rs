@@ -3,6 +3,7 @@
 mod common;
 mod connections;
 mod extensions;
+mod licenses;
 mod licensing;
 mod migrate;
 mod operations;

@@ -177,7 +177,11 @@ async fn articles_receipts_and_llms_txt_interest_round_trip() {
         bucket: format!("2026-11-23T05:{m:02}:00Z"),
         user_agent: ua.into(),
         client_addr: client.into(),
-        agent: if ua == "y" { "https://crawler.example".into() } else { String::new() },
+        agent: if ua == "y" {
+            "https://crawler.example".into()
+        } else {
+            String::new()
+        },
         count: n,
     };
     s.add_llms_txt_interest(vec![

@@ -698,7 +698,7 @@ pub async fn licensing_view(
             ..l
         })
         .collect();
-    by_license.sort_by(|x, y| y.purchases.cmp(&x.purchases));
+    by_license.sort_by_key(|l| std::cmp::Reverse(l.purchases));
     Ok(Json(LicensingView {
         since,
         by_agent,

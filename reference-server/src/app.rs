@@ -57,6 +57,8 @@ pub struct AppState {
     pub payment_store: Arc<dyn PaymentStore>,
     /// Web Bot Auth: verifies signed crawler requests.
     pub bots: licensing::bot_auth::BotVerifier,
+    /// Mints license tokens on chain (`--license-token` with on-chain settlement).
+    pub minter: Option<Arc<licensing::minter::Minter>>,
 }
 
 impl AppState {
@@ -91,7 +93,16 @@ impl AppState {
             stores.licensing.clone(),
             &example_article,
         )?;
+        let minter = match (&settings.onchain, settings.license_token) {
+            (Some(onchain), Some(contract)) => Some(Arc::new(licensing::minter::Minter::new(
+                onchain.clone(),
+                contract,
+                licensing.clone(),
+            ))),
+            _ => None,
+        };
         Ok(Self {
+            minter,
             bots: licensing::bot_auth::BotVerifier::new(settings.bot_auth.clone(), &public_url),
             articles,
             payments,
@@ -479,6 +490,9 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.settlements.record_metrics();
         state.interest.record_metrics();
         state.bots.record_metrics();
+        if let Some(m) = &state.minter {
+            m.record_metrics();
+        }
         state.connections.record_metrics();
         state.stores.backend.record_metrics();
     });

@@ -261,6 +261,10 @@ pub struct Config {
 /// One-off commands.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
+    /// Deploy the license-token contract (`contracts/LicenseToken.sol`) with `--rpc-url` and
+    /// `--settler-key` (that account owns it and mints), token URIs under `--public-url`; prints its
+    /// address for `--license-token`, then exits.
+    DeployLicenseToken,
     /// Copy a SQLite database (every table, ids included) into an empty PostgreSQL database, in one
     /// transaction, then exit. Stop the server first; copy the media directory separately.
     MigrateSqliteToPostgres {

@@ -302,6 +302,7 @@ impl Server {
         let reconciler = spawn_reconciler(self.state.clone(), RECONCILE_INTERVAL);
         let catalog = spawn_catalog_refresh(self.state.clone(), licensing::articles::REFRESH);
         let interest = spawn_interest_flush(self.state.clone(), licensing::interest::FLUSH_EVERY);
+        let minter = self.state.minter.clone().map(|m| tokio::spawn(m.run()));
         let served = serve::serve(
             self.listener,
             self.router,
@@ -313,6 +314,9 @@ impl Server {
         reconciler.abort();
         catalog.abort();
         interest.abort();
+        if let Some(m) = minter {
+            m.abort();
+        }
         // What was counted since the last flush is written before the process ends.
         if let Err(e) = self.state.interest.flush(&*self.state.licensing).await {
             tracing::error!(error = %e, "writing the last llms.txt interest failed");

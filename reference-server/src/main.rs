@@ -10,8 +10,12 @@ use reference_server::{Command, Config, ServeError, init_tracing, serve, shutdow
 async fn main() -> ExitCode {
     let config = Config::parse(); // bad flags: clap prints usage and exits with 2
     init_tracing(config.log_format);
-    if let Some(Command::MigrateSqliteToPostgres { from, to }) = &config.command {
-        return migrate_command(from, to).await;
+    match &config.command {
+        Some(Command::MigrateSqliteToPostgres { from, to }) => {
+            return migrate_command(from, to).await;
+        }
+        Some(Command::DeployLicenseToken) => return deploy_command(&config).await,
+        None => {}
     }
     match serve(config, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -21,6 +25,37 @@ async fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("reference-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn deploy_command(config: &Config) -> ExitCode {
+    let settings = match config.validate() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("reference-server: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (Some(onchain), Some(public_url)) = (&settings.onchain, &settings.public_url) else {
+        eprintln!(
+            "reference-server: deploy-license-token needs --rpc-url, --settler-key and --public-url"
+        );
+        return ExitCode::from(2);
+    };
+    match reference_server::licensing::minter::deploy(onchain, public_url).await {
+        Ok(address) => {
+            println!("{address}");
+            eprintln!(
+                "license-token contract deployed at {address}, owned by {}; start the server with \
+                 --license-token {address}",
+                onchain.relayer()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("reference-server: deployment failed: {e}");
             ExitCode::FAILURE
         }
     }

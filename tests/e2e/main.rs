@@ -10,6 +10,7 @@ mod browser;
 mod common;
 mod extensions;
 mod facilitator_api;
+mod license_tokens;
 mod official_clients;
 mod onchain_settler;
 mod openapi;

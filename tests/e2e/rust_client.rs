@@ -248,6 +248,9 @@ async fn a_contract_wallet_signs_in_through_eip1271() {
             settlement: format!("0x{}", "22".repeat(32)),
             created_at: "2026-11-23T00:00:00Z".into(),
             signed: None,
+            license_id: None,
+            license_version: None,
+            agent: None,
         })
         .await
         .expect("receipt");

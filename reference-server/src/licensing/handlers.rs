@@ -308,7 +308,13 @@ pub async fn get_article(
             .and_then(|s| serde_json::to_string(s).ok()),
     };
     match state.licensing.insert_receipt(record.clone()).await {
-        Ok(()) => state.metrics.record_receipt(true),
+        Ok(()) => {
+            state.metrics.record_receipt(true);
+            // The license token is minted after the receipt is durable, in the background.
+            if let Some(m) = &state.minter {
+                m.nudge();
+            }
+        }
         Err(StoreError::Conflict(_)) => {
             // A receipt for this payment exists. The engine lets a payment through twice only as the
             // redelivery of the identical payment for the same article (the buyer lost the first answer):
@@ -787,12 +793,14 @@ pub async fn receipt_json(
     let token = token.map(|Path(t)| t).unwrap_or_default();
     let (r, article) = load_receipt(&state, &token).await?;
     let title = article.as_ref().map_or("", |a| a.title.as_str());
-    Ok(Json(ReceiptView::new(
+    let mut view = ReceiptView::new(
         &r,
         title,
         &state.public_url,
         state.settings.receipt_key.signer().address(),
-    )))
+    );
+    view.license_token = Some(receipt::LicenseTokenView::of(&r, &state).await);
+    Ok(Json(view))
 }
 
 /// `GET /receipts/{tokenId}/certificate`: the HTML certificate.
@@ -814,11 +822,13 @@ pub async fn receipt_certificate(
 ) -> Result<Html<String>, ApiError> {
     let token = token.map(|Path(t)| t).unwrap_or_default();
     let (r, article) = load_receipt(&state, &token).await?;
+    let token = receipt::LicenseTokenView::of(&r, &state).await;
     Ok(Html(receipt::certificate_html(
         &r,
         article.as_ref(),
         state.settings.receipt_key.signer().address(),
         &state.public_url,
+        &token,
     )))
 }
 

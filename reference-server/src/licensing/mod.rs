@@ -76,6 +76,7 @@ pub mod handlers;
 pub mod interest;
 pub mod license;
 pub mod llms_txt;
+pub mod minter;
 pub mod payment;
 pub mod receipt;
 pub mod settlements;

@@ -76,6 +76,9 @@ pub struct ReceiptView {
     /// The buyer's verified crawler identity (Web Bot Auth agent), when its request was signed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// The receipt's license token on chain (filled in by the handler).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub license_token: Option<LicenseTokenView>,
 }
 
 /// `license` of a [`ReceiptView`]: who paid for what use, under which terms.
@@ -88,6 +91,103 @@ pub struct LicenseBought {
     /// The article's RSL document (its terms now; `version` says whether they changed since).
     #[schema(format = "uri")]
     pub terms: String,
+}
+
+/// `licenseToken` of a [`ReceiptView`]: the receipt's ERC-721 license token on chain.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LicenseTokenView {
+    /// `minted` (its owner read on chain now), `pending` (queued or being retried), or `not_minted` (this
+    /// server mints no license tokens, or the payment was not settled on chain).
+    pub status: &'static str,
+    /// The license-token contract.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contract: Option<String>,
+    /// `ownerOf(tokenId)` on chain, read for this answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The mint transaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transaction: Option<String>,
+    /// Why it is not minted (yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl LicenseTokenView {
+    /// The license token of `r` as the server knows it now (reads `ownerOf` on chain when minted).
+    pub async fn of(r: &Receipt, state: &crate::app::AppState) -> Self {
+        let Some(minter) = &state.minter else {
+            return Self::none("this server mints no license tokens (no --license-token contract)");
+        };
+        let contract = Some(minter.contract().to_checksum(None));
+        let row = state
+            .licensing
+            .license_mint(&r.token_id)
+            .await
+            .ok()
+            .flatten();
+        match row {
+            Some(m) if m.status == "minted" => Self {
+                status: "minted",
+                contract,
+                owner: minter
+                    .owner_of(&r.token_id)
+                    .await
+                    .map(|a| a.to_checksum(None)),
+                transaction: m.tx_hash,
+                note: None,
+            },
+            Some(m) => Self {
+                status: "pending",
+                contract,
+                owner: None,
+                transaction: None,
+                note: Some(match m.last_error {
+                    Some(e) => format!("attempt {} failed, will retry: {e}", m.attempts),
+                    None => "queued".to_owned(),
+                }),
+            },
+            None if !r.settlement.starts_with("0x") => {
+                Self::none("the payment was not settled on chain: no license token")
+            }
+            None => Self {
+                status: "pending",
+                contract,
+                owner: None,
+                transaction: None,
+                note: Some("queued".to_owned()),
+            },
+        }
+    }
+
+    fn none(note: &str) -> Self {
+        Self {
+            status: "not_minted",
+            contract: None,
+            owner: None,
+            transaction: None,
+            note: Some(note.to_owned()),
+        }
+    }
+
+    /// One line for the certificate.
+    pub fn summary(&self) -> String {
+        match (self.status, &self.owner) {
+            ("minted", Some(owner)) => format!(
+                "minted: owned on chain by {owner} (contract {}, transaction {})",
+                self.contract.as_deref().unwrap_or("?"),
+                self.transaction.as_deref().unwrap_or("?")
+            ),
+            _ => format!(
+                "{}{}",
+                self.status,
+                self.note
+                    .as_ref()
+                    .map_or(String::new(), |n| format!(": {n}"))
+            ),
+        }
+    }
 }
 
 impl LicenseBought {
@@ -107,6 +207,7 @@ impl ReceiptView {
         Self {
             license: LicenseBought::of(r, public_url),
             agent: r.agent.clone(),
+            license_token: None,
             token_id: r.token_id.clone(),
             article_id: r.article_id.clone(),
             article_title: article_title.to_owned(),
@@ -165,6 +266,7 @@ pub fn certificate_html(
     article: Option<&Article>,
     signer: Address,
     public_url: &str,
+    token: &LicenseTokenView,
 ) -> String {
     use askama::Template as _;
     let (title, author) = article.map_or(("(article removed)", ""), |a| {
@@ -195,6 +297,20 @@ pub fn certificate_html(
         ("Settlement", settlement),
         ("x402 version", r.x402_version.to_string()),
         ("Issued", r.created_at.clone()),
+        (
+            "License",
+            r.license_id.as_ref().map_or_else(
+                || "(issued before licenses were recorded)".to_owned(),
+                |id| {
+                    format!(
+                        "{id} (terms version {}; {})",
+                        r.license_version.as_deref().unwrap_or("?"),
+                        super::license::terms_url(public_url, &r.article_id)
+                    )
+                },
+            ),
+        ),
+        ("License token", token.summary()),
     ];
     let signed = signed(r).map(|s| {
         let by = s.signer().ok();

@@ -112,6 +112,41 @@ pub struct DailyInterest {
     pub requests: u64,
 }
 
+/// A receipt's license token, to mint or minted (`license_mints`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LicenseMint {
+    /// The receipt's token id (the token's id).
+    pub token_id: String,
+    /// Who it is minted to (the payer).
+    pub owner: String,
+    /// `pending` or `minted`.
+    pub status: String,
+    /// Mint transactions tried so far.
+    pub attempts: u64,
+    /// The mint transaction, once minted.
+    pub tx_hash: Option<String>,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+    /// Last change, RFC 3339 UTC.
+    pub updated_at: String,
+}
+
+/// The SQL that queues receipts settled on chain without a mint row (both backends: `p1` the time, `p2`
+/// the limit).
+pub(crate) fn queue_mints_sql(p1: &str, p2: &str) -> String {
+    format!(
+        "INSERT INTO license_mints (token_id, owner, status, attempts, updated_at) \
+         SELECT r.token_id, r.payer, 'pending', 0, {p1} FROM receipts r \
+         WHERE r.settlement LIKE '0x%' AND NOT EXISTS \
+         (SELECT 1 FROM license_mints m WHERE m.token_id = r.token_id) \
+         ORDER BY r.created_at LIMIT {p2} ON CONFLICT (token_id) DO NOTHING"
+    )
+}
+
+/// The columns of a [`LicenseMint`], in its field order.
+pub(crate) const MINT_COLUMNS: &str =
+    "token_id, owner, status, attempts, tx_hash, last_error, updated_at";
+
 /// Most rows of each kind [`LicensingStore::licensing_activity`] returns.
 pub const MAX_ACTIVITY_ROWS: u32 = 5000;
 
@@ -161,6 +196,21 @@ pub trait LicensingStore: Send + Sync + std::fmt::Debug {
         payer: &'a str,
         article_id: &'a str,
     ) -> StoreFuture<'a, Option<Receipt>>;
+    /// Queues (as `pending` rows) up to `limit` receipts settled on chain that have no license-token row yet;
+    /// returns how many. A receipt is never queued twice (the token id is the key).
+    fn queue_mints(&self, now: String, limit: u32) -> StoreFuture<'_, u64>;
+    /// Pending mints, oldest change first (at most `limit`).
+    fn pending_mints(&self, limit: u32) -> StoreFuture<'_, Vec<LicenseMint>>;
+    /// Records a mint attempt for `token_ids`: `Ok(tx)` minted in `tx`, `Err(why)` still pending (one more
+    /// attempt counted).
+    fn record_mint(
+        &self,
+        token_ids: Vec<String>,
+        outcome: Result<String, String>,
+        now: String,
+    ) -> StoreFuture<'_, ()>;
+    /// The license token of a receipt, if one is queued or minted.
+    fn license_mint<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<LicenseMint>>;
     /// Records a re-read of a bought article (sign-in-with-x: no payment, no new receipt).
     fn record_read(&self, token_id: String, read_at: String) -> StoreFuture<'_, ()>;
     /// Number of re-reads recorded.
@@ -251,6 +301,18 @@ fn receipt_from_row(r: &Row<'_>) -> rusqlite::Result<Receipt> {
         license_id: r.get(12)?,
         license_version: r.get(13)?,
         agent: r.get(14)?,
+    })
+}
+
+fn mint_from_row(r: &Row<'_>) -> rusqlite::Result<LicenseMint> {
+    Ok(LicenseMint {
+        token_id: r.get(0)?,
+        owner: r.get(1)?,
+        status: r.get(2)?,
+        attempts: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+        tx_hash: r.get(4)?,
+        last_error: r.get(5)?,
+        updated_at: r.get(6)?,
     })
 }
 
@@ -371,6 +433,58 @@ impl LicensingStore for SqliteLicensingStore {
             Ok(stmt
                 .query_row([payer, article_id], receipt_from_row)
                 .optional()?)
+        }))
+    }
+
+    fn queue_mints(&self, now: String, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(self.db.write(move |c| {
+            let n = c
+                .prepare_cached(&queue_mints_sql("?1", "?2"))?
+                .execute(params![now, limit])?;
+            Ok(n as u64)
+        }))
+    }
+
+    fn pending_mints(&self, limit: u32) -> StoreFuture<'_, Vec<LicenseMint>> {
+        Box::pin(self.db.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {MINT_COLUMNS} FROM license_mints WHERE status = 'pending' \
+                 ORDER BY updated_at, token_id LIMIT ?1"
+            ))?;
+            let rows = stmt.query_map([limit], mint_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        }))
+    }
+
+    fn record_mint(
+        &self,
+        token_ids: Vec<String>,
+        outcome: Result<String, String>,
+        now: String,
+    ) -> StoreFuture<'_, ()> {
+        Box::pin(self.db.write(move |c| {
+            let mut stmt = c.prepare_cached(
+                "UPDATE license_mints SET status = ?2, attempts = attempts + 1, tx_hash = ?3, \
+                 last_error = ?4, updated_at = ?5 WHERE token_id = ?1 AND status = 'pending'",
+            )?;
+            let (status, tx, error) = match &outcome {
+                Ok(tx) => ("minted", Some(tx.as_str()), None),
+                Err(e) => ("pending", None, Some(e.as_str())),
+            };
+            for id in &token_ids {
+                stmt.execute(params![id, status, tx, error, now])?;
+            }
+            Ok(())
+        }))
+    }
+
+    fn license_mint<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<LicenseMint>> {
+        let token_id = token_id.to_owned();
+        Box::pin(self.db.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {MINT_COLUMNS} FROM license_mints WHERE token_id = ?1"
+            ))?;
+            Ok(stmt.query_row([token_id], mint_from_row).optional()?)
         }))
     }
 

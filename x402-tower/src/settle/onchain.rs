@@ -219,6 +219,8 @@ struct Receipt {
     status: Option<String>,
     #[serde(default)]
     logs: Vec<Log>,
+    #[serde(default)]
+    contract_address: Option<Address>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -247,6 +249,46 @@ impl OnchainSettler {
     /// The relayer's address (it sends the transactions and pays the gas).
     pub fn relayer(&self) -> Address {
         self.inner.relayer
+    }
+
+    /// Sends a transaction from the relayer calling `to` with `input` (gas estimated, so a call that would
+    /// revert is [`SendError::NotSent`] with the revert), through the same nonce manager as the settlements:
+    /// an application can use the relayer for its own transactions (minting license tokens...) beside them.
+    pub async fn send_transaction(&self, to: Address, input: Bytes) -> Result<B256, SendError> {
+        self.inner.send_tx(TxKind::Call(to), input).await
+    }
+
+    /// Deploys a contract from the relayer (`init_code`: creation bytecode and constructor arguments) and
+    /// waits for it: its address.
+    pub async fn deploy_contract(&self, init_code: Bytes) -> Result<Address, SendError> {
+        let hash = self.inner.send_tx(TxKind::Create, init_code).await?;
+        let unknown = |message: String| SendError::Unknown { message, hash };
+        let receipt = self.inner.wait_receipt(hash).await.map_err(unknown)?;
+        match (
+            receipt.status.as_deref().and_then(hex_u64),
+            receipt.contract_address,
+        ) {
+            (Some(1), Some(address)) => Ok(address),
+            _ => Err(SendError::NotSent {
+                reason: "unexpected_settle_error",
+                message: format!("deployment {hash} reverted"),
+            }),
+        }
+    }
+
+    /// Waits (up to the receipt timeout) for the receipt of `hash`: `Ok(true)` mined and succeeded,
+    /// `Ok(false)` mined and reverted, `Err` no receipt in time (it may still be mined).
+    pub async fn transaction_succeeded(&self, hash: B256) -> Result<bool, String> {
+        let receipt = self.inner.wait_receipt(hash).await?;
+        Ok(receipt.status.as_deref().and_then(hex_u64) == Some(1))
+    }
+
+    /// `eth_call` of `to` with `input` at the latest block.
+    pub async fn call(&self, to: Address, input: Bytes) -> Result<Bytes, RpcError> {
+        self.inner
+            .rpc
+            .call(rpc::call_request(None, to, input))
+            .await
     }
 
     /// The chain id of the node (asked once, then cached).
@@ -334,15 +376,26 @@ fn hex_u64(v: &str) -> Option<u64> {
     u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
 }
 
-/// How a settlement attempt ended before the receipt.
-enum SendError {
-    /// Nothing reached the chain; the authorization may be used again.
+/// How sending a transaction ended before its receipt ([`OnchainSettler::send_transaction`], and each
+/// settlement).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// Nothing reached the chain (refused by the node, or the gas estimate reverted).
+    #[error("not sent ({reason}): {message}")]
     NotSent {
+        /// The x402 error string it maps to (`unexpected_settle_error`, or a revert's reason).
         reason: &'static str,
+        /// What happened.
         message: String,
     },
     /// The transaction may have been broadcast.
-    Unknown { message: String, hash: B256 },
+    #[error("{message}")]
+    Unknown {
+        /// What happened.
+        message: String,
+        /// Its hash.
+        hash: B256,
+    },
 }
 
 impl Inner {
@@ -412,8 +465,27 @@ impl Inner {
                 });
             }
         }
+        self.send_tx(
+            TxKind::Call(request.offer.token.address),
+            transfer_calldata(request),
+        )
+        .await
+    }
+
+    /// Estimates gas and fees for calling `to` with `input` from the relayer, then signs and sends under the
+    /// nonce lock.
+    async fn send_tx(&self, to: TxKind, input: Bytes) -> Result<B256, SendError> {
+        let not_sent = |e: RpcError| SendError::NotSent {
+            reason: "unexpected_settle_error",
+            message: e.to_string(),
+        };
         let chain_id = self.chain_id().await.map_err(not_sent)?;
-        let call = self.call_object(request);
+        let call = alloy_rpc_types_eth::TransactionRequest {
+            from: Some(self.relayer),
+            to: Some(to),
+            input: alloy_rpc_types_eth::TransactionInput::both(input.clone()),
+            ..Default::default()
+        };
         let (gas, gas_price, tip) = tokio::join!(
             self.rpc.estimate_gas(call),
             self.rpc.gas_price(),
@@ -440,10 +512,10 @@ impl Inner {
             gas_limit: gas.saturating_mul(100 + self.gas_margin_percent) / 100,
             max_fee_per_gas: gas_price.saturating_mul(2).saturating_add(tip),
             max_priority_fee_per_gas: tip,
-            to: TxKind::Call(request.offer.token.address),
+            to,
             value: U256::ZERO,
             access_list: Default::default(),
-            input: transfer_calldata(request),
+            input,
         };
 
         let mut slot = self.nonces.lock().await;

@@ -4,8 +4,9 @@ use tokio_postgres::Row;
 
 use super::{Pg, big, unsigned};
 use crate::store::articles::{
-    Article, DailyInterest, DailyPurchases, LicensingStore, LlmsTxtInterest, LlmsTxtStats, Receipt,
-    UserAgentCount, activity_interest_sql, activity_purchases_sql, price, receipt_conflict,
+    Article, DailyInterest, DailyPurchases, LicenseMint, LicensingStore, LlmsTxtInterest,
+    LlmsTxtStats, MINT_COLUMNS, Receipt, UserAgentCount, activity_interest_sql,
+    activity_purchases_sql, price, queue_mints_sql, receipt_conflict,
 };
 use crate::store::{StoreError, StoreFuture};
 
@@ -40,6 +41,18 @@ fn article(r: &Row) -> Result<Article, StoreError> {
         published: r.try_get(7)?,
         licenses: crate::licensing::license::from_stored(r.try_get::<_, Option<&str>>(8)?)
             .map_err(|e| StoreError::Invalid(format!("article licenses: {e}")))?,
+    })
+}
+
+fn mint(r: &Row) -> Result<LicenseMint, StoreError> {
+    Ok(LicenseMint {
+        token_id: r.try_get(0)?,
+        owner: r.try_get(1)?,
+        status: r.try_get(2)?,
+        attempts: unsigned(r.try_get(3)?),
+        tx_hash: r.try_get(4)?,
+        last_error: r.try_get(5)?,
+        updated_at: r.try_get(6)?,
     })
 }
 
@@ -218,6 +231,69 @@ impl LicensingStore for PgLicensingStore {
                 .as_ref()
                 .map(receipt)
                 .transpose()
+        })
+    }
+
+    fn queue_mints(&self, now: String, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            Ok(
+                c.execute(&queue_mints_sql("$1", "$2"), &[&now, &i64::from(limit)])
+                    .await?,
+            )
+        })
+    }
+
+    fn pending_mints(&self, limit: u32) -> StoreFuture<'_, Vec<LicenseMint>> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            c.query(
+                &format!(
+                    "SELECT {MINT_COLUMNS} FROM license_mints WHERE status = 'pending' \
+                     ORDER BY updated_at, token_id LIMIT $1"
+                ),
+                &[&i64::from(limit)],
+            )
+            .await?
+            .iter()
+            .map(mint)
+            .collect()
+        })
+    }
+
+    fn record_mint(
+        &self,
+        token_ids: Vec<String>,
+        outcome: Result<String, String>,
+        now: String,
+    ) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            let (status, tx, error) = match &outcome {
+                Ok(tx) => ("minted", Some(tx.as_str()), None),
+                Err(e) => ("pending", None, Some(e.as_str())),
+            };
+            c.execute(
+                "UPDATE license_mints SET status = $2, attempts = attempts + 1, tx_hash = $3, \
+                 last_error = $4, updated_at = $5 WHERE token_id = ANY($1) AND status = 'pending'",
+                &[&token_ids, &status, &tx, &error, &now],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn license_mint<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<LicenseMint>> {
+        Box::pin(async move {
+            let c = self.pg.client().await?;
+            c.query_opt(
+                &format!("SELECT {MINT_COLUMNS} FROM license_mints WHERE token_id = $1"),
+                &[&token_id],
+            )
+            .await?
+            .as_ref()
+            .map(mint)
+            .transpose()
         })
     }
 

@@ -230,3 +230,47 @@ async fn without_a_contract_the_receipt_says_no_token_is_minted() {
             .contains("no --license-token")
     );
 }
+
+/// Validates `xml` against the RSL 1.0 schema of `tests/schemas` (XSD 1.1, with Python's `xmlschema`).
+async fn validate_rsl(xml: &str, name: &str) -> Value {
+    let dir = std::env::temp_dir().join(format!("rsl-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("license.xml");
+    std::fs::write(&file, xml).expect("write");
+    let schema = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/rsl-1.0.xsd");
+    let out = workspace_tests::clients::run(
+        &workspace_tests::tools::python(),
+        &[
+            "validate_xml.py",
+            schema.to_str().expect("path"),
+            file.to_str().expect("path"),
+        ],
+        &workspace_tests::tools::py_dir(),
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    serde_json::from_str(out.lines().last().expect("a line")).expect("JSON")
+}
+
+#[tokio::test]
+async fn the_rsl_document_validates_against_the_rsl_schema_and_a_wrong_one_does_not() {
+    let server = RefServer::start(|_| {}).await;
+    let xml = http()
+        .get(format!("{}/license.xml", server.url))
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("text");
+    let ok = validate_rsl(&xml, "ok").await;
+    assert_eq!(ok["valid"], true, "{ok}");
+    // The schema can fail: an unknown usage token, a payment type RSL does not have.
+    for (name, broken) in [
+        ("token", xml.replacen("ai-train", "ai-training", 1)),
+        ("payment", xml.replacen("type=\"use\"", "type=\"rent\"", 1)),
+    ] {
+        let bad = validate_rsl(&broken, name).await;
+        assert_eq!(bad["valid"], false, "{name}: {bad}");
+    }
+}

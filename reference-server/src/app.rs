@@ -59,6 +59,8 @@ pub struct AppState {
     pub bots: licensing::bot_auth::BotVerifier,
     /// Mints license tokens on chain (`--license-token` with on-chain settlement).
     pub minter: Option<Arc<licensing::minter::Minter>>,
+    /// `Link: <…/license.xml>; rel="license"`, built once.
+    pub license_link: HeaderValue,
 }
 
 impl AppState {
@@ -102,6 +104,7 @@ impl AppState {
             _ => None,
         };
         Ok(Self {
+            license_link: handlers::license_link(&public_url),
             minter,
             bots: licensing::bot_auth::BotVerifier::new(settings.bot_auth.clone(), &public_url),
             articles,

@@ -108,7 +108,7 @@ pub async fn list_articles(
     State(state): State<Arc<AppState>>,
 ) -> Result<impl IntoResponse, ApiError> {
     Ok((
-        [(header::LINK, license_link(&state.public_url))],
+        [(header::LINK, state.license_link.clone())],
         Json(
             state
                 .articles
@@ -209,7 +209,7 @@ pub async fn require_article(
     ) {
         response
             .headers_mut()
-            .append(header::LINK, license_link(&state.public_url));
+            .append(header::LINK, state.license_link.clone());
     }
     response
 }
@@ -441,7 +441,7 @@ pub struct CertificateLink {
 fn article_response(state: &AppState, article: &Article, receipt: &Receipt) -> Response {
     let token_id = receipt.token_id.as_str();
     let signed = receipt::parse_signed(receipt.signed.as_deref());
-    let license = receipt::LicenseBought::of(receipt, &state.public_url);
+    let license = receipt::LicenseBought::of(receipt, &state.public_url, Some(&article.licenses));
     Json(PaidArticle {
         article: ArticleText {
             title: &article.title,
@@ -793,11 +793,15 @@ pub async fn receipt_json(
     let token = token.map(|Path(t)| t).unwrap_or_default();
     let (r, article) = load_receipt(&state, &token).await?;
     let title = article.as_ref().map_or("", |a| a.title.as_str());
+    let licenses = article
+        .as_ref()
+        .map(|a| super::license::effective(a, state.articles.default_terms()));
     let mut view = ReceiptView::new(
         &r,
         title,
         &state.public_url,
         state.settings.receipt_key.signer().address(),
+        licenses.as_deref(),
     );
     view.license_token = Some(receipt::LicenseTokenView::of(&r, &state).await);
     Ok(Json(view))

@@ -44,7 +44,7 @@ pub const MAX_LICENSES: usize = 4;
 pub const RSL_MEDIA_TYPE: &str = "application/rsl+xml";
 
 /// One license of an article: what it allows, for how much.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct License {
     /// Short id, unique within the article (`inference`, `training`); the `license` query parameter.
     pub id: String,

@@ -91,6 +91,10 @@ pub struct LicenseBought {
     /// The article's RSL document (its terms now; `version` says whether they changed since).
     #[schema(format = "uri")]
     pub terms: String,
+    /// What the license permits, prohibits and for whom, when the article's terms are still at `version`
+    /// (then exactly what was bought); absent when they changed since (`terms` shows the new ones).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grants: Option<super::license::License>,
 }
 
 /// `licenseToken` of a [`ReceiptView`]: the receipt's ERC-721 license token on chain.
@@ -191,21 +195,37 @@ impl LicenseTokenView {
 }
 
 impl LicenseBought {
-    /// The license a stored receipt records.
-    pub fn of(r: &Receipt, public_url: &str) -> Option<Self> {
-        r.license_id.as_ref().map(|id| LicenseBought {
+    /// The license a stored receipt records; `licenses` are the article's licenses now (resolved).
+    pub fn of(
+        r: &Receipt,
+        public_url: &str,
+        licenses: Option<&[super::license::License]>,
+    ) -> Option<Self> {
+        let id = r.license_id.as_ref()?;
+        let grants = licenses
+            .filter(|l| Some(super::license::version(l)) == r.license_version)
+            .and_then(|l| l.iter().find(|x| &x.id == id))
+            .cloned();
+        Some(LicenseBought {
             id: id.clone(),
             version: r.license_version.clone(),
             terms: super::license::terms_url(public_url, &r.article_id),
+            grants,
         })
     }
 }
 
 impl ReceiptView {
     /// The public view of a stored receipt.
-    pub fn new(r: &Receipt, article_title: &str, public_url: &str, signer: Address) -> Self {
+    pub fn new(
+        r: &Receipt,
+        article_title: &str,
+        public_url: &str,
+        signer: Address,
+        licenses: Option<&[super::license::License]>,
+    ) -> Self {
         Self {
-            license: LicenseBought::of(r, public_url),
+            license: LicenseBought::of(r, public_url, licenses),
             agent: r.agent.clone(),
             license_token: None,
             token_id: r.token_id.clone(),

@@ -195,6 +195,16 @@ async fn two_licenses_are_two_offers_with_their_terms_and_each_purchase_records_
             view["amount"], amount,
             "{license}: the price of its own offer"
         );
+        // The terms bought, as they were (the article's terms have not changed since).
+        let grants = &view["license"]["grants"];
+        assert_eq!(grants["id"], license);
+        let trains = grants["permits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u == "ai-train");
+        assert_eq!(trains, license == "training", "{grants}");
+        assert_eq!(body["receipt"]["license"]["grants"], *grants);
     }
     // A v1 payment below the training price but above inference buys inference (what it covers), never
     // training.

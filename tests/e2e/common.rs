@@ -122,6 +122,18 @@ impl RefServer {
     }
 }
 
+/// The server's `/metrics` text.
+pub(crate) async fn metrics_text(url: &str) -> String {
+    http()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
 /// Serves `router` on a free loopback port; returns its base URL.
 pub(crate) async fn serve(router: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -202,14 +202,7 @@ async fn a_purchase_mints_one_license_token_to_the_payer_and_a_failed_mint_is_re
         Some(from),
         "minted once"
     );
-    let metrics = http()
-        .get(format!("{}/metrics", server.url))
-        .send()
-        .await
-        .expect("GET")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::common::metrics_text(&server.url).await;
     assert!(
         metrics.contains("license_tokens_minted_total 2"),
         "{metrics}"

@@ -75,17 +75,22 @@ async fn a_v2_payment_pays_the_offer_it_accepted_and_the_handler_sees_which() {
     }
 }
 
+/// A v1 `X-PAYMENT` value authorizing `amount`.
+fn v1_paying(nonce: u8, amount: u64) -> String {
+    let mut auth = Auth::v1(nonce);
+    auth.value = alloy_primitives::U256::from(amount);
+    b64(&payload_v1(
+        &auth,
+        &auth.sign(&signer(), &domain_base_sepolia()),
+    ))
+}
+
 #[tokio::test]
 async fn a_v1_payment_of_the_dearer_price_buys_the_dearer_offer_not_an_overpaid_cheap_one() {
     let seen = Arc::new(Mutex::new(None));
     let layer = two_offers();
     for (nonce, amount, index) in [(50u8, 50_000u64, 1usize), (51, 10_000, 0), (52, 20_000, 0)] {
-        let mut auth = Auth::v1(nonce);
-        auth.value = alloy_primitives::U256::from(amount);
-        let header = b64(&payload_v1(
-            &auth,
-            &auth.sign(&signer(), &domain_base_sepolia()),
-        ));
+        let header = v1_paying(nonce, amount);
         let a = send(
             layer.layer(recording(seen.clone())),
             req("/report", &[("x-payment", &header)]),
@@ -96,12 +101,7 @@ async fn a_v1_payment_of_the_dearer_price_buys_the_dearer_offer_not_an_overpaid_
         assert_eq!(paid.offer_index, index, "v1 payment of {amount}");
     }
     // Below every price: refused, nothing reaches the handler.
-    let mut auth = Auth::v1(53);
-    auth.value = alloy_primitives::U256::from(9_999u64);
-    let header = b64(&payload_v1(
-        &auth,
-        &auth.sign(&signer(), &domain_base_sepolia()),
-    ));
+    let header = v1_paying(53, 9_999);
     let a = send(
         layer.layer(recording(seen.clone())),
         req("/report", &[("x-payment", &header)]),

@@ -72,9 +72,14 @@ async fn offers_and_receipts_are_signed_by_the_published_key_and_the_receipt_is_
     );
     assert!(cert.contains(&receipt.signature));
 
-    // The buyer lost the answer and resends: the same stored receipt comes back.
+    // The buyer lost the answer and resends, a second later: the same stored receipt comes back, in the
+    // body and in PAYMENT-RESPONSE (the engine recorded the signed receipt with the settlement; nothing is
+    // signed anew with a later issuedAt).
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let again = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
     assert_eq!(again.status(), 200);
+    let again_header = decode_header(&again, "payment-response");
+    assert_eq!(again_header, settle, "the same PAYMENT-RESPONSE");
     assert_eq!(
         json_body(again).await["receipt"]["signed"],
         body["receipt"]["signed"]

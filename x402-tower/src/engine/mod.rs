@@ -122,6 +122,19 @@ pub(crate) struct Route {
     pub(crate) identifier: Option<PaymentIdentifier>,
     /// Skip the settler's verify when settling before the handler (the settlement checks the same).
     pub(crate) settle_without_verify: bool,
+    /// Adds to a successful settlement before it is recorded (the signed receipt of offer-receipt), so a
+    /// redelivery answers exactly what the first delivery did.
+    pub(crate) on_settled: Option<SettledHook>,
+}
+
+/// A function completing a successful [`SettleResponse`] for a resource URL before it is recorded.
+#[derive(Clone)]
+pub(crate) struct SettledHook(pub(crate) Arc<dyn Fn(&mut SettleResponse, &str) + Send + Sync>);
+
+impl std::fmt::Debug for SettledHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SettledHook")
+    }
 }
 
 /// A payment admitted for the protected service.
@@ -132,6 +145,8 @@ pub(crate) struct Attempt {
     /// The record as this attempt last wrote it (its `revision` is the compare-and-set token).
     pub(crate) record: PaymentRecord,
     pub(crate) verified: VerifiedPayment,
+    /// The route's [`Route::on_settled`].
+    pub(crate) on_settled: Option<SettledHook>,
 }
 
 /// The outcome of [`PaymentEngine::begin`].
@@ -534,12 +549,14 @@ impl PaymentEngine {
             Admitted::Answer(a) => return Begin::Answer(a),
             Admitted::Redeliver(mut a) => {
                 a.verified.offer_index = offer_index;
+                a.on_settled = route.on_settled.clone();
                 self.metrics.accepted();
                 return Begin::Serve(a);
             }
             Admitted::Fresh(a) => a,
         };
         attempt.verified.offer_index = offer_index;
+        attempt.on_settled = route.on_settled.clone();
         let settling_now = route.timing == SettleTiming::BeforeHandler;
         if !(settling_now && route.settle_without_verify)
             && let Err(a) = self.settler_verify(&mut attempt).await
@@ -669,6 +686,7 @@ impl PaymentEngine {
                         key,
                         record: PaymentRecord { revision, ..record },
                         verified,
+                        on_settled: None,
                     }));
                 }
                 Ok(Reservation::Taken(existing)) => existing,
@@ -687,6 +705,7 @@ impl PaymentEngine {
                         key,
                         record,
                         verified,
+                        on_settled: None,
                     }));
                 }
                 Taken::Claimed(claimed) => {
@@ -695,6 +714,7 @@ impl PaymentEngine {
                         key,
                         record: claimed,
                         verified,
+                        on_settled: None,
                     });
                     return self.reconcile_claimed(attempt, timing).await;
                 }
@@ -892,7 +912,7 @@ impl PaymentEngine {
                 payer,
                 network,
             } => {
-                let sr = SettleResponse {
+                let mut sr = SettleResponse {
                     success: true,
                     error_reason: None,
                     error_message: None,
@@ -901,6 +921,9 @@ impl PaymentEngine {
                     payer: Some(payer.to_checksum(None)),
                     extensions: None,
                 };
+                if let Some(hook) = &attempt.on_settled {
+                    (hook.0)(&mut sr, &attempt.record.resource);
+                }
                 self.dispose(attempt, Event::Settled, Some(sr.clone()))
                     .await;
                 Ok(sr)
@@ -1119,6 +1142,7 @@ impl PaymentEngine {
                 key,
                 record: claimed,
                 verified,
+                on_settled: None,
             };
             match self.reconcile(&mut attempt, None).await {
                 None => {

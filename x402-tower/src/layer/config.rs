@@ -174,7 +174,13 @@ impl Shared {
     #[cfg_attr(not(feature = "offer-receipt"), allow(unused_variables))]
     pub(crate) fn sign_receipt(&self, settlement: &mut crate::SettleResponse, resource_url: &str) {
         #[cfg(feature = "offer-receipt")]
-        if let Some(signer) = &self.offer_receipt {
+        if let Some(signer) = &self.offer_receipt
+            // Signed by the engine before it recorded the settlement (also for a redelivery): keep that one.
+            && !settlement
+                .extensions
+                .as_ref()
+                .is_some_and(|e| e.contains_key(crate::offer_receipt::KEY))
+        {
             signer.enrich(settlement, resource_url, self.engine.now());
         }
     }
@@ -535,6 +541,19 @@ impl X402Config {
         }
         let extensions =
             (!declarations.is_empty()).then(|| serde_json::Value::Object(declarations).to_string());
+        // The signed receipt is added to the settlement before the engine records it: a redelivery answers
+        // the same receipt, and the layer does not sign again.
+        #[cfg(feature = "offer-receipt")]
+        let on_settled = self.offer_receipt.clone().map(|signer| {
+            let clock = engine.clone();
+            crate::engine::SettledHook(Arc::new(
+                move |sr: &mut crate::SettleResponse, resource: &str| {
+                    signer.enrich(sr, resource, clock.now());
+                },
+            ))
+        });
+        #[cfg(not(feature = "offer-receipt"))]
+        let on_settled = None;
         Ok(X402Layer {
             shared: Arc::new(Shared {
                 base_url,
@@ -544,6 +563,7 @@ impl X402Config {
                     timing: self.timing,
                     identifier: self.identifier,
                     settle_without_verify: self.settle_without_verify,
+                    on_settled,
                 },
                 expose_headers: self.expose_headers,
                 methods: self.methods,

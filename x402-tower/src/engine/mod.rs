@@ -129,7 +129,10 @@ pub(crate) struct Route {
 
 /// A function completing a successful [`SettleResponse`] for a resource URL before it is recorded.
 #[derive(Clone)]
-pub(crate) struct SettledHook(pub(crate) Arc<dyn Fn(&mut SettleResponse, &str) + Send + Sync>);
+pub(crate) struct SettledHook(pub(crate) Arc<SettledFn>);
+
+/// The function of a [`SettledHook`]: the settlement and its resource URL.
+pub(crate) type SettledFn = dyn Fn(&mut SettleResponse, &str) + Send + Sync;
 
 impl std::fmt::Debug for SettledHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

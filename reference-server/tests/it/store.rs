@@ -468,3 +468,65 @@ async fn concurrent_reservations_of_one_authorization_from_two_handles_reserve_o
     }
     assert_eq!(reserved, 1);
 }
+
+#[tokio::test]
+async fn license_mints_are_queued_once_for_on_chain_receipts_and_retried_until_minted() {
+    let dir = TempDir::new();
+    let s = stores(&dir).await.licensing;
+    s.insert_articles(vec![article("a", true)]).await.unwrap();
+    let mut on_chain = receipt("1", "0xaa");
+    on_chain.settlement = format!("0x{}", "ab".repeat(32));
+    s.insert_receipt(on_chain).await.unwrap();
+    s.insert_receipt(receipt("2", "0xbb")).await.unwrap(); // verify-only: nothing settled, nothing minted
+    assert_eq!(
+        s.queue_mints("2026-01-01T00:00:00Z".into(), 100)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.queue_mints("2026-01-01T00:00:01Z".into(), 100)
+            .await
+            .unwrap(),
+        0,
+        "queued once"
+    );
+    let pending = s.pending_mints(10).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].token_id.as_str(), pending[0].owner.as_str()),
+        ("1", "0x1")
+    );
+    assert_eq!(pending[0].attempts, 0);
+    s.record_mint(
+        vec!["1".into()],
+        Err("paused".into()),
+        "2026-01-01T00:00:02Z".into(),
+    )
+    .await
+    .unwrap();
+    let retry = s.license_mint("1").await.unwrap().unwrap();
+    assert_eq!((retry.status.as_str(), retry.attempts), ("pending", 1));
+    assert_eq!(retry.last_error.as_deref(), Some("paused"));
+    s.record_mint(
+        vec!["1".into()],
+        Ok("0xtx".into()),
+        "2026-01-01T00:00:03Z".into(),
+    )
+    .await
+    .unwrap();
+    let done = s.license_mint("1").await.unwrap().unwrap();
+    assert_eq!((done.status.as_str(), done.attempts), ("minted", 2));
+    assert_eq!(done.tx_hash.as_deref(), Some("0xtx"));
+    assert!(s.pending_mints(10).await.unwrap().is_empty());
+    // A late failure report for a minted token changes nothing.
+    s.record_mint(
+        vec!["1".into()],
+        Err("late".into()),
+        "2026-01-01T00:00:04Z".into(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.license_mint("1").await.unwrap().unwrap().status, "minted");
+    assert!(s.license_mint("2").await.unwrap().is_none());
+}

@@ -337,7 +337,7 @@ impl BotVerifier {
         {
             return Ok(ring.clone());
         }
-        // Fetched under the lock: one fetch per origin at a time (a burst of signed requests makes one).
+        // Fetched under the lock: one fetch at a time (a burst of signed requests makes one).
         let unavailable = |e: String| Unverified::DirectoryUnavailable(origin.to_owned(), e);
         let mut response = self
             .http

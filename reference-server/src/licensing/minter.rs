@@ -42,6 +42,10 @@ pub const BATCH: usize = 50;
 /// Longest wait before a failed mint is retried.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
+/// Attempts after which a mint is no longer retried by itself (each sent transaction that reverts costs the
+/// relayer gas): it stays `pending` with its last error for the operator.
+pub const MAX_ATTEMPTS: u64 = 30;
+
 /// How often the minter looks for work when nobody nudges it.
 pub const POLL: Duration = Duration::from_secs(2);
 
@@ -214,10 +218,13 @@ impl Minter {
 }
 
 /// Whether a pending mint is due: never tried, or its delay (2 s doubling per attempt, at most
-/// [`MAX_BACKOFF`]) has passed since its last attempt.
+/// [`MAX_BACKOFF`]) has passed since its last attempt, and it has not used up [`MAX_ATTEMPTS`].
 fn is_due(m: &LicenseMint, now: time::OffsetDateTime) -> bool {
     if m.attempts == 0 {
         return true;
+    }
+    if m.attempts >= MAX_ATTEMPTS {
+        return false;
     }
     let delay =
         Duration::from_secs(2u64.saturating_pow(m.attempts.min(16) as u32)).min(MAX_BACKOFF);
@@ -257,6 +264,10 @@ mod tests {
             "at most 300 s"
         );
         assert!(is_due(&mint(20, "2026-11-23T11:55:00.000000Z"), now));
+        assert!(
+            !is_due(&mint(MAX_ATTEMPTS, "2026-11-22T00:00:00.000000Z"), now),
+            "given up"
+        );
         assert!(alloy_primitives::hex::decode(LICENSE_TOKEN_BYTECODE.trim()).is_ok());
         assert_eq!(base_uri("http://x"), "http://x/receipts/");
     }

@@ -199,7 +199,8 @@ pub trait LicensingStore: Send + Sync + std::fmt::Debug {
     /// Queues (as `pending` rows) up to `limit` receipts settled on chain that have no license-token row yet;
     /// returns how many. A receipt is never queued twice (the token id is the key).
     fn queue_mints(&self, now: String, limit: u32) -> StoreFuture<'_, u64>;
-    /// Pending mints, oldest change first (at most `limit`).
+    /// Pending mints, fewest attempts then oldest change first (at most `limit`): rows the minter gave up on
+    /// never hide new ones.
     fn pending_mints(&self, limit: u32) -> StoreFuture<'_, Vec<LicenseMint>>;
     /// Records a mint attempt for `token_ids`: `Ok(tx)` minted in `tx`, `Err(why)` still pending (one more
     /// attempt counted).
@@ -449,7 +450,7 @@ impl LicensingStore for SqliteLicensingStore {
         Box::pin(self.db.read(move |c| {
             let mut stmt = c.prepare_cached(&format!(
                 "SELECT {MINT_COLUMNS} FROM license_mints WHERE status = 'pending' \
-                 ORDER BY updated_at, token_id LIMIT ?1"
+                 ORDER BY attempts, updated_at, token_id LIMIT ?1"
             ))?;
             let rows = stmt.query_map([limit], mint_from_row)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -250,7 +250,7 @@ impl LicensingStore for PgLicensingStore {
             c.query(
                 &format!(
                     "SELECT {MINT_COLUMNS} FROM license_mints WHERE status = 'pending' \
-                     ORDER BY updated_at, token_id LIMIT $1"
+                     ORDER BY attempts, updated_at, token_id LIMIT $1"
                 ),
                 &[&i64::from(limit)],
             )

@@ -226,6 +226,7 @@ pub async fn require_article(
         402 as a paywall page. `HEAD` answers the 402 and its headers and never takes a payment.",
     params(
         ("articleId" = String, Query, description = "An `id` from the catalog (at most 128 bytes)."),
+        ("license" = Option<String>, Query, description = "One of the article's licenses (`/license.xml`); without it every license is offered, one offer each."),
         x402_tower::openapi::PaymentHeaders,
     ),
     responses(
@@ -235,7 +236,7 @@ pub async fn require_article(
                 ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 (paid with X-PAYMENT): Base64 of the JSON SettleResponse."),
             )),
         (status = 400, description = "`articleId` missing or too long.", body = ErrorBody),
-        (status = 404, description = "No published article has this id (never a 402).", body = ErrorBody),
+        (status = 404, description = "No published article has this id, or it has no such license (never a 402).", body = ErrorBody),
         x402_tower::openapi::PaymentRequired,
         (status = 502, description = "The facilitator failed or answered garbage; nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),
         (status = 503, description = "The payment store is unavailable; retry later. Nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),

@@ -55,11 +55,6 @@ impl ArticleCatalog {
         Ok(catalog)
     }
 
-    /// The site's default terms.
-    pub fn default_terms(&self) -> &DefaultTerms {
-        &self.default_terms
-    }
-
     /// Replaces the catalog with what `store` holds now.
     pub async fn reload(&self, store: &dyn LicensingStore) -> Result<(), StoreError> {
         self.replace(store.list_published().await?);

@@ -287,7 +287,11 @@ pub async fn get_article(
     let license = super::payment::licenses_offered(&article, choice).get(payment.offer_index);
     let record = Receipt {
         license_id: license.map(|l| l.id.clone()),
-        license_version: Some(super::license::version(&article.licenses)),
+        // The version its 402 declared (computed once per catalog load, not per purchase).
+        license_version: request
+            .extensions()
+            .get::<Arc<x402_tower::terms::Terms>>()
+            .and_then(|t| t.info().version.clone()),
         agent: request
             .extensions()
             .get::<super::bot_auth::VerifiedAgent>()
@@ -442,7 +446,11 @@ pub struct CertificateLink {
 fn article_response(state: &AppState, article: &Article, receipt: &Receipt) -> Response {
     let token_id = receipt.token_id.as_str();
     let signed = receipt::parse_signed(receipt.signed.as_deref());
-    let license = receipt::LicenseBought::of(receipt, &state.public_url, Some(&article.licenses));
+    let license = receipt::LicenseBought::of(
+        receipt,
+        &state.public_url,
+        state.articles.for_sale(&article.id).as_ref(),
+    );
     Json(PaidArticle {
         article: ArticleText {
             title: &article.title,
@@ -527,13 +535,6 @@ pub async fn serve_llms_txt(
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
-/// Query of `GET /license.xml`.
-#[derive(Debug, Deserialize)]
-pub struct LicenseQuery {
-    #[serde(rename = "articleId")]
-    article_id: Option<String>,
-}
-
 /// `GET /license.xml[?articleId=]`: the RSL 1.0 document of the catalog, or of one article (the `terms` URL
 /// of its 402).
 #[utoipa::path(
@@ -550,7 +551,7 @@ pub struct LicenseQuery {
 )]
 pub async fn license_xml(
     State(state): State<Arc<AppState>>,
-    query: Result<Query<LicenseQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<ArticleQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
@@ -794,15 +795,12 @@ pub async fn receipt_json(
     let token = token.map(|Path(t)| t).unwrap_or_default();
     let (r, article) = load_receipt(&state, &token).await?;
     let title = article.as_ref().map_or("", |a| a.title.as_str());
-    let licenses = article
-        .as_ref()
-        .map(|a| super::license::effective(a, state.articles.default_terms()));
     let mut view = ReceiptView::new(
         &r,
         title,
         &state.public_url,
         state.settings.receipt_key.signer().address(),
-        licenses.as_deref(),
+        state.articles.for_sale(&r.article_id).as_ref(),
     );
     view.license_token = Some(receipt::LicenseTokenView::of(&r, &state).await);
     Ok(Json(view))

@@ -195,16 +195,20 @@ impl LicenseTokenView {
 }
 
 impl LicenseBought {
-    /// The license a stored receipt records; `licenses` are the article's licenses now (resolved).
+    /// The license a stored receipt records; `current` is the article as the catalog sells it now (its
+    /// licenses resolved, and the x402 `terms` whose version they have), if it is published.
     pub fn of(
         r: &Receipt,
         public_url: &str,
-        licenses: Option<&[super::license::License]>,
+        current: Option<&(
+            std::sync::Arc<Article>,
+            std::sync::Arc<x402_tower::terms::Terms>,
+        )>,
     ) -> Option<Self> {
         let id = r.license_id.as_ref()?;
-        let grants = licenses
-            .filter(|l| Some(super::license::version(l)) == r.license_version)
-            .and_then(|l| l.iter().find(|x| &x.id == id))
+        let grants = current
+            .filter(|(_, terms)| terms.info().version == r.license_version)
+            .and_then(|(article, _)| article.licenses.iter().find(|x| &x.id == id))
             .cloned();
         Some(LicenseBought {
             id: id.clone(),
@@ -222,10 +226,13 @@ impl ReceiptView {
         article_title: &str,
         public_url: &str,
         signer: Address,
-        licenses: Option<&[super::license::License]>,
+        current: Option<&(
+            std::sync::Arc<Article>,
+            std::sync::Arc<x402_tower::terms::Terms>,
+        )>,
     ) -> Self {
         Self {
-            license: LicenseBought::of(r, public_url, licenses),
+            license: LicenseBought::of(r, public_url, current),
             agent: r.agent.clone(),
             license_token: None,
             token_id: r.token_id.clone(),

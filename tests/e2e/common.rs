@@ -122,6 +122,18 @@ impl RefServer {
     }
 }
 
+/// GET `url` and parse its JSON body.
+pub(crate) async fn get_json(url: &str) -> Value {
+    http()
+        .get(url)
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON")
+}
+
 /// The server's `/metrics` text.
 pub(crate) async fn metrics_text(url: &str) -> String {
     http()

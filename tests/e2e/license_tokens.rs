@@ -12,7 +12,7 @@ use workspace_tests::chain::{Chain, DEV_KEYS, address_of};
 use workspace_tests::clients::run_js_json;
 use workspace_tests::pay::{Knobs, pay_v2};
 
-use crate::common::{RefServer, http, offer, payer, settler};
+use crate::common::{RefServer, get_json, http, offer, payer, settler};
 
 sol! {
     function ownerOf(uint256 tokenId) external view returns (address);
@@ -21,6 +21,7 @@ sol! {
     function pause() external;
     function unpause() external;
     function setBaseUri(string baseUri_) external;
+    function mintBatch(address[] to, uint256[] tokenIds) external;
 }
 
 async fn eth_call(chain: &Chain, to: Address, data: Vec<u8>) -> Result<Bytes, Value> {
@@ -78,14 +79,7 @@ async fn buy(chain: &Chain, server: &RefServer, article: &str, n: usize) -> (Str
 }
 
 async fn receipt_json(server: &RefServer, token: &str) -> Value {
-    http()
-        .get(format!("{}/receipts/{token}", server.url))
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("JSON")
+    get_json(&format!("{}/receipts/{token}", server.url)).await
 }
 
 /// Waits (30 s at most) until the receipt's token is minted; returns its receipt JSON.
@@ -159,16 +153,28 @@ async fn a_purchase_mints_one_license_token_to_the_payer_and_a_failed_mint_is_re
         .expect("tokenURI");
     let uri = tokenURICall::abi_decode_returns(&uri).expect("string");
     assert_eq!(uri, format!("{}/receipts/{token}", server.url));
-    let at_uri: Value = http()
-        .get(&uri)
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("JSON");
+    let at_uri = get_json(&uri).await;
     assert_eq!(at_uri["tokenId"], token.as_str());
     assert_eq!(at_uri["payer"], from.to_checksum(None));
+
+    // The same batch sent again (another instance's minter, or a retry after a crash between sending and
+    // recording): the contract skips the minted token; the owner and the count do not change.
+    let (_, someone_else) = payer(5);
+    as_owner(
+        &chain,
+        contract,
+        mintBatchCall {
+            to: vec![someone_else],
+            tokenIds: vec![id],
+        }
+        .abi_encode(),
+    )
+    .await;
+    assert_eq!(owner_of(&chain, contract, id).await, Some(from));
+    let balance = eth_call(&chain, contract, balanceOfCall { owner: from }.abi_encode())
+        .await
+        .expect("balanceOf");
+    assert_eq!(U256::from_be_slice(&balance), U256::from(1));
 
     // Paused contract: the buyer still gets the article and the receipt at once; the mint fails, stays
     // pending, and is minted after the contract is unpaused.

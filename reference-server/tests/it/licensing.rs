@@ -1203,17 +1203,23 @@ async fn a_successful_purchase_is_a_settled_settlement_row() {
     assert!(metrics.contains("x402_settlements_recorded_total{outcome=\"unknown\"} 0"));
 }
 
+/// The workspace's reqwest client paying up to 1 USDC with the test payer's key.
+fn paying_client(server: &TestServer) -> reqwest_middleware::ClientWithMiddleware {
+    use x402_tower::client::{PaymentPolicy, reqwest::X402Middleware};
+    let signer: alloy_signer_local::PrivateKeySigner = crate::common::PAYER_KEY.parse().unwrap();
+    let policy = PaymentPolicy::new(x402_tower::Price::from_usdc_decimal("1").unwrap());
+    reqwest_middleware::ClientBuilder::new(server.client.clone())
+        .with(X402Middleware::new(signer, policy))
+        .build()
+}
+
 /// A buyer that paid for an article reads it again by signing in with x: the same article and receipt, no
 /// payment, no new receipt, the read recorded; another article still costs money. On both backends.
 #[tokio::test]
 async fn a_buyer_reads_a_bought_article_again_by_signing_in_with_x() {
-    use x402_tower::client::{Paid, PaymentPolicy, SignedInAs, reqwest::X402Middleware};
+    use x402_tower::client::{Paid, SignedInAs};
     let server = TestServer::start().await;
-    let signer: alloy_signer_local::PrivateKeySigner = crate::common::PAYER_KEY.parse().unwrap();
-    let policy = PaymentPolicy::new(x402_tower::Price::from_usdc_decimal("1").unwrap());
-    let client = reqwest_middleware::ClientBuilder::new(server.client.clone())
-        .with(X402Middleware::new(signer, policy))
-        .build();
+    let client = paying_client(&server);
     let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
 
     // The 402 declares the extension, bound to the configured public URL.
@@ -1318,13 +1324,9 @@ async fn the_landing_page_links_everything_and_every_link_answers() {
 /// passes the 402 through as the server sent it (readable, no payment, no error), never a half-paid request.
 #[tokio::test]
 async fn the_reqwest_adapter_passes_a_402_through_for_a_request_it_cannot_resend() {
-    use x402_tower::client::{Paid, PaymentPolicy, reqwest::X402Middleware};
+    use x402_tower::client::Paid;
     let server = TestServer::start().await;
-    let signer: alloy_signer_local::PrivateKeySigner = crate::common::PAYER_KEY.parse().unwrap();
-    let policy = PaymentPolicy::new(x402_tower::Price::from_usdc_decimal("1").unwrap());
-    let client = reqwest_middleware::ClientBuilder::new(server.client.clone())
-        .with(X402Middleware::new(signer, policy))
-        .build();
+    let client = paying_client(&server);
     let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
     let chunks =
         futures_util::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"x"))]);

@@ -16,14 +16,19 @@
 //!   references). It is keyed as the official facilitator keys it: origin and path, or origin and a valid
 //!   `routeTemplate`. A refused declaration is logged and never fails the settlement.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
+use alloy_primitives::B256;
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use registry_pagination::Page;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 use x402_tower::bazaar::{
     CatalogError, Discovery, DiscoveryList, DiscoveryPagination, DiscoveryResource, catalog_entry,
 };
@@ -55,10 +60,20 @@ pub fn article_discovery(example_id: &str) -> Discovery {
 }
 
 /// The catalogue of resources this facilitator settled payments for.
+///
+/// Every settlement of one resource carries the same declaration, so a declaration catalogued less than
+/// [`RECATALOGUE_AFTER`] ago is not validated and written again (a schema compiled and a database write per
+/// settlement otherwise): its `lastUpdated` moves at most that often. Remembered per process, bounded.
 #[derive(Debug, Clone)]
 pub struct Catalogue {
     store: Arc<dyn SettlementStore>,
+    recent: Arc<Mutex<HashMap<B256, u64>>>,
 }
+
+/// Seconds during which the same declaration of the same resource is not catalogued again.
+pub const RECATALOGUE_AFTER: u64 = 60;
+/// Most declarations remembered as recently catalogued (forgotten all at once beyond).
+const RECENT_CAP: usize = 4_096;
 
 /// Why a settled payment's declaration was not catalogued.
 #[derive(Debug, thiserror::Error)]
@@ -77,25 +92,81 @@ pub enum NotCatalogued {
     Store(#[from] crate::store::StoreError),
 }
 
+/// The parts of a facilitator request that decide its catalogue entry, as text.
+#[derive(Deserialize)]
+struct Declared<'a> {
+    #[serde(rename = "paymentPayload", borrow)]
+    payload: Option<DeclaredPayload<'a>>,
+    #[serde(rename = "paymentRequirements", borrow)]
+    requirements: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct DeclaredPayload<'a> {
+    #[serde(borrow)]
+    resource: Option<&'a RawValue>,
+    #[serde(borrow)]
+    extensions: Option<DeclaredExtensions<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DeclaredExtensions<'a> {
+    #[serde(borrow)]
+    bazaar: Option<&'a RawValue>,
+}
+
 impl Catalogue {
     /// The catalogue kept in `store`.
     pub fn new(store: Arc<dyn SettlementStore>) -> Self {
-        Catalogue { store }
+        Catalogue {
+            store,
+            recent: Arc::default(),
+        }
     }
 
-    /// Catalogues the resource of a facilitator request (`{paymentPayload, paymentRequirements}`) whose
-    /// settlement succeeded.
-    pub async fn settled(&self, request: &Value, now: u64) -> Result<(), NotCatalogued> {
+    /// Catalogues the resource of a facilitator request body (`{paymentPayload, paymentRequirements}`)
+    /// whose settlement succeeded.
+    pub async fn settled(&self, body: &[u8], now: u64) -> Result<(), NotCatalogued> {
+        let declared: Declared<'_> =
+            serde_json::from_slice(body).map_err(|_| CatalogError::Absent)?;
+        let payload = declared.payload.ok_or(CatalogError::Absent)?;
+        let bazaar = payload
+            .extensions
+            .and_then(|e| e.bazaar)
+            .ok_or(CatalogError::Absent)?;
+        let mut key = Sha256::new();
+        for part in [payload.resource, Some(bazaar), declared.requirements] {
+            let text = part.map_or("", RawValue::get);
+            key.update((text.len() as u64).to_be_bytes());
+            key.update(text.as_bytes());
+        }
+        let key = B256::from(<[u8; 32]>::from(key.finalize()));
+        if self
+            .lock()
+            .get(&key)
+            .is_some_and(|at| now < at.saturating_add(RECATALOGUE_AFTER))
+        {
+            return Ok(());
+        }
+        let request: Value = serde_json::from_slice(body).map_err(|_| CatalogError::Absent)?;
         let payload = request.get("paymentPayload").unwrap_or(&Value::Null);
         let requirements = request.get("paymentRequirements").unwrap_or(&Value::Null);
         let entry = catalog_entry(payload, requirements, now)?;
         let declaration = &payload["extensions"][x402_tower::bazaar::KEY];
         validate_info(declaration)?;
-        if self.store.upsert_discovered(entry).await? {
-            Ok(())
-        } else {
-            Err(NotCatalogued::Full)
+        if !self.store.upsert_discovered(entry).await? {
+            return Err(NotCatalogued::Full);
         }
+        let mut recent = self.lock();
+        if recent.len() >= RECENT_CAP {
+            recent.clear();
+        }
+        recent.insert(key, now);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<B256, u64>> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

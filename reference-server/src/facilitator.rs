@@ -39,13 +39,14 @@
 
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{Value, json};
+use serde_json::json;
 use x402_tower::PaymentEngine;
 use x402_tower::bazaar::CatalogError;
 use x402_tower::engine::facilitator::{FacilitatorError, FacilitatorPolicy};
@@ -158,11 +159,13 @@ fn failure(e: &FacilitatorError) -> Response {
         .into_response()
 }
 
-type Body = Result<Json<Value>, axum::extract::rejection::JsonRejection>;
+/// The request body, read as bytes (capped by the router's body limit): the engine reads the payload and
+/// requirements from the text, without building a JSON tree of what the client echoed.
+type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
 async fn verify(State(door): State<Arc<Door>>, body: Body) -> Response {
-    let Ok(Json(body)) = body else {
-        return failure(&FacilitatorError::BadRequest("body is not JSON"));
+    let Ok(body) = body else {
+        return failure(&FacilitatorError::BadRequest("body could not be read"));
     };
     match door
         .engine
@@ -175,8 +178,8 @@ async fn verify(State(door): State<Arc<Door>>, body: Body) -> Response {
 }
 
 async fn settle(State(door): State<Arc<Door>>, body: Body) -> Response {
-    let Ok(Json(body)) = body else {
-        return failure(&FacilitatorError::BadRequest("body is not JSON"));
+    let Ok(body) = body else {
+        return failure(&FacilitatorError::BadRequest("body could not be read"));
     };
     match door
         .engine

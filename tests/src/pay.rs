@@ -127,7 +127,7 @@ pub fn settle_request(
     );
     x402_tower::settle::SettleRequest {
         payload: PaymentPayload::V2(payload),
-        payload_json,
+        payload_text: payload_json.to_string().into(),
         requirements,
         offer,
         signature,

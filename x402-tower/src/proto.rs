@@ -8,6 +8,7 @@
 use alloy_primitives::{Address, B256, U256};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// serde helpers for the wire's string encodings.
 pub mod wire {
@@ -271,7 +272,11 @@ pub struct PaymentPayloadV1 {
 }
 
 /// v2 PaymentPayload (Base64 in `PAYMENT-SIGNATURE`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// `extensions` is kept as the client wrote it ([`RawValue`]): a server never reads most of what a client
+/// echoes (a bazaar schema, a signed offer), so decoding a payment builds no JSON tree for it; parse it
+/// when you need it (`serde_json::from_str(raw.get())`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentPayloadV2 {
@@ -284,13 +289,14 @@ pub struct PaymentPayloadV2 {
     pub accepted: PaymentRequirementsV2,
     /// Signature and authorization.
     pub payload: ExactEvmPayload,
-    /// Extensions.
+    /// Extensions, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extensions: Option<Value>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub extensions: Option<Box<RawValue>>,
 }
 
 /// A decoded payment of either version.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // both are large; boxing would cost an allocation per payment
 pub enum PaymentPayload {
     /// x402 v1.

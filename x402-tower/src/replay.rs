@@ -110,8 +110,8 @@ impl PaymentState {
 /// JSON text (what a database stores), so that remembering a payment copies no JSON tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredPayment {
-    /// The decoded `PaymentPayload`, JSON text.
-    pub payload: String,
+    /// The decoded `PaymentPayload`, JSON text as the client sent it.
+    pub payload: Arc<str>,
     /// The `PaymentRequirements` it matched, in the payload's version, JSON text.
     pub requirements: Arc<str>,
 }
@@ -586,7 +586,7 @@ mod tests {
             fingerprint: B256::repeat_byte(7),
             settlement: None,
             payment: Arc::new(StoredPayment {
-                payload: String::new(),
+                payload: Arc::from(""),
                 requirements: Arc::from(""),
             }),
             expires_at,

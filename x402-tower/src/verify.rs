@@ -4,11 +4,12 @@
 //! settler (or a facilitator) can reuse them, and [`TransferWithAuthorization`] (the typed EIP-712 message)
 //! so a client or a test can sign payments the layer accepts.
 
+use std::sync::Arc;
+
 use alloy_primitives::{B256, Bytes, Signature, U256, keccak256};
 use alloy_sol_types::{Eip712Domain, SolStruct};
 use base64::Engine as _;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::network::{Network, Token};
 use crate::offer::PaymentOffer;
@@ -246,13 +247,12 @@ impl CompiledOffer {
 #[derive(Debug, Clone)]
 pub(crate) struct LocallyVerified {
     pub(crate) payload: PaymentPayload,
-    pub(crate) payload_json: Value,
     pub(crate) offer_index: usize,
     pub(crate) signature: Bytes,
     /// The authorization's EIP-712 digest: identical payments have the same one.
     pub(crate) digest: B256,
     /// The decoded header as the client sent it.
-    pub(crate) payload_text: String,
+    pub(crate) payload_text: Arc<str>,
 }
 
 /// Base64 decoder: standard alphabet, padding optional.
@@ -275,33 +275,50 @@ fn reject(reason: RejectReason, detail: &'static str) -> Rejection {
     Rejection { reason, detail }
 }
 
-/// Decodes a payment header (already length-capped) into its JSON and typed forms.
-pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Value, String), Rejection> {
+/// Decodes a payment header (already length-capped) into its typed form and its JSON text as sent.
+pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Arc<str>), Rejection> {
     let trimmed = header.trim_ascii();
     let bytes = B64
         .decode(trimmed)
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not Base64"))?;
-    // JSON is UTF-8: the text is kept as sent (a payment record stores it).
+    // JSON is UTF-8: the text is kept as sent (a payment record stores it, a facilitator receives it).
     let text = String::from_utf8(bytes)
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
-    let json: Value = serde_json::from_str(&text)
-        .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
-    if !json.is_object() {
+    let payload = payload_from_str(&text)?;
+    Ok((payload, text.into()))
+}
+
+/// Reads a `PaymentPayload` from its JSON text, dispatching on its `x402Version` (not on the header it came
+/// in). The typed form is read straight from the text: no JSON tree is built, and the extensions a client
+/// echoes stay text ([`PaymentPayloadV2::extensions`]).
+///
+/// A facilitator, which receives the payload inside a JSON body rather than Base64, starts here.
+///
+/// ```
+/// use x402_tower::verify::payload_from_str;
+///
+/// assert!(payload_from_str(r#"{"x402Version": 3}"#).is_err());
+/// assert!(payload_from_str("[2]").is_err());
+/// ```
+pub fn payload_from_str(text: &str) -> Result<PaymentPayload, Rejection> {
+    /// The version alone (any JSON value: a wrong type is a wrong version, not bad JSON); every other
+    /// member is skipped without being built.
+    #[derive(Deserialize)]
+    struct Version {
+        #[serde(rename = "x402Version", default)]
+        version: serde_json::Value,
+    }
+    // A struct also deserialises from a JSON array (by position): a payload is an object.
+    if !text.trim_start().starts_with('{') {
         return Err(reject(
             RejectReason::InvalidPayload,
             "payment header is not a JSON object",
         ));
     }
-    let payload = payload_from_json(&json)?;
-    Ok((payload, json, text))
-}
-
-/// Reads a decoded `PaymentPayload` JSON object, dispatching on its `x402Version` (not on the header it came in).
-///
-/// A facilitator, which receives the payload as JSON rather than Base64, starts here.
-pub fn payload_from_json(json: &Value) -> Result<PaymentPayload, Rejection> {
-    match json.get("x402Version").and_then(Value::as_u64) {
-        Some(1) => PaymentPayloadV1::deserialize(json)
+    let version = serde_json::from_str::<Version>(text)
+        .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
+    match version.version.as_u64() {
+        Some(1) => serde_json::from_str::<PaymentPayloadV1>(text)
             .map(PaymentPayload::V1)
             .map_err(|_| {
                 reject(
@@ -309,7 +326,7 @@ pub fn payload_from_json(json: &Value) -> Result<PaymentPayload, Rejection> {
                     "not a v1 exact/EVM PaymentPayload",
                 )
             }),
-        Some(2) => PaymentPayloadV2::deserialize(json)
+        Some(2) => serde_json::from_str::<PaymentPayloadV2>(text)
             .map(PaymentPayload::V2)
             .map_err(|_| {
                 reject(
@@ -351,8 +368,7 @@ pub fn parse_signature_hex(s: &str) -> Option<Vec<u8>> {
 /// Verifies a decoded payment against the offers, in the spec's order. `now` is unix seconds.
 pub(crate) fn verify(
     payload: PaymentPayload,
-    payload_json: Value,
-    payload_text: String,
+    payload_text: Arc<str>,
     offers: &[CompiledOffer],
     now: u64,
 ) -> Result<LocallyVerified, Rejection> {
@@ -399,7 +415,6 @@ pub(crate) fn verify(
         checked_authorization(&payload, &compiled.offer, &compiled.domain_separator, now)?;
     Ok(LocallyVerified {
         payload,
-        payload_json,
         offer_index,
         signature: Bytes::from(signature),
         digest,

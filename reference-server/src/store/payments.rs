@@ -84,7 +84,7 @@ impl RawRecord {
                 .transpose()
                 .map_err(|_| invalid("settlement"))?,
             payment: Arc::new(StoredPayment {
-                payload: self.payload,
+                payload: self.payload.into(),
                 requirements: self.requirements.into(),
             }),
             expires_at: u64::try_from(self.expires_at).unwrap_or(0),

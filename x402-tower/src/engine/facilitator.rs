@@ -19,8 +19,9 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let engine = PaymentEngine::builder().settler(Arc::new(VerifyOnlySettler)).build().unwrap();
+//! let body = json!({"x402Version": 2, "paymentPayload": {}}).to_string();
 //! let answer = engine
-//!     .facilitator_verify(&FacilitatorPolicy::default(), &json!({"x402Version": 2, "paymentPayload": {}}))
+//!     .facilitator_verify(&FacilitatorPolicy::default(), body.as_bytes())
 //!     .await
 //!     .unwrap();
 //! assert!(!answer.is_valid);
@@ -30,7 +31,9 @@
 use std::sync::Arc;
 
 use alloy_primitives::{Address, B256, Bytes, U256};
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{Admitted, Answer, PaymentEngine, replay_key};
 use crate::network::{Network, Token, USDC_DECIMALS};
@@ -43,7 +46,7 @@ use crate::proto::{
 use crate::replay::{PaymentState, StoredPayment};
 use crate::settle::{SettleRequest, VerifyOutcome};
 use crate::verify::{
-    RejectReason, checked_authorization, domain_separator, parse_signature_hex, payload_from_json,
+    RejectReason, checked_authorization, domain_separator, parse_signature_hex, payload_from_str,
 };
 
 /// Default of [`FacilitatorPolicy::max_timeout_seconds`].
@@ -136,14 +139,14 @@ impl Terms<'_> {
     }
 }
 
-/// A settle request from a payload and the requirements it claims to pay, both as JSON: the payload's
+/// A settle request from a payload and the requirements it claims to pay, both as JSON text: the payload's
 /// version decides the requirements' version; they must agree (v1: scheme and network; v2: `accepted` equals
 /// the requirements). Nothing about time or signature validity is checked here.
 pub fn settle_request(
-    payload_json: Value,
-    requirements_json: Value,
+    payload_text: Arc<str>,
+    requirements_json: &str,
 ) -> Result<SettleRequest, Invalid> {
-    let payload = payload_from_json(&payload_json)
+    let payload = payload_from_str(&payload_text)
         .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, None))?;
     let payer = Some(payload.exact().authorization.from);
     let invalid = |r: RejectReason, m: &str| Invalid::new(r.as_str(), m, payer);
@@ -157,7 +160,7 @@ pub fn settle_request(
     let (requirements, offer) = match &payload {
         PaymentPayload::V1(p) => {
             let r: PaymentRequirementsV1 =
-                serde_json::from_value(requirements_json).map_err(bad_requirements)?;
+                serde_json::from_str(requirements_json).map_err(bad_requirements)?;
             if p.network != r.network || p.scheme != r.scheme {
                 return Err(invalid(
                     RejectReason::NoMatchingRequirements,
@@ -181,7 +184,7 @@ pub fn settle_request(
         }
         PaymentPayload::V2(p) => {
             let r: PaymentRequirementsV2 =
-                serde_json::from_value(requirements_json).map_err(bad_requirements)?;
+                serde_json::from_str(requirements_json).map_err(bad_requirements)?;
             if p.accepted != r {
                 return Err(invalid(
                     RejectReason::NoMatchingRequirements,
@@ -210,7 +213,7 @@ pub fn settle_request(
         .ok_or_else(|| invalid(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
     Ok(SettleRequest {
         payload,
-        payload_json,
+        payload_text,
         requirements,
         offer,
         signature: Bytes::from(signature),
@@ -219,11 +222,41 @@ pub fn settle_request(
 
 /// The settle request of a stored payment (for reconciliation).
 pub(crate) fn stored_request(stored: &StoredPayment) -> Result<SettleRequest, Invalid> {
-    let parse = |text: &str| {
-        serde_json::from_str::<Value>(text)
-            .map_err(|e| Invalid::new("invalid_payload", format!("stored payment: {e}"), None))
-    };
-    settle_request(parse(&stored.payload)?, parse(&stored.requirements)?)
+    settle_request(stored.payload.clone(), &stored.requirements)
+}
+
+/// The members of a facilitator request body the door reads, kept as text until they are read.
+#[derive(Deserialize)]
+struct DoorBody<'a> {
+    #[serde(rename = "paymentPayload", borrow, default)]
+    payload: Option<&'a RawValue>,
+    #[serde(rename = "paymentRequirements", borrow, default)]
+    requirements: Option<&'a RawValue>,
+}
+
+impl<'a> DoorBody<'a> {
+    fn parse(body: &'a [u8]) -> Result<Self, FacilitatorError> {
+        if body.trim_ascii_start().first() != Some(&b'{') {
+            return Err(FacilitatorError::BadRequest(
+                "the body is not a JSON object",
+            ));
+        }
+        serde_json::from_slice(body)
+            .map_err(|_| FacilitatorError::BadRequest("the body is not a JSON object"))
+    }
+
+    /// `paymentRequirements.network`, for the answer of a refused settlement.
+    fn network(&self) -> String {
+        #[derive(Deserialize)]
+        struct Network {
+            #[serde(default)]
+            network: Option<String>,
+        }
+        self.requirements
+            .and_then(|r| serde_json::from_str::<Network>(r.get()).ok())
+            .and_then(|n| n.network)
+            .unwrap_or_default()
+    }
 }
 
 /// A checked facilitator request.
@@ -238,57 +271,47 @@ impl PaymentEngine {
     fn facilitator_check(
         &self,
         policy: &FacilitatorPolicy,
-        body: &Value,
-    ) -> Result<Result<Checked, Invalid>, FacilitatorError> {
-        if !body.is_object() {
-            return Err(FacilitatorError::BadRequest(
-                "the body is not a JSON object",
-            ));
-        }
-        let payload = body.get("paymentPayload").cloned().unwrap_or(Value::Null);
-        let requirements = body
-            .get("paymentRequirements")
-            .cloned()
-            .unwrap_or(Value::Null);
-        Ok(
-            settle_request(payload, requirements).and_then(|mut request| {
-                let payer = Some(request.payer());
-                if let Some(allowed) = &policy.pay_to
-                    && !allowed.contains(&request.offer.pay_to)
-                {
-                    return Err(Invalid::new(
-                        "invalid_payment_requirements",
-                        "this facilitator does not settle payments to that payTo",
-                        payer,
-                    ));
-                }
-                // The facilitator's horizon, not the caller's maxTimeoutSeconds.
-                request.offer.max_timeout_seconds = policy.max_timeout_seconds;
-                let separator =
-                    domain_separator(request.offer.network.chain_id(), &request.offer.token);
-                let (_, fingerprint) =
-                    checked_authorization(&request.payload, &request.offer, &separator, self.now())
-                        .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, payer))?;
-                let url = match (&request.payload, &request.requirements) {
-                    (PaymentPayload::V2(p), _) => p.resource.as_ref().map(|r| r.url.clone()),
-                    (_, PaymentRequirements::V1(r)) => Some(r.resource.clone()),
-                    _ => None,
-                };
-                // Only a payment that passed every check is remembered.
-                let stored = Arc::new(StoredPayment {
-                    payload: request.payload_json.to_string(),
-                    requirements: serde_json::to_string(&request.requirements)
-                        .unwrap_or_default()
-                        .into(),
-                });
-                Ok(Checked {
-                    request,
-                    stored,
-                    fingerprint,
-                    resource: format!("facilitator:{}", url.unwrap_or_default()),
-                })
-            }),
-        )
+        body: &DoorBody<'_>,
+    ) -> Result<Checked, Invalid> {
+        let payload: Arc<str> = body.payload.map_or("null", RawValue::get).into();
+        let requirements = body.requirements.map_or("null", RawValue::get);
+        settle_request(payload, requirements).and_then(|mut request| {
+            let payer = Some(request.payer());
+            if let Some(allowed) = &policy.pay_to
+                && !allowed.contains(&request.offer.pay_to)
+            {
+                return Err(Invalid::new(
+                    "invalid_payment_requirements",
+                    "this facilitator does not settle payments to that payTo",
+                    payer,
+                ));
+            }
+            // The facilitator's horizon, not the caller's maxTimeoutSeconds.
+            request.offer.max_timeout_seconds = policy.max_timeout_seconds;
+            let separator =
+                domain_separator(request.offer.network.chain_id(), &request.offer.token);
+            let (_, fingerprint) =
+                checked_authorization(&request.payload, &request.offer, &separator, self.now())
+                    .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, payer))?;
+            let url = match (&request.payload, &request.requirements) {
+                (PaymentPayload::V2(p), _) => p.resource.as_ref().map(|r| r.url.clone()),
+                (_, PaymentRequirements::V1(r)) => Some(r.resource.clone()),
+                _ => None,
+            };
+            // Only a payment that passed every check is remembered.
+            let stored = Arc::new(StoredPayment {
+                payload: request.payload_text.clone(),
+                requirements: serde_json::to_string(&request.requirements)
+                    .unwrap_or_default()
+                    .into(),
+            });
+            Ok(Checked {
+                request,
+                stored,
+                fingerprint,
+                resource: format!("facilitator:{}", url.unwrap_or_default()),
+            })
+        })
     }
 
     /// `POST /verify`: whether the payment would settle. An authorization this engine already settled (or
@@ -298,9 +321,10 @@ impl PaymentEngine {
     pub async fn facilitator_verify(
         &self,
         policy: &FacilitatorPolicy,
-        body: &Value,
+        body: &[u8],
     ) -> Result<VerifyResponse, FacilitatorError> {
-        let checked = match self.facilitator_check(policy, body)? {
+        let body = DoorBody::parse(body)?;
+        let checked = match self.facilitator_check(policy, &body) {
             Ok(c) => c,
             Err(invalid) => return Ok(verify_response(Some(invalid), None)),
         };
@@ -343,14 +367,11 @@ impl PaymentEngine {
     pub async fn facilitator_settle(
         &self,
         policy: &FacilitatorPolicy,
-        body: &Value,
+        body: &[u8],
     ) -> Result<SettleResponse, FacilitatorError> {
-        let network = body
-            .pointer("/paymentRequirements/network")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let checked = match self.facilitator_check(policy, body)? {
+        let body = DoorBody::parse(body)?;
+        let network = body.network();
+        let checked = match self.facilitator_check(policy, &body) {
             Ok(c) => c,
             Err(i) => return Ok(failure(i.reason, i.message, network, i.payer)),
         };

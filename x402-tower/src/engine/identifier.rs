@@ -15,6 +15,10 @@
 //!
 //! Ids expire with their payment (its `validBefore`).
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// The extension's key.
@@ -57,17 +61,53 @@ pub fn is_valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The id a payment payload carries: `Ok(None)` when it carries none, `Err` when it is malformed.
-pub(crate) fn extract(payload: &Value) -> Result<Option<&str>, &'static str> {
-    let Some(ext) = payload.get("extensions").and_then(|e| e.get(KEY)) else {
+/// The id a payment payload (JSON text) carries: `Ok(None)` when it carries none, `Err` when it is malformed.
+/// Reads only `extensions["payment-identifier"].info.id`; everything else is skipped unbuilt.
+pub(crate) fn extract(payload: &str) -> Result<Option<Cow<'_, str>>, &'static str> {
+    const MALFORMED: &str =
+        "payment-identifier id must be 16 to 128 characters of A-Z, a-z, 0-9, _ and -";
+    #[derive(Deserialize)]
+    struct Payload<'a> {
+        #[serde(borrow, default)]
+        extensions: Option<Extensions<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Extensions<'a> {
+        #[serde(rename = "payment-identifier", borrow, default)]
+        entry: Option<Entry<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Entry<'a> {
+        #[serde(borrow, default)]
+        info: Option<Info<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Info<'a> {
+        #[serde(borrow, default)]
+        id: Option<&'a RawValue>,
+    }
+    let payload: Payload<'_> = serde_json::from_str(payload).map_err(|_| MALFORMED)?;
+    let Some(raw) = payload
+        .extensions
+        .and_then(|e| e.entry)
+        .and_then(|e| e.info)
+        .and_then(|i| i.id)
+    else {
         return Ok(None);
     };
-    match ext.get("info").and_then(|i| i.get("id")) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(id)) if is_valid_id(id) => Ok(Some(id)),
-        Some(_) => {
-            Err("payment-identifier id must be 16 to 128 characters of A-Z, a-z, 0-9, _ and -")
-        }
+    let raw = raw.get();
+    if raw == "null" {
+        return Ok(None);
+    }
+    // Without escapes the JSON string's text between its quotes is the id itself (what every client sends).
+    let id = match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(id) if !id.contains('\\') => Cow::Borrowed(id),
+        _ => Cow::Owned(serde_json::from_str::<String>(raw).map_err(|_| MALFORMED)?),
+    };
+    if is_valid_id(&id) {
+        Ok(Some(id))
+    } else {
+        Err(MALFORMED)
     }
 }
 
@@ -81,15 +121,27 @@ mod tests {
         assert!(!is_valid_id("short"));
         assert!(!is_valid_id(&"a".repeat(129)));
         assert!(!is_valid_id("pay_7d5d747be160e2 0504c099d984bcfe0"));
-        let with =
-            |id: Value| json!({"extensions": {KEY: {"info": {"required": false, "id": id}}}});
-        assert_eq!(extract(&json!({})), Ok(None));
+        let with = |id: Value| {
+            json!({"x402Version": 2, "extensions": {"bazaar": {"info": {"id": 1}}, KEY: {"info": {"required": false, "id": id}}}})
+                .to_string()
+        };
+        assert_eq!(extract("{}"), Ok(None));
+        assert_eq!(extract(r#"{"extensions": {"bazaar": {}}}"#), Ok(None));
         assert_eq!(extract(&with(Value::Null)), Ok(None));
         assert_eq!(
             extract(&with(json!("pay_0123456789abcdef"))),
-            Ok(Some("pay_0123456789abcdef"))
+            Ok(Some("pay_0123456789abcdef".into()))
         );
         assert!(extract(&with(json!(42))).is_err());
         assert!(extract(&with(json!("bad id"))).is_err());
+        assert!(extract(&with(json!("pay_0123456789abcde\\u0066"))).is_err());
+        // An escape that spells an allowed character is that character.
+        assert_eq!(
+            extract(
+                r#"{"extensions": {"payment-identifier": {"info": {"id": "pay_0123456789abcde\u0066"}}}}"#
+            ),
+            Ok(Some("pay_0123456789abcdef".into()))
+        );
+        assert!(extract(r#"{"extensions": {"payment-identifier": 3}}"#).is_err());
     }
 }

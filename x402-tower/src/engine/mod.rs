@@ -486,9 +486,7 @@ impl PaymentEngine {
                     let _d = info_span!("x402.decode").entered();
                     verify::decode(header)
                 };
-                decoded.and_then(|(payload, json, text)| {
-                    verify::verify(payload, json, text, offers, now)
-                })
+                decoded.and_then(|(payload, text)| verify::verify(payload, text, offers, now))
             }
         };
         let local = match local {
@@ -522,12 +520,12 @@ impl PaymentEngine {
         };
         let fingerprint = local.digest;
         let stored = Arc::new(StoredPayment {
-            payload: local.payload_text,
+            payload: local.payload_text.clone(),
             requirements: requirements_json,
         });
         let request = SettleRequest {
             payload: local.payload,
-            payload_json: local.payload_json,
+            payload_text: local.payload_text,
             requirements,
             offer: compiled.offer.clone(),
             signature: local.signature,
@@ -618,7 +616,7 @@ impl PaymentEngine {
         resource: &str,
         now: u64,
     ) -> Result<(), Answer> {
-        let id = match identifier::extract(&request.payload_json) {
+        let id = match identifier::extract(&request.payload_text) {
             Ok(Some(id)) => id,
             Ok(None) if policy.required => {
                 return Err(Answer::BadRequest {
@@ -645,7 +643,7 @@ impl PaymentEngine {
             expires_at: u64::try_from(request.payload.exact().authorization.valid_before)
                 .unwrap_or(u64::MAX),
         };
-        match self.store.bind_id(id, &binding, now).await {
+        match self.store.bind_id(&id, &binding, now).await {
             Ok(IdClaim::New | IdClaim::Same) => Ok(()),
             Ok(IdClaim::Conflict) => Err(Answer::Conflict {
                 message: format!(

@@ -157,7 +157,7 @@ fn encode(record: &PaymentRecord) -> Result<String, StoreError> {
         resource: record.resource.clone(),
         fingerprint: record.fingerprint,
         settlement: record.settlement.clone(),
-        payload: record.payment.payload.clone(),
+        payload: record.payment.payload.to_string(),
         requirements: record.payment.requirements.to_string(),
         expires_at: record.expires_at,
         updated_at: record.updated_at,
@@ -174,7 +174,7 @@ fn decode(rev: &str, rec: &str) -> Result<PaymentRecord, StoreError> {
         fingerprint: s.fingerprint,
         settlement: s.settlement,
         payment: Arc::new(StoredPayment {
-            payload: s.payload,
+            payload: s.payload.into(),
             requirements: s.requirements.into(),
         }),
         expires_at: s.expires_at,

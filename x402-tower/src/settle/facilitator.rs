@@ -4,12 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use tracing::{Instrument, info_span, warn};
 
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use crate::BoxFuture;
-use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse, wire};
+use crate::proto::{PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse, wire};
 use crate::settle::SETTLEMENT_PENDING;
 use crate::verify::RejectReason;
 
@@ -164,18 +166,30 @@ impl FacilitatorSettler {
         }
     }
 
-    fn body(req: &SettleRequest) -> FacilitatorRequest {
-        FacilitatorRequest {
-            x402_version: req.payload.x402_version(),
-            payment_payload: req.payload_json.clone(),
-            payment_requirements: serde_json::to_value(&req.requirements).unwrap_or_default(),
+    /// The `/verify` and `/settle` body: the payload exactly as the client sent it (its text, not a
+    /// re-serialised tree) and the matched requirements.
+    fn body(req: &SettleRequest) -> Result<Vec<u8>, SettleError> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Outgoing<'a> {
+            x402_version: u8,
+            payment_payload: &'a RawValue,
+            payment_requirements: &'a PaymentRequirements,
         }
+        let payload: &RawValue = serde_json::from_str(&req.payload_text)
+            .map_err(|e| SettleError::InvalidRequest(format!("payment payload: {e}")))?;
+        serde_json::to_vec(&Outgoing {
+            x402_version: req.payload.x402_version(),
+            payment_payload: payload,
+            payment_requirements: &req.requirements,
+        })
+        .map_err(|e| SettleError::InvalidRequest(format!("facilitator request: {e}")))
     }
 
     async fn call<T: DeserializeOwned>(
         &self,
         endpoint: FacilitatorEndpoint,
-        body: Option<&FacilitatorRequest>,
+        body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<T, SettleError> {
         let (method, path) = match endpoint {
@@ -191,7 +205,9 @@ impl FacilitatorSettler {
             rb = rb.headers(hook(endpoint));
         }
         if let Some(b) = body {
-            rb = rb.json(b);
+            rb = rb
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(b);
         }
         let fut = async {
             let resp = rb.send().await.map_err(map_err)?;
@@ -240,13 +256,9 @@ impl Settler for FacilitatorSettler {
     ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
         Box::pin(
             async move {
-                let body = Self::body(request);
+                let body = Self::body(request)?;
                 let r: VerifyResponse = self
-                    .call(
-                        FacilitatorEndpoint::Verify,
-                        Some(&body),
-                        self.verify_timeout,
-                    )
+                    .call(FacilitatorEndpoint::Verify, Some(body), self.verify_timeout)
                     .await?;
                 Ok(if r.is_valid {
                     VerifyOutcome::Valid
@@ -266,11 +278,20 @@ impl Settler for FacilitatorSettler {
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
         Box::pin(
             async move {
-                let body = Self::body(request);
+                let body = match Self::body(request) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        return SettleOutcome::Failed {
+                            reason: RejectReason::InvalidPayload.as_str().to_owned(),
+                            message: Some(e.to_string()),
+                            authorization_still_usable: true,
+                        };
+                    }
+                };
                 match self
                     .call::<SettleResponse>(
                         FacilitatorEndpoint::Settle,
-                        Some(&body),
+                        Some(body),
                         self.settle_timeout,
                     )
                     .await

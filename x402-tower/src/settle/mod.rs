@@ -13,8 +13,9 @@
 //! it matched in the client's version, and the offer (network with its chain id, token with its EIP-712
 //! domain), so a settler that talks to a chain has everything it needs.
 
+use std::sync::Arc;
+
 use alloy_primitives::{Address, Bytes};
-use serde_json::Value;
 
 use crate::BoxFuture;
 use crate::offer::PaymentOffer;
@@ -43,8 +44,8 @@ pub const VERIFY_ONLY_TRANSACTION: &str = "verify-only";
 pub struct SettleRequest {
     /// The decoded payment, typed.
     pub payload: PaymentPayload,
-    /// The decoded payment JSON exactly as the client sent it (what a facilitator receives).
-    pub payload_json: Value,
+    /// The decoded payment's JSON text exactly as the client sent it (what a facilitator receives).
+    pub payload_text: Arc<str>,
     /// The requirements the payment matched, in the payment's version.
     pub requirements: PaymentRequirements,
     /// The offer the payment matched: network (chain id) and token (address, EIP-712 name/version).
@@ -127,6 +128,9 @@ pub enum SettleError {
     /// An answer that is not what the protocol says.
     #[error("settler answered garbage: {0}")]
     BadResponse(String),
+    /// The request could not be sent as it is (a payment text that is not JSON): nothing was sent.
+    #[error("settle request not sent: {0}")]
+    InvalidRequest(String),
 }
 
 /// Verifies (with the chain) and settles payments. Dyn-compatible: the layer holds an `Arc<dyn Settler>`.

@@ -70,11 +70,22 @@ async fn settled_is_kept_and_the_identical_request_is_answered_from_the_record()
     let store = Arc::new(InMemoryReplayStore::default());
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
-    let first = e.facilitator_settle(&p, &body(1)).await.unwrap();
+    let first = e
+        .facilitator_settle(&p, body(1).to_string().as_bytes())
+        .await
+        .unwrap();
     assert!(first.success);
-    let again = e.facilitator_settle(&p, &body(1)).await.unwrap();
+    let again = e
+        .facilitator_settle(&p, body(1).to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(again, first);
-    assert!(e.facilitator_verify(&p, &body(1)).await.unwrap().is_valid);
+    assert!(
+        e.facilitator_verify(&p, body(1).to_string().as_bytes())
+            .await
+            .unwrap()
+            .is_valid
+    );
     assert_eq!(s.settles(), 1);
     assert_eq!(state(&store), Some(PaymentState::Settled));
 }
@@ -86,7 +97,10 @@ async fn failed_and_still_usable_is_released() {
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
     for _ in 0..2 {
-        let r = e.facilitator_settle(&p, &body(2)).await.unwrap();
+        let r = e
+            .facilitator_settle(&p, body(2).to_string().as_bytes())
+            .await
+            .unwrap();
         assert_eq!(r.error_reason.as_deref(), Some("insufficient_funds"));
     }
     assert_eq!(s.settles(), 2, "released: tried again");
@@ -99,14 +113,23 @@ async fn failed_for_good_is_spent() {
     let store = Arc::new(InMemoryReplayStore::default());
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
-    let r = e.facilitator_settle(&p, &body(3)).await.unwrap();
+    let r = e
+        .facilitator_settle(&p, body(3).to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(r.error_reason.as_deref(), Some("invalid_transaction_state"));
-    let r = e.facilitator_settle(&p, &body(3)).await.unwrap();
+    let r = e
+        .facilitator_settle(&p, body(3).to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(
         r.error_reason.as_deref(),
         Some("invalid_exact_evm_nonce_already_used")
     );
-    let v = e.facilitator_verify(&p, &body(3)).await.unwrap();
+    let v = e
+        .facilitator_verify(&p, body(3).to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(
         v.invalid_reason.as_deref(),
         Some("invalid_exact_evm_nonce_already_used")
@@ -160,7 +183,9 @@ async fn settler_verify_invalid_or_unreachable_releases_and_nonce_used_is_spent(
         });
         let store = Arc::new(InMemoryReplayStore::default());
         let e = engine(s.clone(), store.clone());
-        let first = e.facilitator_settle(&p, &body(4)).await;
+        let first = e
+            .facilitator_settle(&p, body(4).to_string().as_bytes())
+            .await;
         match reason {
             Some(r) => assert_eq!(first.unwrap().error_reason.as_deref(), Some(r)),
             None => assert!(first.is_err(), "no answer from the settler: 502"),
@@ -179,17 +204,26 @@ async fn unknown_is_pending_and_a_resend_reconciles_to_settled_without_settling_
     let store = Arc::new(InMemoryReplayStore::default());
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
-    let pending = e.facilitator_settle(&p, &body(5)).await.unwrap();
+    let pending = e
+        .facilitator_settle(&p, body(5).to_string().as_bytes())
+        .await
+        .unwrap();
     assert!(!pending.success);
     assert_eq!(pending.error_reason.as_deref(), Some("settlement_pending"));
     assert_eq!(pending.transaction, format!("0x{}", "cd".repeat(32)));
     assert_eq!(state(&store), Some(PaymentState::Pending));
     // Still unknown: pending again, reconciled, not re-settled.
-    let again = e.facilitator_settle(&p, &body(5)).await.unwrap();
+    let again = e
+        .facilitator_settle(&p, body(5).to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(again.error_reason.as_deref(), Some("settlement_pending"));
     // The chain mined it.
     s.reconcile_to(settled_outcome());
-    let done = e.facilitator_settle(&p, &body(5)).await.unwrap();
+    let done = e
+        .facilitator_settle(&p, body(5).to_string().as_bytes())
+        .await
+        .unwrap();
     assert!(done.success);
     assert_eq!(s.settles(), 1);
     assert_eq!(s.reconciles(), 2);
@@ -204,11 +238,16 @@ async fn a_pending_payment_found_unsettled_and_usable_is_settled_anew() {
     });
     let e = engine(s.clone(), Arc::new(InMemoryReplayStore::default()));
     let p = FacilitatorPolicy::default();
-    e.facilitator_settle(&p, &body(6)).await.unwrap();
+    e.facilitator_settle(&p, body(6).to_string().as_bytes())
+        .await
+        .unwrap();
     s.reconcile_to(failed("unexpected_settle_error", true));
     // The resend settles anew (the scripted settle still says unknown: pending again) — one more settle
     // call, never two at once.
-    let r = e.facilitator_settle(&p, &body(6)).await.unwrap();
+    let r = e
+        .facilitator_settle(&p, body(6).to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(r.error_reason.as_deref(), Some("settlement_pending"));
     assert_eq!((s.settles(), s.reconciles()), (2, 1));
 }
@@ -221,9 +260,12 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
     });
     let store = Arc::new(InMemoryReplayStore::default());
     let e = engine(s.clone(), store.clone());
-    e.facilitator_settle(&FacilitatorPolicy::default(), &body(7))
-        .await
-        .unwrap();
+    e.facilitator_settle(
+        &FacilitatorPolicy::default(),
+        body(7).to_string().as_bytes(),
+    )
+    .await
+    .unwrap();
     s.reconcile_to(settled_outcome());
     let report = e.reconcile_unresolved(100).await.unwrap();
     assert_eq!((report.examined, report.settled), (1, 1));
@@ -246,8 +288,8 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
         .unwrap();
     let payload = unb64(&v2_header(8));
     let request = x402_tower::engine::facilitator::settle_request(
-        payload.clone(),
-        payload["accepted"].clone(),
+        payload.to_string().into(),
+        &payload["accepted"].to_string(),
     )
     .unwrap();
     let key = x402_tower::ReplayKey {
@@ -262,7 +304,7 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
         fingerprint: alloy_primitives::B256::ZERO,
         settlement: None,
         payment: Arc::new(x402_tower::StoredPayment {
-            payload: payload.to_string(),
+            payload: payload.to_string().into(),
             requirements: payload["accepted"].to_string().into(),
         }),
         expires_at: now() + 300,
@@ -304,7 +346,7 @@ async fn the_facilitator_caps_valid_before_with_its_own_limit_and_checks_pay_to(
     let b =
         json!({"x402Version": 2, "paymentPayload": payload, "paymentRequirements": requirements});
     let r = e
-        .facilitator_settle(&FacilitatorPolicy::default(), &b)
+        .facilitator_settle(&FacilitatorPolicy::default(), b.to_string().as_bytes())
         .await
         .unwrap();
     assert_eq!(
@@ -315,7 +357,10 @@ async fn the_facilitator_caps_valid_before_with_its_own_limit_and_checks_pay_to(
         pay_to: Some(vec![alloy_primitives::Address::repeat_byte(1)]),
         ..Default::default()
     };
-    let r = e.facilitator_settle(&allow_other, &body(10)).await.unwrap();
+    let r = e
+        .facilitator_settle(&allow_other, body(10).to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(
         r.error_reason.as_deref(),
         Some("invalid_payment_requirements")
@@ -342,14 +387,22 @@ async fn a_flood_of_caller_chosen_terms_stores_nothing_and_a_real_payment_still_
         let auth = &mut b["paymentPayload"]["payload"]["authorization"];
         auth["validBefore"] = json!((1u64 << 63).to_string());
         auth["nonce"] = json!(format!("0x{:064x}", i));
-        let r = e.facilitator_settle(&p, &b).await.unwrap();
+        let r = e
+            .facilitator_settle(&p, b.to_string().as_bytes())
+            .await
+            .unwrap();
         assert_eq!(
             r.error_reason.as_deref(),
             Some("invalid_exact_evm_payload_authorization_valid_before")
         );
     }
     assert!(store.is_empty());
-    assert!(e.facilitator_settle(&p, &body(12)).await.unwrap().success);
+    assert!(
+        e.facilitator_settle(&p, body(12).to_string().as_bytes())
+            .await
+            .unwrap()
+            .success
+    );
     assert_eq!(s.settles(), 1);
 }
 
@@ -377,7 +430,7 @@ async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_set
         fingerprint: alloy_primitives::B256::ZERO,
         settlement: None,
         payment: Arc::new(x402_tower::StoredPayment {
-            payload: payload.to_string(),
+            payload: payload.to_string().into(),
             requirements: payload["accepted"].to_string().into(),
         }),
         expires_at: now() + 3600,
@@ -408,9 +461,12 @@ async fn concurrent_copies_through_the_facilitator_door_settle_once() {
             let e = e.clone();
             let payment = payment.clone();
             tokio::spawn(async move {
-                e.facilitator_settle(&FacilitatorPolicy::default(), &payment)
-                    .await
-                    .unwrap()
+                e.facilitator_settle(
+                    &FacilitatorPolicy::default(),
+                    payment.to_string().as_bytes(),
+                )
+                .await
+                .unwrap()
             })
         })
         .collect();
@@ -451,9 +507,12 @@ async fn two_engines_on_one_store_settle_an_authorization_once_whichever_door() 
             let e = if i % 2 == 0 { e1.clone() } else { e2.clone() };
             let payment = payment.clone();
             tokio::spawn(async move {
-                e.facilitator_settle(&FacilitatorPolicy::default(), &payment)
-                    .await
-                    .unwrap()
+                e.facilitator_settle(
+                    &FacilitatorPolicy::default(),
+                    payment.to_string().as_bytes(),
+                )
+                .await
+                .unwrap()
             })
         })
         .collect();
@@ -463,8 +522,12 @@ async fn two_engines_on_one_store_settle_an_authorization_once_whichever_door() 
     assert_eq!(s1.settles() + s2.settles(), 1);
     let p = FacilitatorPolicy::default();
     let (a, b) = (
-        e1.facilitator_settle(&p, &payment).await.unwrap(),
-        e2.facilitator_settle(&p, &payment).await.unwrap(),
+        e1.facilitator_settle(&p, payment.to_string().as_bytes())
+            .await
+            .unwrap(),
+        e2.facilitator_settle(&p, payment.to_string().as_bytes())
+            .await
+            .unwrap(),
     );
     assert!(a.success && a == b, "{a:?} {b:?}");
     assert_eq!(s1.settles() + s2.settles(), 1);
@@ -480,13 +543,16 @@ async fn the_background_reconciler_and_a_resend_never_both_act_on_one_pending_pa
         let e = Arc::new(engine(s.clone(), Arc::new(InMemoryReplayStore::default())));
         let p = FacilitatorPolicy::default();
         let b = body(30 + round);
-        let first = e.facilitator_settle(&p, &b).await.unwrap();
+        let first = e
+            .facilitator_settle(&p, b.to_string().as_bytes())
+            .await
+            .unwrap();
         assert_eq!(first.error_reason.as_deref(), Some("settlement_pending"));
         s.reconcile_to(settled_outcome());
         // The reconciler and the buyer's resend, at the same time.
         let (e2, b2) = (e.clone(), b.clone());
         let resend = tokio::spawn(async move {
-            e2.facilitator_settle(&FacilitatorPolicy::default(), &b2)
+            e2.facilitator_settle(&FacilitatorPolicy::default(), b2.to_string().as_bytes())
                 .await
                 .unwrap()
         });
@@ -499,7 +565,12 @@ async fn the_background_reconciler_and_a_resend_never_both_act_on_one_pending_pa
             "round {round}: {resent:?} {report:?}"
         );
         // Whatever the interleaving, the identical request now gets the settlement.
-        assert!(e.facilitator_settle(&p, &b).await.unwrap().success);
+        assert!(
+            e.facilitator_settle(&p, b.to_string().as_bytes())
+                .await
+                .unwrap()
+                .success
+        );
         assert_eq!((s.reconciles(), s.settles()), (1, 1));
     }
 }

@@ -21,8 +21,8 @@ enum Mode {
     SettleFails,
 }
 
-/// (endpoint, body, authorization header) of each call.
-type Seen = (String, Value, Option<String>);
+/// (endpoint, body, authorization header, body as sent) of each call.
+type Seen = (String, Value, Option<String>, String);
 
 #[derive(Clone)]
 struct Fake {
@@ -40,16 +40,17 @@ async fn fake_facilitator(mode: Mode) -> (String, Fake) {
         fake: Fake,
         path: &str,
         headers: http::HeaderMap,
-        body: Value,
+        raw: String,
     ) -> axum::response::Response {
         use axum::response::IntoResponse;
+        let body: Value = serde_json::from_str(&raw).unwrap();
         let auth = headers
             .get("authorization")
             .map(|v| v.to_str().unwrap().to_owned());
         fake.seen
             .lock()
             .unwrap()
-            .push((path.to_owned(), body, auth));
+            .push((path.to_owned(), body, auth, raw));
         match (fake.mode, path) {
             (Mode::Hang, _) => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -82,23 +83,15 @@ async fn fake_facilitator(mode: Mode) -> (String, Fake) {
     let app = axum::Router::new()
         .route(
             "/fac/verify",
-            post(
-                move |h: http::HeaderMap, axum::Json(b): axum::Json<Value>| {
-                    handle(f1.clone(), "verify", h, b)
-                },
-            ),
+            post(move |h: http::HeaderMap, b: String| handle(f1.clone(), "verify", h, b)),
         )
         .route(
             "/fac/settle",
-            post(
-                move |h: http::HeaderMap, axum::Json(b): axum::Json<Value>| {
-                    handle(f2.clone(), "settle", h, b)
-                },
-            ),
+            post(move |h: http::HeaderMap, b: String| handle(f2.clone(), "settle", h, b)),
         )
         .route(
             "/fac/supported",
-            get(move |h: http::HeaderMap| handle(f3.clone(), "supported", h, Value::Null)),
+            get(move |h: http::HeaderMap| handle(f3.clone(), "supported", h, "null".into())),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -146,6 +139,40 @@ async fn facilitator_verify_and_settle() {
     assert_eq!(body["paymentPayload"]["accepted"], accepted_v2());
     assert_eq!(body["paymentRequirements"], accepted_v2());
     assert_eq!(seen[0].2.as_deref(), Some("Bearer t0ken"));
+}
+
+#[tokio::test]
+async fn the_facilitator_gets_the_payment_byte_for_byte_as_the_client_sent_it() {
+    let (url, fake) = fake_facilitator(Mode::Good).await;
+    let inner = Inner::new();
+    let svc = config()
+        .settler(facilitator(&url))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = Auth::v2(7);
+    let p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
+    // Extensions as a client may write them: its own key order, spacing, escapes and number forms, which a
+    // server that re-serialised a parsed tree would change.
+    let text = p.to_string().replacen(
+        '{',
+        r#"{ "extensions" : {"zeta": {"n": 1.50, "s": "caf\u00e9"}, "alpha": [ 1e3 ]},"#,
+        1,
+    );
+    let header = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(&text)
+    };
+    let r = send(svc, req("/report", &[("payment-signature", &header)])).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let seen = fake.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    for (_, _, _, raw) in &seen {
+        assert!(
+            raw.contains(&format!(r#""paymentPayload":{text}"#)),
+            "{raw}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -264,7 +264,7 @@ async fn two_engines_settle_once(store: Arc<dyn ReplayStore>, nonce: u8) {
             let e = if i % 2 == 0 { e1.clone() } else { e2.clone() };
             let body = body.clone();
             tokio::spawn(async move {
-                e.facilitator_settle(&FacilitatorPolicy::default(), &body)
+                e.facilitator_settle(&FacilitatorPolicy::default(), body.to_string().as_bytes())
                     .await
                     .unwrap()
             })
@@ -276,8 +276,12 @@ async fn two_engines_settle_once(store: Arc<dyn ReplayStore>, nonce: u8) {
     assert_eq!(s1.settles() + s2.settles(), 1);
     let p = FacilitatorPolicy::default();
     let (a, b) = (
-        e1.facilitator_settle(&p, &body).await.unwrap(),
-        e2.facilitator_settle(&p, &body).await.unwrap(),
+        e1.facilitator_settle(&p, body.to_string().as_bytes())
+            .await
+            .unwrap(),
+        e2.facilitator_settle(&p, body.to_string().as_bytes())
+            .await
+            .unwrap(),
     );
     assert!(a.success && a == b, "{a:?} {b:?}");
     assert_eq!(s1.settles() + s2.settles(), 1);

@@ -84,7 +84,7 @@ impl PgPaymentStore {
             &record.resource,
             &fingerprint,
             &settlement,
-            &record.payment.payload,
+            &&*record.payment.payload,
             &&*record.payment.requirements,
             &expires,
             &updated,

@@ -192,7 +192,7 @@ fn request(nonce: u8) -> SettleRequest {
     };
     SettleRequest {
         payload: PaymentPayload::V2(payload),
-        payload_json: Value::Null,
+        payload_text: Arc::from("null"),
         requirements: PaymentRequirements::V2(requirements),
         offer,
         signature: signature.into(),

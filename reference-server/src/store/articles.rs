@@ -379,7 +379,7 @@ impl LicensingStore for SqliteLicensingStore {
     }
 
     fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()> {
-        Box::pin(self.db.write(move |c| {
+        Box::pin(self.db.write_statement(move |c| {
             let mut stmt = c.prepare_cached(&format!(
                 "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
             ))?;

@@ -175,7 +175,7 @@ impl ReplayStore for SqlitePaymentStore {
         Box::pin(async move {
             let settlement = settlement_json(&record).map_err(backend)?;
             self.db
-                .write(move |c| {
+                .write_statement(move |c| {
                     let (chain_id, asset, payer, nonce) = key_columns(&key)?;
                     let existing = c
                         .prepare_cached(&format!(
@@ -255,7 +255,7 @@ impl ReplayStore for SqlitePaymentStore {
         Box::pin(async move {
             let settlement = settlement_json(&record).map_err(backend)?;
             self.db
-                .write(move |c| {
+                .write_statement(move |c| {
                     let (chain_id, asset, payer, nonce) = key_columns(&key)?;
                     let n = c
                         .prepare_cached(
@@ -291,7 +291,7 @@ impl ReplayStore for SqlitePaymentStore {
         let key = *key;
         Box::pin(async move {
             self.db
-                .write(move |c| {
+                .write_statement(move |c| {
                     let (chain_id, asset, payer, nonce) = key_columns(&key)?;
                     let n = c
                         .prepare_cached(
@@ -350,7 +350,7 @@ impl ReplayStore for SqlitePaymentStore {
         let b = *binding;
         Box::pin(async move {
             self.db
-                .write(move |c| {
+                .write_statement(move |c| {
                     let key = key_columns(&b.key)?;
                     let existing: Option<(String, i64, String, String, String, i64)> = c
                         .prepare_cached(

@@ -277,7 +277,7 @@ impl SqliteSettlementStore {
 
 impl SettlementStore for SqliteSettlementStore {
     fn record(&self, record: SettlementRecord) -> StoreFuture<'_, i64> {
-        Box::pin(self.db.write(move |c| insert(c, &record)))
+        Box::pin(self.db.write_statement(move |c| insert(c, &record)))
     }
 
     fn resolve(&self, record: SettlementRecord) -> StoreFuture<'_, Option<i64>> {

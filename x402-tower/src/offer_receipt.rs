@@ -38,7 +38,7 @@ use alloy_sol_types::{Eip712Domain, SolStruct};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::proto::SettleResponse;
+use crate::proto::{RawExtensions, SettleResponse};
 
 /// The extension's key in `extensions`.
 pub const KEY: &str = "offer-receipt";
@@ -291,8 +291,18 @@ impl SignedReceipt {
 
     /// The signed receipt carried by a settlement answer (`PAYMENT-RESPONSE` decoded), if any.
     pub fn from_settlement(settlement: &SettleResponse) -> Option<Self> {
-        let info = settlement.extensions.as_ref()?.get(KEY)?.get("info")?;
-        serde_json::from_value(info.get("receipt")?.clone()).ok()
+        #[derive(Deserialize)]
+        struct Entry {
+            info: Info,
+        }
+        #[derive(Deserialize)]
+        struct Info {
+            receipt: SignedReceipt,
+        }
+        let raw = settlement.extensions.as_ref()?.raw(KEY)?;
+        serde_json::from_str::<Entry>(raw.get())
+            .ok()
+            .map(|e| e.info.receipt)
     }
 }
 
@@ -339,9 +349,10 @@ fn offers_schema() -> Value {
 
 /// The extension's `schema` in a settlement answer.
 #[cfg(feature = "offer-receipt")]
-fn receipt_schema() -> Value {
-    static SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(receipt_schema_value);
-    SCHEMA.clone()
+fn receipt_schema() -> &'static str {
+    static SCHEMA: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| receipt_schema_value().to_string());
+    &SCHEMA
 }
 
 #[cfg(feature = "offer-receipt")]
@@ -631,10 +642,19 @@ mod issuer {
                 .unwrap_or_else(|_| settlement.network.clone());
             match self.sign_receipt(resource_url, payer, &network, &settlement.transaction, now) {
                 Ok(receipt) => {
-                    settlement.extensions.get_or_insert_default().insert(
-                        KEY.to_owned(),
-                        json!({"info": {"receipt": receipt}, "schema": receipt_schema()}),
-                    );
+                    let entry = serde_json::to_string(&receipt).map(|receipt| {
+                        format!(
+                            r#"{{"info":{{"receipt":{receipt}}},"schema":{}}}"#,
+                            receipt_schema()
+                        )
+                    });
+                    match entry.and_then(|entry| match &settlement.extensions {
+                        Some(e) => e.with(KEY, &entry),
+                        None => RawExtensions::default().with(KEY, &entry),
+                    }) {
+                        Ok(extensions) => settlement.extensions = Some(extensions),
+                        Err(e) => tracing::error!(error = %e, "could not write an x402 receipt"),
+                    }
                 }
                 Err(e) => tracing::error!(error = %e, "could not sign an x402 receipt"),
             }

@@ -355,10 +355,84 @@ pub struct SettleResponse {
     /// Payer address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payer: Option<String>,
-    /// Extension answers by key (`offer-receipt`: the signed receipt).
+    /// Extension answers by key (`offer-receipt`: the signed receipt), as JSON text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
-    pub extensions: Option<serde_json::Map<String, Value>>,
+    pub extensions: Option<RawExtensions>,
+}
+
+/// The `extensions` of a settlement answer: a JSON object by extension key, kept as the text it was written
+/// or received as. A settlement is cloned, stored, sent and resent several times per purchase; as text that
+/// copies a string, where a JSON tree (a signed receipt and its schema) cost hundreds of allocations each
+/// time. Read an entry with [`RawExtensions::get`].
+///
+/// ```
+/// use x402_tower::proto::RawExtensions;
+///
+/// let ext = RawExtensions::default().with("offer-receipt", r#"{"info": {"n": 1}}"#).unwrap();
+/// assert_eq!(ext.get("offer-receipt").unwrap()["info"]["n"], 1);
+/// assert!(ext.get("bazaar").is_none());
+/// assert!(serde_json::from_str::<RawExtensions>("[1]").is_err());
+/// ```
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct RawExtensions(Box<RawValue>);
+
+impl Default for RawExtensions {
+    fn default() -> Self {
+        RawExtensions(RawValue::from_string("{}".to_owned()).unwrap_or_else(|_| unreachable!()))
+    }
+}
+
+impl<'de> Deserialize<'de> for RawExtensions {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        if !raw.get().trim_start().starts_with('{') {
+            return Err(serde::de::Error::custom("extensions must be a JSON object"));
+        }
+        Ok(RawExtensions(raw))
+    }
+}
+
+/// The same text (the same server wrote both).
+impl PartialEq for RawExtensions {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Eq for RawExtensions {}
+
+impl RawExtensions {
+    /// The JSON text of the whole object.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The entry `key`, as JSON text.
+    pub fn raw(&self, key: &str) -> Option<Box<RawValue>> {
+        let mut entries: std::collections::BTreeMap<String, Box<RawValue>> =
+            serde_json::from_str(self.0.get()).ok()?;
+        entries.remove(key)
+    }
+
+    /// Whether there is an entry `key`.
+    pub fn contains(&self, key: &str) -> bool {
+        self.raw(key).is_some()
+    }
+
+    /// The entry `key`, parsed.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        serde_json::from_str(self.raw(key)?.get()).ok()
+    }
+
+    /// These extensions with `key` set to `value` (JSON text), replacing an entry of that key.
+    pub fn with(&self, key: &str, value: &str) -> Result<Self, serde_json::Error> {
+        let mut entries: std::collections::BTreeMap<String, Box<RawValue>> =
+            serde_json::from_str(self.0.get())?;
+        entries.insert(key.to_owned(), RawValue::from_string(value.to_owned())?);
+        Ok(RawExtensions(serde_json::value::to_raw_value(&entries)?))
+    }
 }
 
 /// Body of a facilitator's `/verify` and `/settle` requests.

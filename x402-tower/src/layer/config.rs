@@ -179,7 +179,7 @@ impl Shared {
             && !settlement
                 .extensions
                 .as_ref()
-                .is_some_and(|e| e.contains_key(crate::offer_receipt::KEY))
+                .is_some_and(|e| e.contains(crate::offer_receipt::KEY))
         {
             signer.enrich(settlement, resource_url, self.engine.now());
         }

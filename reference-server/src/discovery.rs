@@ -14,7 +14,8 @@
 //!   catalogued when the declaration has the extension's shape **and** its `info` validates against its own
 //!   JSON Schema (the extension says the facilitator must check this; `jsonschema`, 2020-12, no remote
 //!   references). It is keyed as the official facilitator keys it: origin and path, or origin and a valid
-//!   `routeTemplate`. A refused declaration is logged and never fails the settlement.
+//!   `routeTemplate`. A refused declaration is logged and never fails the settlement. A declaration
+//!   catalogued less than [`RECATALOGUE_AFTER`] seconds ago is not validated and written again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -280,4 +280,40 @@ async fn the_facilitator_catalogues_what_it_settled_when_the_declaration_validat
     assert_eq!(item["metadata"]["bazaar"], declaration["info"]);
     assert_eq!(item["metadata"]["description"], "Weather by city");
     assert_eq!(item["accepts"][0], required["accepts"][0]);
+
+    // The same declaration settled again within a minute is not validated and written again (its
+    // lastUpdated stays); a changed declaration of the same resource is, at once.
+    let listed = || async {
+        json_body(
+            server
+                .get(&format!("/facilitator/discovery/resources?offset={own}"))
+                .await,
+        )
+        .await["items"][0]
+            .clone()
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let lisbon = "https://weather.example/forecast?city=Lisbon";
+    settle(third_party_settle(
+        &Payer::random(),
+        &required,
+        lisbon,
+        declaration.clone(),
+    ))
+    .await;
+    assert_eq!(listed().await["lastUpdated"], item["lastUpdated"]);
+    let changed = x402_tower::bazaar::Discovery::query(http::Method::GET)
+        .query_param("city", "Porto", "City name")
+        .output_example(json!({"temperature": 19}))
+        .declaration();
+    settle(third_party_settle(
+        &Payer::random(),
+        &required,
+        lisbon,
+        changed.clone(),
+    ))
+    .await;
+    let again = listed().await;
+    assert_eq!(again["metadata"]["bazaar"], changed["info"]);
+    assert_ne!(again["lastUpdated"], item["lastUpdated"]);
 }

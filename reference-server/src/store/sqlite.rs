@@ -637,15 +637,40 @@ mod tests {
         db.write(|c| Ok(c.execute("INSERT INTO t (x) VALUES (2)", []).map(|_| ())?))
             .await
             .unwrap();
-        let xs: Vec<i64> = db
-            .read(|c| {
-                let mut s = c.prepare("SELECT x FROM t")?;
-                let rows = s.query_map([], |r| r.get(0))?;
-                Ok(rows.collect::<Result<_, _>>()?)
+        assert_eq!(
+            xs(&db).await,
+            vec![2],
+            "the panicking write was rolled back"
+        );
+    }
+
+    /// The values of table `t`.
+    async fn xs(db: &Db) -> Vec<i64> {
+        db.read(|c| {
+            let mut s = c.prepare("SELECT x FROM t")?;
+            let rows = s.query_map([], |r| r.get(0))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+        .unwrap()
+    }
+
+    /// 200 concurrent [`Db::write_statement`]s of `write(i)`, `i` in 0..200, with their answers.
+    async fn concurrent_statements(
+        db: &Db,
+        write: impl Fn(i64, &Connection) -> Result<(), StoreError> + Clone + Send + Sync + 'static,
+    ) -> Vec<(i64, Result<(), StoreError>)> {
+        let writes: Vec<_> = (0..200i64)
+            .map(|i| {
+                let (db, write) = (db.clone(), write.clone());
+                tokio::spawn(async move { (i, db.write_statement(move |c| write(i, c)).await) })
             })
-            .await
-            .unwrap();
-        assert_eq!(xs, vec![2], "the panicking write was rolled back");
+            .collect();
+        let mut answers = Vec::new();
+        for w in writes {
+            answers.push(w.await.unwrap());
+        }
+        answers
     }
 
     /// Each write answered `Ok` is in the table, each answered `Err` is not.
@@ -653,14 +678,7 @@ mod tests {
         db: &Db,
         answers: Vec<(i64, Result<(), StoreError>)>,
     ) -> (usize, usize) {
-        let kept: std::collections::HashSet<i64> = db
-            .read(|c| {
-                let mut s = c.prepare("SELECT x FROM t")?;
-                let rows = s.query_map([], |r| r.get(0))?;
-                Ok(rows.collect::<Result<_, _>>()?)
-            })
-            .await
-            .unwrap();
+        let kept: std::collections::HashSet<i64> = xs(db).await.into_iter().collect();
         let (mut ok, mut failed) = (0, 0);
         for (i, answer) in answers {
             assert_eq!(answer.is_ok(), kept.contains(&i), "write {i}: {answer:?}");
@@ -677,26 +695,15 @@ mod tests {
         })
         .await
         .unwrap();
-        let writes: Vec<_> = (0..200i64)
-            .map(|i| {
-                let db = db.clone();
-                tokio::spawn(async move {
-                    // 13 collides with the row already there: SQLite undoes that statement by itself.
-                    let x = if i == 13 { -1 } else { i };
-                    let r = db
-                        .write_statement(move |c| {
-                            c.execute("INSERT INTO t (x) VALUES (?1)", [x])?;
-                            Ok(())
-                        })
-                        .await;
-                    (i, r)
-                })
-            })
-            .collect();
-        let mut answers = Vec::new();
-        for w in writes {
-            answers.push(w.await.unwrap());
-        }
+        // 13 collides with the row already there: SQLite undoes that statement by itself.
+        let answers = concurrent_statements(&db, |i, c| {
+            c.execute(
+                "INSERT INTO t (x) VALUES (?1)",
+                [if i == 13 { -1 } else { i }],
+            )?;
+            Ok(())
+        })
+        .await;
         assert_eq!(answers_match_the_table(&db, answers).await, (199, 1));
     }
 
@@ -707,31 +714,18 @@ mod tests {
             db.write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
                 .await
                 .unwrap();
-            let writes: Vec<_> = (0..200i64)
-                .map(|i| {
-                    let db = db.clone();
-                    tokio::spawn(async move {
-                        let r = db
-                            .write_statement(move |c| {
-                                c.execute("INSERT INTO t (x) VALUES (?1)", [i])?;
-                                if i == 13 {
-                                    // A bug: failing after the change, which no savepoint can undo alone.
-                                    if panics {
-                                        panic!("after the change");
-                                    }
-                                    return Err(StoreError::Conflict("thirteen".into()));
-                                }
-                                Ok(())
-                            })
-                            .await;
-                        (i, r)
-                    })
-                })
-                .collect();
-            let mut answers = Vec::new();
-            for w in writes {
-                answers.push(w.await.unwrap());
-            }
+            let answers = concurrent_statements(&db, move |i, c| {
+                c.execute("INSERT INTO t (x) VALUES (?1)", [i])?;
+                if i == 13 {
+                    // A bug: failing after the change, which no savepoint can undo alone.
+                    if panics {
+                        panic!("after the change");
+                    }
+                    return Err(StoreError::Conflict("thirteen".into()));
+                }
+                Ok(())
+            })
+            .await;
             let (ok, failed) = answers_match_the_table(&db, answers).await;
             assert!(failed >= 1 && ok + failed == 200, "{ok} {failed}");
             // The writer goes on.

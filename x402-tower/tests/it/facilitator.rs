@@ -117,15 +117,30 @@ fn facilitator(url: &str) -> Arc<dyn Settler> {
     )
 }
 
-#[tokio::test]
-async fn facilitator_verify_and_settle() {
-    let (url, fake) = fake_facilitator(Mode::Good).await;
+/// A paid route settled through the facilitator at `url`, and the service behind it.
+fn paid_route(
+    url: String,
+) -> (
+    impl tower::Service<
+        http::Request<http_body_util::Full<bytes::Bytes>>,
+        Response = http::Response<impl http_body::Body<Error: std::fmt::Debug>>,
+        Error: std::fmt::Debug,
+    > + Clone,
+    Inner,
+) {
     let inner = Inner::new();
     let svc = config()
         .settler(facilitator(&url))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
+    (svc, inner)
+}
+
+#[tokio::test]
+async fn facilitator_verify_and_settle() {
+    let (url, fake) = fake_facilitator(Mode::Good).await;
+    let (svc, _inner) = paid_route(url.clone());
     let a = send(svc, req("/report", &[("payment-signature", &v2_header(1))])).await;
     assert_eq!(a.status, StatusCode::OK, "{a:?}");
     assert_eq!(a.receipt("payment-response").transaction, "0xfeed");
@@ -144,12 +159,7 @@ async fn facilitator_verify_and_settle() {
 #[tokio::test]
 async fn the_facilitator_gets_the_payment_byte_for_byte_as_the_client_sent_it() {
     let (url, fake) = fake_facilitator(Mode::Good).await;
-    let inner = Inner::new();
-    let svc = config()
-        .settler(facilitator(&url))
-        .build()
-        .unwrap()
-        .layer(inner.service(StatusCode::OK));
+    let (svc, _inner) = paid_route(url.clone());
     let a = Auth::v2(7);
     let p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
     // Extensions as a client may write them: its own key order, spacing, escapes and number forms, which a
@@ -178,12 +188,7 @@ async fn the_facilitator_gets_the_payment_byte_for_byte_as_the_client_sent_it() 
 #[tokio::test]
 async fn facilitator_v1_gets_v1_requirements() {
     let (url, fake) = fake_facilitator(Mode::Good).await;
-    let inner = Inner::new();
-    let svc = config()
-        .settler(facilitator(&url))
-        .build()
-        .unwrap()
-        .layer(inner.service(StatusCode::OK));
+    let (svc, _inner) = paid_route(url.clone());
     let a = send(svc, req("/report?x=1", &[("x-payment", &v1_header(2))])).await;
     assert_eq!(a.status, StatusCode::OK, "{a:?}");
     let seen = fake.seen.lock().unwrap().clone();
@@ -196,12 +201,7 @@ async fn facilitator_v1_gets_v1_requirements() {
 #[tokio::test]
 async fn hanging_facilitator_times_out_with_502() {
     let (url, _fake) = fake_facilitator(Mode::Hang).await;
-    let inner = Inner::new();
-    let svc = config()
-        .settler(facilitator(&url))
-        .build()
-        .unwrap()
-        .layer(inner.service(StatusCode::OK));
+    let (svc, inner) = paid_route(url.clone());
     let h = v2_header(3);
     let a = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
     assert_eq!(a.status, StatusCode::BAD_GATEWAY);
@@ -214,12 +214,7 @@ async fn hanging_facilitator_times_out_with_502() {
 #[tokio::test]
 async fn garbage_facilitator_is_502() {
     let (url, _fake) = fake_facilitator(Mode::Garbage).await;
-    let inner = Inner::new();
-    let svc = config()
-        .settler(facilitator(&url))
-        .build()
-        .unwrap()
-        .layer(inner.service(StatusCode::OK));
+    let (svc, inner) = paid_route(url.clone());
     let a = send(svc, req("/r", &[("payment-signature", &v2_header(4))])).await;
     assert_eq!(a.status, StatusCode::BAD_GATEWAY);
     assert_eq!(inner.calls(), 0);
@@ -228,12 +223,7 @@ async fn garbage_facilitator_is_502() {
 #[tokio::test]
 async fn facilitator_settle_failure_is_402_with_its_reason() {
     let (url, _fake) = fake_facilitator(Mode::SettleFails).await;
-    let inner = Inner::new();
-    let svc = config()
-        .settler(facilitator(&url))
-        .build()
-        .unwrap()
-        .layer(inner.service(StatusCode::OK));
+    let (svc, inner) = paid_route(url.clone());
     let a = send(svc, req("/r", &[("payment-signature", &v2_header(5))])).await;
     assert_eq!(a.error(), "invalid_transaction_state");
     assert_eq!(
@@ -260,12 +250,7 @@ async fn facilitator_supported() {
 #[tokio::test]
 async fn facilitator_4xx_with_a_protocol_body_is_its_verdict() {
     let (url, _fake) = fake_facilitator(Mode::Invalid400).await;
-    let inner = Inner::new();
-    let svc = config()
-        .settler(facilitator(&url))
-        .build()
-        .unwrap()
-        .layer(inner.service(StatusCode::OK));
+    let (svc, inner) = paid_route(url.clone());
     let a = send(svc, req("/r", &[("payment-signature", &v2_header(8))])).await;
     assert_eq!(a.error(), "insufficient_funds");
     assert_eq!(inner.calls(), 0);

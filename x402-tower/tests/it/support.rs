@@ -210,9 +210,11 @@ impl Inner {
         Response = Response<Full<Bytes>>,
         Error = Infallible,
         Future: Send,
-    > + Clone
+    >
+    + Clone
     + Send
-    + 'static {
+    + 'static
+    + use<> {
         let calls = self.calls.clone();
         tower::service_fn(move |req: Request<Full<Bytes>>| {
             calls.fetch_add(1, Ordering::SeqCst);

@@ -156,9 +156,13 @@ impl Db {
         let writer = Connection::open(&path)?;
         configure(&writer)?;
         writer.busy_timeout(WRITER_BUSY_TIMEOUT)?;
-        // Registry records are ~6 KB of JSON: 16 KiB pages keep one record on one page
-        // (only takes effect when the file is new; WAL must come after it).
-        writer.pragma_update(None, "page_size", 16384)?;
+        // Registry records are ~6 KB of JSON: an 8 KiB page keeps a record on one page (a table leaf holds up
+        // to page - 35 bytes locally; 4 KiB pages spill every record into overflow pages). Smaller than the
+        // 16 KiB used before: the WAL writes whole pages, and a purchase dirties a page in each of several
+        // random-key indexes; 8 KiB measured +10-30% durable purchases/s and no slower registry page reads
+        // (docs/bench/reference-server-licensing.md). Only takes effect when the file is new (an existing
+        // file keeps its page size); WAL must come after it.
+        writer.pragma_update(None, "page_size", 8192)?;
         // Another process opening the same new file at the same moment may hold the lock the switch to WAL
         // needs; SQLite answers that at once (no busy handler), so wait for it here.
         retry_busy(|| writer.pragma_update(None, "journal_mode", "WAL"))?;
@@ -567,6 +571,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(mode, "wal");
+        let page: i64 = db
+            .read(|c| Ok(c.query_row("PRAGMA page_size", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(page, 8192);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -21,6 +21,8 @@
 //! - Reads run on Tokio's blocking pool ([`tokio::task::spawn_blocking`]), so a slow query never stalls the
 //!   async workers.
 //! - `synchronous = FULL`: a committed write (a license receipt) survives a power cut, not only a crash.
+//! - Checkpoints (the WAL copied back into the database file) run on a thread of their own every
+//!   200 ms (`PASSIVE`: they block neither the writer nor the readers), not inside a commit.
 //! - Migrations from [`MIGRATIONS`] (`migrations/sqlite/`) run once at open, recorded in `schema_migrations`.
 //!
 //! # Use from another module
@@ -104,6 +106,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// waits is better than one that fails (a second process starting beside a seeding one must wait it out).
 const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often the checkpoint thread copies the WAL into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+
 /// Most writes committed together by the group-commit writer.
 pub const MAX_BATCH: usize = 256;
 
@@ -138,6 +143,8 @@ struct Inner {
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     path: Option<PathBuf>,
+    /// Dropped with the last handle: stops the checkpoint thread.
+    checkpointer: Mutex<Option<std::sync::mpsc::Sender<()>>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -167,6 +174,10 @@ impl Db {
         // needs; SQLite answers that at once (no busy handler), so wait for it here.
         retry_busy(|| writer.pragma_update(None, "journal_mode", "WAL"))?;
         migrate(&writer)?;
+        // Checkpoints run on their own thread (below), not inside the writer's commits.
+        writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let checkpointer = Connection::open(&path)?;
+        configure(&checkpointer)?;
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
             let conn = Connection::open_with_flags(
@@ -178,7 +189,13 @@ impl Db {
             configure(&conn)?;
             readers.push(Mutex::new(conn));
         }
-        Ok(Self::from_parts(writer, readers, Some(path)))
+        let stop = start_checkpointer(&writer, checkpointer);
+        let db = Self::from_parts(writer, readers, Some(path));
+        *db.inner
+            .checkpointer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = stop;
+        Ok(db)
     }
 
     /// A private in-memory database (tests, benchmarks): one connection serves reads and writes.
@@ -216,6 +233,7 @@ impl Db {
                 readers,
                 next_reader: AtomicUsize::new(0),
                 path,
+                checkpointer: Mutex::new(None),
             }),
         }
     }
@@ -366,6 +384,38 @@ impl super::Backend for Db {
             "Writes carried by those commits.",
             self.committed_writes(),
         );
+    }
+}
+
+/// Copies the WAL back into the database file every [`CHECKPOINT_EVERY`] on a thread of its own, with
+/// `PASSIVE` checkpoints (they never block the writer or the readers). SQLite's default checkpoints
+/// inside the commit that crosses 1,000 WAL pages: the group-commit writer then stalls while a
+/// checkpoint writes and fsyncs the database file, and every purchase queued behind it waits.
+/// Durability is the WAL's (fsync'd at each commit); a checkpoint only moves committed pages.
+fn start_checkpointer(
+    writer: &Connection,
+    conn: Connection,
+) -> Option<std::sync::mpsc::Sender<()>> {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("sqlite-checkpoint".into())
+        .spawn(move || {
+            // Ends when the last `Db` handle is dropped (the sender with it).
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(CHECKPOINT_EVERY)
+            {
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(error = %e, "SQLite checkpoint failed; retried");
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Some(stop),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the SQLite checkpoint thread; checkpointing in the writer");
+            let _ = writer.pragma_update(None, "wal_autocheckpoint", 1000);
+            None
+        }
     }
 }
 
@@ -745,6 +795,39 @@ mod tests {
             .await
             .unwrap();
         }
+    }
+
+    #[tokio::test]
+    async fn committed_writes_reach_the_database_file_without_the_writer_checkpointing() {
+        let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::open(dir.join("t.sqlite")).unwrap();
+        let auto: i64 = lock(&db.inner.writer)
+            .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(auto, 0, "the writer does not checkpoint inside its commits");
+        db.write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7);")?))
+            .await
+            .unwrap();
+        // The main file alone (no WAL next to it) has the row once the checkpoint thread copied it there.
+        let copy = dir.join("copy.sqlite");
+        let mut found = false;
+        for _ in 0..50 {
+            tokio::time::sleep(CHECKPOINT_EVERY).await;
+            std::fs::copy(dir.join("t.sqlite"), &copy).unwrap();
+            let c = Connection::open(&copy).unwrap();
+            found = c
+                .query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0))
+                .is_ok_and(|x| x == 7);
+            drop(c);
+            let _ = std::fs::remove_file(&copy);
+            if found {
+                break;
+            }
+        }
+        assert!(found, "never checkpointed into the database file");
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

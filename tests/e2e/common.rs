@@ -106,15 +106,12 @@ impl RefServer {
 
     /// The settlement log (`/operator/settlements`), read with the operator token `token`.
     pub(crate) async fn settlements(&self, token: &str) -> Value {
-        http()
-            .get(format!("{}/operator/settlements", self.url))
-            .header("authorization", format!("token {token}"))
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("JSON")
+        json_of(
+            http()
+                .get(format!("{}/operator/settlements", self.url))
+                .header("authorization", format!("token {token}")),
+        )
+        .await
     }
 
     pub(crate) fn article_url(&self) -> String {
@@ -124,8 +121,12 @@ impl RefServer {
 
 /// GET `url` and parse its JSON body.
 pub(crate) async fn get_json(url: &str) -> Value {
-    http()
-        .get(url)
+    json_of(http().get(url)).await
+}
+
+/// Sends `request` and parses its JSON body.
+async fn json_of(request: reqwest::RequestBuilder) -> Value {
+    request
         .send()
         .await
         .expect("GET")

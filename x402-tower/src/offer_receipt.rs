@@ -299,8 +299,7 @@ impl SignedReceipt {
         struct Info {
             receipt: SignedReceipt,
         }
-        let raw = settlement.extensions.as_ref()?.raw(KEY)?;
-        serde_json::from_str::<Entry>(raw.get())
+        serde_json::from_str::<Entry>(settlement.extensions.as_ref()?.raw(KEY)?.get())
             .ok()
             .map(|e| e.info.receipt)
     }

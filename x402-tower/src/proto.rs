@@ -372,6 +372,9 @@ pub struct SettleResponse {
 /// let ext = RawExtensions::default().with("offer-receipt", r#"{"info": {"n": 1}}"#).unwrap();
 /// assert_eq!(ext.get("offer-receipt").unwrap()["info"]["n"], 1);
 /// assert!(ext.get("bazaar").is_none());
+/// // A key written with an escape is the same key.
+/// let escaped: RawExtensions = serde_json::from_str(r#"{"offer\u002dreceipt": {"n": 2}}"#).unwrap();
+/// assert_eq!(escaped.raw("offer-receipt").unwrap().get(), r#"{"n": 2}"#);
 /// assert!(serde_json::from_str::<RawExtensions>("[1]").is_err());
 /// ```
 #[derive(Debug, Clone, Serialize)]
@@ -409,11 +412,54 @@ impl RawExtensions {
         self.0.get()
     }
 
-    /// The entry `key`, as JSON text.
-    pub fn raw(&self, key: &str) -> Option<Box<RawValue>> {
-        let mut entries: std::collections::BTreeMap<String, Box<RawValue>> =
-            serde_json::from_str(self.0.get()).ok()?;
-        entries.remove(key)
+    /// The entry `key`, as JSON text, borrowed from the object (found without copying any entry; the last
+    /// one if the key repeats).
+    pub fn raw(&self, key: &str) -> Option<&RawValue> {
+        use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+        use std::borrow::Cow;
+
+        /// A key, borrowed from the text unless it has escapes.
+        struct Key<'de>(Cow<'de, str>);
+        impl<'de> Deserialize<'de> for Key<'de> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = Key<'de>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a key")
+                    }
+                    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                        Ok(Key(Cow::Borrowed(s)))
+                    }
+                    fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                        Ok(Key(Cow::Owned(s.to_owned())))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+        struct Find<'k>(&'k str);
+        impl<'de> Visitor<'de> for Find<'_> {
+            type Value = Option<&'de RawValue>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut found = None;
+                while let Some(Key(k)) = map.next_key()? {
+                    if k == self.0 {
+                        found = Some(map.next_value()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(found)
+            }
+        }
+        serde_json::Deserializer::from_str(self.0.get())
+            .deserialize_map(Find(key))
+            .ok()
+            .flatten()
     }
 
     /// Whether there is an entry `key`.

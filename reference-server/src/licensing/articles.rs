@@ -21,9 +21,13 @@ use crate::store::articles::{Article, LicensingStore};
 /// How often the catalog is reloaded from the database.
 pub const REFRESH: Duration = Duration::from_secs(10);
 
+/// A published article as the catalog sells it: its licenses resolved, and the x402 `terms` (with their
+/// version) its 402 declares.
+pub type ForSale = (Arc<Article>, Arc<Terms>);
+
 #[derive(Debug, Default)]
 struct Snapshot {
-    by_id: HashMap<String, (Arc<Article>, Arc<Terms>)>,
+    by_id: HashMap<String, ForSale>,
     /// Published articles in catalog order (newest first, as the store lists them).
     published: Vec<Arc<Article>>,
 }
@@ -93,7 +97,7 @@ impl ArticleCatalog {
     }
 
     /// The published article `id` and the x402 `terms` of its 402.
-    pub fn for_sale(&self, id: &str) -> Option<(Arc<Article>, Arc<Terms>)> {
+    pub fn for_sale(&self, id: &str) -> Option<ForSale> {
         self.current().by_id.get(id).cloned()
     }
 

@@ -200,10 +200,7 @@ impl LicenseBought {
     pub fn of(
         r: &Receipt,
         public_url: &str,
-        current: Option<&(
-            std::sync::Arc<Article>,
-            std::sync::Arc<x402_tower::terms::Terms>,
-        )>,
+        current: Option<&super::articles::ForSale>,
     ) -> Option<Self> {
         let id = r.license_id.as_ref()?;
         let grants = current
@@ -226,10 +223,7 @@ impl ReceiptView {
         article_title: &str,
         public_url: &str,
         signer: Address,
-        current: Option<&(
-            std::sync::Arc<Article>,
-            std::sync::Arc<x402_tower::terms::Terms>,
-        )>,
+        current: Option<&super::articles::ForSale>,
     ) -> Self {
         Self {
             license: LicenseBought::of(r, public_url, current),

@@ -143,8 +143,8 @@ struct Inner {
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     path: Option<PathBuf>,
-    /// Dropped with the last handle: stops the checkpoint thread.
-    checkpointer: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    /// Dropped with the last handle: stops the checkpoint thread (none for an in-memory database).
+    _checkpointer: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -190,12 +190,7 @@ impl Db {
             readers.push(Mutex::new(conn));
         }
         let stop = start_checkpointer(&writer, checkpointer);
-        let db = Self::from_parts(writer, readers, Some(path));
-        *db.inner
-            .checkpointer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = stop;
-        Ok(db)
+        Ok(Self::from_parts(writer, readers, Some(path), stop))
     }
 
     /// A private in-memory database (tests, benchmarks): one connection serves reads and writes.
@@ -203,13 +198,14 @@ impl Db {
         let conn = Connection::open_in_memory()?;
         configure(&conn)?;
         migrate(&conn)?;
-        Ok(Self::from_parts(conn, Vec::new(), None))
+        Ok(Self::from_parts(conn, Vec::new(), None, None))
     }
 
     fn from_parts(
         writer: Connection,
         readers: Vec<Mutex<Connection>>,
         path: Option<PathBuf>,
+        checkpointer: Option<std::sync::mpsc::Sender<()>>,
     ) -> Self {
         let writer = Arc::new(Mutex::new(writer));
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
@@ -233,7 +229,7 @@ impl Db {
                 readers,
                 next_reader: AtomicUsize::new(0),
                 path,
-                checkpointer: Mutex::new(None),
+                _checkpointer: checkpointer,
             }),
         }
     }

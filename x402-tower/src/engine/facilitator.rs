@@ -298,12 +298,10 @@ impl PaymentEngine {
                 (_, PaymentRequirements::V1(r)) => Some(r.resource.clone()),
                 _ => None,
             };
-            // Only a payment that passed every check is remembered.
+            // Only a payment that passed every check is remembered, both parts as the caller sent them.
             let stored = Arc::new(StoredPayment {
                 payload: request.payload_text.clone(),
-                requirements: serde_json::to_string(&request.requirements)
-                    .unwrap_or_default()
-                    .into(),
+                requirements: requirements.into(),
             });
             Ok(Checked {
                 request,

@@ -186,6 +186,39 @@ async fn the_facilitator_gets_the_payment_byte_for_byte_as_the_client_sent_it() 
 }
 
 #[tokio::test]
+async fn a_payment_text_that_is_not_json_is_never_sent_and_leaves_the_authorization_usable() {
+    let (url, fake) = fake_facilitator(Mode::Good).await;
+    let payload = unb64(&v2_header(9));
+    let mut request = x402_tower::engine::facilitator::settle_request(
+        payload.to_string().into(),
+        &payload["accepted"].to_string(),
+    )
+    .unwrap();
+    // A settler's caller may build a request by hand: its text must be JSON to be forwarded as sent.
+    request.payload_text = "{not json".into();
+    let settler = facilitator(&url);
+    assert!(matches!(
+        settler.verify(&request).await,
+        Err(x402_tower::settle::SettleError::InvalidRequest(_))
+    ));
+    match settler.settle(&request).await {
+        x402_tower::settle::SettleOutcome::Failed {
+            reason,
+            authorization_still_usable,
+            ..
+        } => {
+            assert_eq!(reason, "invalid_payload");
+            assert!(authorization_still_usable, "nothing was sent");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        fake.seen.lock().unwrap().is_empty(),
+        "nothing reached the facilitator"
+    );
+}
+
+#[tokio::test]
 async fn facilitator_v1_gets_v1_requirements() {
     let (url, fake) = fake_facilitator(Mode::Good).await;
     let (svc, _inner) = paid_route(url.clone());

@@ -38,7 +38,7 @@ use alloy_sol_types::{Eip712Domain, SolStruct};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::proto::{RawExtensions, SettleResponse};
+use crate::proto::SettleResponse;
 
 /// The extension's key in `extensions`.
 pub const KEY: &str = "offer-receipt";
@@ -649,7 +649,7 @@ mod issuer {
                     });
                     match entry.and_then(|entry| match &settlement.extensions {
                         Some(e) => e.with(KEY, &entry),
-                        None => RawExtensions::default().with(KEY, &entry),
+                        None => crate::proto::RawExtensions::default().with(KEY, &entry),
                     }) {
                         Ok(extensions) => settlement.extensions = Some(extensions),
                         Err(e) => tracing::error!(error = %e, "could not write an x402 receipt"),

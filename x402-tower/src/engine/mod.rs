@@ -153,14 +153,33 @@ pub(crate) struct Attempt {
 }
 
 /// The outcome of [`PaymentEngine::begin`].
-#[derive(Debug)]
 pub(crate) enum Begin {
     /// Answer this, do not serve.
     Answer(Answer),
     /// Serve (the payment is in `verified`; settled already with [`SettleTiming::BeforeHandler`] or on a
-    /// redelivery), then call [`PaymentEngine::finish`].
-    Serve(Box<Attempt>),
+    /// redelivery), then call [`PaymentEngine::finish`]. With a [`Recording`], the settlement is being
+    /// written: the door runs the protected service meanwhile and answers only once it is done.
+    Serve(Box<Attempt>, Option<Recording>),
 }
+
+impl std::fmt::Debug for Begin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Begin::Answer(a) => f.debug_tuple("Answer").field(a).finish(),
+            Begin::Serve(a, r) => f
+                .debug_tuple("Serve")
+                .field(a)
+                .field(&r.as_ref().map(|_| "Recording"))
+                .finish(),
+        }
+    }
+}
+
+/// The durable writes of a settlement made before the handler (the payment record as `Settled` and the
+/// observer's report), still under way. They are issued as soon as the settler answered and awaited by the
+/// door **before the client is answered**; meanwhile the protected service runs, so its own writes (the
+/// reference server's receipt) can share their commit instead of waiting for a commit of their own.
+pub(crate) type Recording = crate::pricing::BoxFuture<'static, ()>;
 
 /// The outcome of [`PaymentEngine::finish`].
 #[derive(Debug)]
@@ -552,7 +571,7 @@ impl PaymentEngine {
                 a.verified.offer_index = offer_index;
                 a.on_settled = route.on_settled.clone();
                 self.metrics.accepted();
-                return Begin::Serve(a);
+                return Begin::Serve(a, None);
             }
             Admitted::Fresh(a) => a,
         };
@@ -564,14 +583,27 @@ impl PaymentEngine {
         {
             return Begin::Answer(a);
         }
+        let mut recording = None;
         if settling_now {
-            match self.settle(&mut attempt, Some(route.timing)).await {
-                Ok(sr) => attempt.verified.settlement = Some(sr),
-                Err(a) => return Begin::Answer(a),
+            let timing = Some(route.timing);
+            match self.settle_outcome(&attempt).await {
+                SettleOutcome::Settled {
+                    transaction,
+                    payer,
+                    network,
+                } => {
+                    let sr = self.settled_response(&attempt, transaction, payer, network);
+                    recording = Some(self.record_settled(&attempt, &sr, timing));
+                    attempt.verified.settlement = Some(sr);
+                }
+                outcome => match self.conclude(&mut attempt, outcome, timing).await {
+                    Ok(sr) => attempt.verified.settlement = Some(sr),
+                    Err(a) => return Begin::Answer(a),
+                },
             }
         }
         self.metrics.accepted();
-        Begin::Serve(attempt)
+        Begin::Serve(attempt, recording)
     }
 
     /// After the protected service answered, when nothing is left to do: the receipt to add (settled before
@@ -874,6 +906,12 @@ impl PaymentEngine {
         attempt: &mut Attempt,
         timing: Option<SettleTiming>,
     ) -> Result<SettleResponse, Answer> {
+        let outcome = self.settle_outcome(attempt).await;
+        self.conclude(attempt, outcome, timing).await
+    }
+
+    /// Asks the settler to settle the attempt's payment.
+    async fn settle_outcome(&self, attempt: &Attempt) -> SettleOutcome {
         if self.verify_only
             && !self
                 .verify_only_warned
@@ -884,11 +922,19 @@ impl PaymentEngine {
                 "VERIFY-ONLY: accepting payments without settling them (no settler was configured; no money moves); logged once"
             );
         }
-        let outcome = self
-            .settler
+        self.settler
             .settle(&attempt.request)
             .instrument(info_span!("x402.settle"))
-            .await;
+            .await
+    }
+
+    /// Reports a settlement outcome and applies it (both written before it returns).
+    async fn conclude(
+        &self,
+        attempt: &mut Attempt,
+        outcome: SettleOutcome,
+        timing: Option<SettleTiming>,
+    ) -> Result<SettleResponse, Answer> {
         if self.observer.is_none() {
             return self.apply(attempt, outcome).await;
         }
@@ -913,18 +959,7 @@ impl PaymentEngine {
                 payer,
                 network,
             } => {
-                let mut sr = SettleResponse {
-                    success: true,
-                    error_reason: None,
-                    error_message: None,
-                    transaction,
-                    network,
-                    payer: Some(payer.to_checksum(None)),
-                    extensions: None,
-                };
-                if let Some(hook) = &attempt.on_settled {
-                    (hook.0)(&mut sr, &attempt.record.resource);
-                }
+                let sr = self.settled_response(attempt, transaction, payer, network);
                 self.dispose(attempt, Event::Settled, Some(sr.clone()))
                     .await;
                 Ok(sr)
@@ -961,6 +996,79 @@ impl PaymentEngine {
                 Err(answer)
             }
         }
+    }
+
+    /// The answer to a successful settlement, completed by the route's hook (the signed receipt).
+    fn settled_response(
+        &self,
+        attempt: &Attempt,
+        transaction: String,
+        payer: alloy_primitives::Address,
+        network: String,
+    ) -> SettleResponse {
+        let mut sr = SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            transaction,
+            network,
+            payer: Some(payer.to_checksum(None)),
+            extensions: None,
+        };
+        if let Some(hook) = &attempt.on_settled {
+            (hook.0)(&mut sr, &attempt.record.resource);
+        }
+        sr
+    }
+
+    /// The writes of a successful settlement (the record kept as [`disposition`] says, the observer's
+    /// report), issued together and owned by the returned future, which the door awaits before answering.
+    /// The attempt's own copy of the record is not advanced: nothing reads it after a settlement.
+    fn record_settled(
+        &self,
+        attempt: &Attempt,
+        sr: &SettleResponse,
+        timing: Option<SettleTiming>,
+    ) -> Recording {
+        let outcome = SettleOutcome::Settled {
+            transaction: sr.transaction.clone(),
+            payer: attempt.verified.payer,
+            network: sr.network.clone(),
+        };
+        let observer = self.observer.clone();
+        let metrics = self.metrics.clone();
+        let store = self.store.clone();
+        let key = attempt.key.clone();
+        let revision = attempt.record.revision;
+        let kept = match disposition(Event::Settled) {
+            Disposition::Keep(state) => Some(self.next_record(attempt, state, Some(sr.clone()))),
+            Disposition::Release => None,
+        };
+        let payment = attempt.verified.clone();
+        let resource = attempt.record.resource.clone();
+        Box::pin(async move {
+            let observed = async {
+                if let Some(observer) = &observer {
+                    let event = Observed {
+                        payment: &payment,
+                        resource: &resource,
+                        outcome: &outcome,
+                        timing,
+                        reconciled: false,
+                    };
+                    observe(&**observer, &metrics, event).await;
+                }
+            };
+            let written = async {
+                match &kept {
+                    Some(record) => {
+                        write_record(&*store, &key, revision, record).await;
+                    }
+                    None => release_record(&*store, &key, revision).await,
+                }
+            };
+            tokio::join!(observed, written);
+        })
     }
 
     fn failure(&self, attempt: &Attempt, reason: &str, message: Option<String>) -> SettleResponse {
@@ -1009,6 +1117,20 @@ impl PaymentEngine {
         }
     }
 
+    /// The attempt's record in `state` with `settlement`, as it is to be written now.
+    fn next_record(
+        &self,
+        attempt: &Attempt,
+        state: PaymentState,
+        settlement: Option<SettleResponse>,
+    ) -> PaymentRecord {
+        let mut record = attempt.record.clone();
+        record.state = state;
+        record.settlement = settlement;
+        record.updated_at = self.now();
+        record
+    }
+
     /// Writes the attempt's record in `state`; a failure is logged loudly (the record stays as it was, and
     /// the reconciler or a resend resolves it).
     async fn save(
@@ -1017,40 +1139,16 @@ impl PaymentEngine {
         state: PaymentState,
         settlement: Option<SettleResponse>,
     ) {
-        let mut record = attempt.record.clone();
-        record.state = state;
-        record.settlement = settlement;
-        record.updated_at = self.now();
-        match self
-            .store
-            .update(&attempt.key, attempt.record.revision, &record)
-            .await
-        {
-            Ok(true) => {
-                record.revision = attempt.record.revision + 1;
-                attempt.record = record;
-            }
-            Ok(false) => error!(
-                payer = %attempt.key.from, nonce = %attempt.key.nonce, state = state.as_str(),
-                "payment record changed underneath this request; not overwritten"
-            ),
-            Err(e) => error!(
-                error = %e, payer = %attempt.key.from, nonce = %attempt.key.nonce, state = state.as_str(),
-                "PAYMENT STATE NOT SAVED: the store failed"
-            ),
+        let mut record = self.next_record(attempt, state, settlement);
+        let revision = attempt.record.revision;
+        if write_record(&*self.store, &attempt.key, revision, &record).await {
+            record.revision = revision + 1;
+            attempt.record = record;
         }
     }
 
     async fn release(&self, attempt: &Attempt) {
-        match self
-            .store
-            .release(&attempt.key, attempt.record.revision)
-            .await
-        {
-            Ok(_) => {}
-            // The key stays blocked until it expires (or is reconciled): the payer can sign a new authorization.
-            Err(e) => warn!(error = %e, "payment store release failed"),
-        }
+        release_record(&*self.store, &attempt.key, attempt.record.revision).await;
     }
 
     /// Tells the observer; a failure is logged and counted, never propagated.
@@ -1065,51 +1163,14 @@ impl PaymentEngine {
         let Some(observer) = &self.observer else {
             return;
         };
-        let observed = match outcome {
-            SettleOutcome::Settled { transaction, .. } => ObservedOutcome::Settled {
-                transaction: transaction.clone(),
-            },
-            SettleOutcome::Failed {
-                reason, message, ..
-            } => ObservedOutcome::Failed {
-                reason: reason.clone(),
-                message: message.clone(),
-            },
-            SettleOutcome::Unknown {
-                message,
-                transaction,
-            } => ObservedOutcome::Unknown {
-                message: message.clone(),
-                transaction: transaction.clone(),
-            },
-        };
-        let mut payment = payment.clone();
-        payment.settlement = None;
-        let event = SettlementEvent {
-            payment: &payment,
+        let event = Observed {
+            payment,
             resource,
-            outcome: &observed,
+            outcome,
             timing,
             reconciled,
         };
-        let result = observer
-            .on_settlement(event)
-            .instrument(info_span!("x402.observe", outcome = observed.as_str()))
-            .await;
-        if let Err(e) = result {
-            self.metrics.observer_error();
-            error!(
-                error = %e,
-                outcome = observed.as_str(),
-                ?observed,
-                payer = %payment.payer,
-                nonce = %payment.nonce,
-                amount = %payment.amount,
-                network = payment.network.caip2(),
-                resource = %resource,
-                "SETTLEMENT NOT RECORDED: the settlement observer failed"
-            );
-        }
+        observe(&**observer, &self.metrics, event).await;
     }
 
     /// Resolves, without any client, up to `limit` payments whose settlement outcome is unknown (`Pending`)
@@ -1199,4 +1260,98 @@ fn system_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// A settlement outcome to report to the observer.
+struct Observed<'a> {
+    payment: &'a VerifiedPayment,
+    resource: &'a str,
+    outcome: &'a SettleOutcome,
+    timing: Option<SettleTiming>,
+    reconciled: bool,
+}
+
+/// Tells `observer`; a failure is logged and counted, never propagated.
+async fn observe(observer: &dyn SettlementObserver, metrics: &X402Metrics, ev: Observed<'_>) {
+    let observed = match ev.outcome {
+        SettleOutcome::Settled { transaction, .. } => ObservedOutcome::Settled {
+            transaction: transaction.clone(),
+        },
+        SettleOutcome::Failed {
+            reason, message, ..
+        } => ObservedOutcome::Failed {
+            reason: reason.clone(),
+            message: message.clone(),
+        },
+        SettleOutcome::Unknown {
+            message,
+            transaction,
+        } => ObservedOutcome::Unknown {
+            message: message.clone(),
+            transaction: transaction.clone(),
+        },
+    };
+    let mut payment = ev.payment.clone();
+    payment.settlement = None;
+    let event = SettlementEvent {
+        payment: &payment,
+        resource: ev.resource,
+        outcome: &observed,
+        timing: ev.timing,
+        reconciled: ev.reconciled,
+    };
+    let result = observer
+        .on_settlement(event)
+        .instrument(info_span!("x402.observe", outcome = observed.as_str()))
+        .await;
+    if let Err(e) = result {
+        metrics.observer_error();
+        error!(
+            error = %e,
+            outcome = observed.as_str(),
+            ?observed,
+            payer = %payment.payer,
+            nonce = %payment.nonce,
+            amount = %payment.amount,
+            network = payment.network.caip2(),
+            resource = %ev.resource,
+            "SETTLEMENT NOT RECORDED: the settlement observer failed"
+        );
+    }
+}
+
+/// Writes `record` over revision `revision`; `false` (logged loudly) if it was not written: the record
+/// stays as it was, and the reconciler or a resend resolves it.
+async fn write_record(
+    store: &dyn ReplayStore,
+    key: &ReplayKey,
+    revision: u64,
+    record: &PaymentRecord,
+) -> bool {
+    let state = record.state.as_str();
+    match store.update(key, revision, record).await {
+        Ok(true) => true,
+        Ok(false) => {
+            error!(
+                payer = %key.from, nonce = %key.nonce, state,
+                "payment record changed underneath this request; not overwritten"
+            );
+            false
+        }
+        Err(e) => {
+            error!(
+                error = %e, payer = %key.from, nonce = %key.nonce, state,
+                "PAYMENT STATE NOT SAVED: the store failed"
+            );
+            false
+        }
+    }
+}
+
+/// Releases the record at `revision` (the authorization may be presented again).
+async fn release_record(store: &dyn ReplayStore, key: &ReplayKey, revision: u64) {
+    if let Err(e) = store.release(key, revision).await {
+        // The key stays blocked until it expires (or is reconciled): the payer can sign a new authorization.
+        warn!(error = %e, "payment store release failed");
+    }
 }

@@ -18,7 +18,7 @@ use super::response::{
     PAYMENT_SIGNATURE, RequestInfo, X_PAYMENT, add_receipt, method_not_allowed, plain_error,
     prefers_html, render,
 };
-use crate::engine::{Attempt, Begin, Finish};
+use crate::engine::{Attempt, Begin, Finish, Recording};
 use crate::pricing::{BoxFuture, PriceDecision};
 use crate::siwx::{Refusal, SignedIn};
 use crate::verify::CompiledOffer;
@@ -36,6 +36,8 @@ pin_project! {
         Inner { #[pin] fut: F },
         // The engine settles (or releases) with the inner response held.
         Post { fut: BoxFuture<'static, Finish> },
+        // The inner response is held until the settlement's writes (`recording`) are done.
+        Recorded { receipt: Option<crate::SettleResponse>, version: u8 },
         // An answer of the layer's own, ready.
         Early { response: Option<Response<Full<Bytes>>> },
     }
@@ -58,6 +60,9 @@ pin_project! {
         info: Option<RequestInfo>,
         paid: Option<Box<Attempt>>,
         held: Option<Result<S::Response, S::Error>>,
+        // The writes of a settlement made before the inner service, running beside it (see
+        // `engine::Recording`): polled first on every wake-up, awaited before the response is released.
+        recording: Option<Recording>,
     }
 }
 
@@ -149,6 +154,7 @@ where
             info: None,
             paid: None,
             held: None,
+            recording: None,
         };
         let method = req.method();
         let sold =
@@ -195,6 +201,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
+            if let Some(recording) = this.recording.as_mut()
+                && recording.as_mut().poll(cx).is_ready()
+            {
+                *this.recording = None;
+            }
             let next = match this.state.as_mut().project() {
                 StateProj::Pricing { fut } => match ready!(fut.as_mut().poll(cx)) {
                     PriceDecision::Free => None,
@@ -235,7 +246,11 @@ where
                     Begin::Answer(a) => Some(State::Early {
                         response: Some(render_for(this.shared, this.offers, this.info, a)),
                     }),
-                    Begin::Serve(mut attempt) => {
+                    Begin::Serve(mut attempt, recording) => {
+                        // Issue the settlement's writes before the inner service is called.
+                        *this.recording = recording.and_then(|mut r| {
+                            r.as_mut().poll(cx).is_pending().then_some(r)
+                        });
                         if let (Some(sr), Some(info)) =
                             (attempt.verified.settlement.as_mut(), this.info.as_ref())
                         {
@@ -278,15 +293,35 @@ where
                             .finish_now(&this.shared.route, &mut attempt, served)
                     {
                         let version = attempt.verified.x402_version;
-                        return Poll::Ready(res.map(|r| add_receipt(r, version, receipt, expose)));
+                        if this.recording.is_none() {
+                            return Poll::Ready(
+                                res.map(|r| add_receipt(r, version, receipt, expose)),
+                            );
+                        }
+                        *this.held = Some(res);
+                        Some(State::Recorded { receipt, version })
+                    } else {
+                        let shared = this.shared.clone();
+                        *this.held = Some(res);
+                        Some(State::Post {
+                            fut: Box::pin(async move {
+                                shared.engine.finish(&shared.route, attempt, served).await
+                            }),
+                        })
                     }
-                    let shared = this.shared.clone();
-                    *this.held = Some(res);
-                    Some(State::Post {
-                        fut: Box::pin(async move {
-                            shared.engine.finish(&shared.route, attempt, served).await
-                        }),
-                    })
+                }
+                StateProj::Recorded { receipt, version } => {
+                    if this.recording.is_some() {
+                        // Polled above: woken when the writes are done.
+                        return Poll::Pending;
+                    }
+                    let Some(held) = this.held.take() else {
+                        let r = plain_error(StatusCode::INTERNAL_SERVER_ERROR, "response lost");
+                        return Poll::Ready(Ok(r.map(ResponseBody::early)));
+                    };
+                    let (receipt, version) = (receipt.take(), *version);
+                    let expose = this.shared.expose_headers;
+                    return Poll::Ready(held.map(|r| add_receipt(r, version, receipt, expose)));
                 }
                 StateProj::Post { fut } => {
                     let outcome = ready!(fut.as_mut().poll(cx));

@@ -13,7 +13,7 @@ use x402_tower::settle::{
     ObservedOutcome, ObserverError, SettleError, SettleOutcome, SettleRequest, SettlementEvent,
     SettlementObserver, Settler, VerifyOutcome,
 };
-use x402_tower::{SettleTiming, VerifiedPayment};
+use x402_tower::{ReplayStore, SettleTiming, VerifiedPayment};
 
 use crate::support::*;
 
@@ -315,4 +315,86 @@ async fn the_client_is_answered_only_after_the_observer_finished() {
         let a = client.await.unwrap();
         assert!(a.status == StatusCode::OK || a.status == StatusCode::PAYMENT_REQUIRED);
     }
+}
+
+/// An observer whose report is written only when the test opens the gate.
+#[derive(Default)]
+struct Gated {
+    started: std::sync::atomic::AtomicBool,
+    finished: std::sync::atomic::AtomicBool,
+    gate: Notify,
+}
+
+impl SettlementObserver for Gated {
+    fn on_settlement<'a>(
+        &'a self,
+        _: SettlementEvent<'a>,
+    ) -> BoxFuture<'a, Result<(), ObserverError>> {
+        Box::pin(async move {
+            self.started.store(true, SeqCst);
+            self.gate.notified().await;
+            self.finished.store(true, SeqCst);
+            Ok(())
+        })
+    }
+}
+
+use std::sync::atomic::Ordering::SeqCst;
+
+#[tokio::test]
+async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_after() {
+    let observer = Arc::new(Gated::default());
+    let store = Arc::new(x402_tower::InMemoryReplayStore::default());
+    let layer = config()
+        .settler(Arc::new(Fixed(settled())))
+        .settle_timing(SettleTiming::BeforeHandler)
+        .settlement_observer(observer.clone())
+        .replay_store(store.clone())
+        .build()
+        .unwrap();
+    // The handler notes whether the settlement's report had been issued when it ran.
+    let issued_before_handler = Arc::new(Mutex::new(None));
+    let seen = issued_before_handler.clone();
+    let obs = observer.clone();
+    let svc = layer.layer(tower::service_fn(move |_req: http::Request<_>| {
+        let (seen, obs) = (seen.clone(), obs.clone());
+        async move {
+            *seen.lock().unwrap() = Some(obs.started.load(SeqCst));
+            Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                bytes::Bytes::from_static(b"content"),
+            )))
+        }
+    }));
+    let answer = tokio::spawn(send(
+        svc,
+        req("/report", &[("payment-signature", &v2_header(0x90))]),
+    ));
+    // The handler runs while the report is still being written (bounded wait).
+    for _ in 0..500 {
+        if issued_before_handler.lock().unwrap().is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(*issued_before_handler.lock().unwrap(), Some(true));
+    // Nobody is answered before the settlement is written.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!answer.is_finished(), "answered before the settlement was recorded");
+    assert!(!observer.finished.load(SeqCst));
+    observer.gate.notify_one();
+    let a = answer.await.unwrap();
+    assert!(observer.finished.load(SeqCst));
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(&a.body[..], b"content");
+    assert!(a.receipt("payment-response").success);
+    // The payment record was written as settled before the answer too.
+    let key = x402_tower::ReplayKey {
+        chain_id: 84532,
+        asset: USDC_BASE_SEPOLIA,
+        from: ACCOUNT0,
+        nonce: B256::repeat_byte(0x90),
+    };
+    let record = store.get(&key, now()).await.unwrap().unwrap();
+    assert_eq!(record.state, x402_tower::PaymentState::Settled);
+    assert_eq!(record.settlement.unwrap().transaction, TX);
 }

@@ -25,8 +25,11 @@
 //! `:memory:` instance by the workspace's Rust client (`x402_tower::client`, reqwest-middleware adapter) and
 //! then by the official `@x402/fetch` (`tests/js/buy-loop.mjs`), the same connections in flight and seconds
 //! each; purchases/s and each client's own CPU per purchase.
+//!
+//! `LOAD_KEEP=1` keeps each SQLite mode's directory (databases; each server's log at `RUST_LOG`, default
+//! `warn`, in `server-<n>.log`, its banner in `server-<n>.out`) for inspection, and prints its path.
 
-use std::io::BufRead as _;
+use std::io::{BufRead as _, Write as _};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,14 +91,27 @@ impl Process {
                 env!("CARGO_MANIFEST_DIR")
             )
         });
+        // Which server of the run (facilitator modes start two): names its kept logs.
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
         let mut child = Command::new(&bin)
             .args(["--listen", "127.0.0.1:0", "--seed-assets", "10"])
             .arg("--media-dir")
             .arg(dir.join("media"))
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(
+                match std::env::var_os("LOAD_KEEP")
+                    .and_then(|_| std::fs::File::create(dir.join(format!("server-{n}.log"))).ok())
+                {
+                    Some(f) => Stdio::from(f),
+                    None => Stdio::null(),
+                },
+            )
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot start {bin} (cargo build --release -p reference-server): {e}")
@@ -103,7 +119,15 @@ impl Process {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = std::io::BufReader::new(stdout).lines();
         let first = lines.next().expect("banner").expect("utf-8");
-        std::thread::spawn(move || lines.for_each(drop));
+        let log = std::env::var_os("LOAD_KEEP").and_then(|_| {
+            std::fs::File::create(dir.join(format!("server-{n}.out"))).ok()
+        });
+        std::thread::spawn(move || match log {
+            Some(mut log) => lines.map_while(Result::ok).for_each(|l| {
+                let _ = writeln!(log, "{l}");
+            }),
+            None => lines.for_each(drop),
+        });
         let url = first
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
@@ -375,7 +399,11 @@ async fn run(mode: &str, o: &Options) {
     drop(server);
     drop(facilitator);
     drop(chain);
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("LOAD_KEEP").is_some() {
+        println!("    kept {} (LOAD_KEEP)", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// A fresh database on the `LOAD_POSTGRES` cluster; its URL.

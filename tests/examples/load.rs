@@ -136,6 +136,16 @@ impl Process {
         Process { child, url }
     }
 
+    /// Bytes passed to write system calls so far (`wchar` of `/proc/<pid>/io`: WAL, database, sockets).
+    fn written(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/io", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("wchar:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// User + system CPU time so far.
     fn cpu(&self) -> Duration {
         let stat =
@@ -386,7 +396,8 @@ async fn run(mode: &str, o: &Options) {
         presign(&required, &keys, n)
     };
     let cpu = || server.cpu() + facilitator.as_ref().map_or(Duration::ZERO, Process::cpu);
-    let before = cpu();
+    let written = || server.written() + facilitator.as_ref().map_or(0, Process::written);
+    let (before, written_before) = (cpu(), written());
     let outcome = drive(
         std::slice::from_ref(&url),
         Arc::new(payments),
@@ -396,6 +407,11 @@ async fn run(mode: &str, o: &Options) {
     )
     .await;
     report(mode, &outcome, cpu() - before);
+    println!(
+        "{:>12}  written {:.1} KB/request (WAL, database, responses)",
+        "",
+        (written() - written_before) as f64 / 1024.0 / (outcome.ok + outcome.other).max(1) as f64
+    );
     drop(server);
     drop(facilitator);
     drop(chain);

@@ -97,6 +97,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0009_licenses",
         include_str!("migrations/sqlite/0009_licenses.sql"),
     ),
+    (
+        "0010_purchase_pages",
+        include_str!("migrations/sqlite/0010_purchase_pages.sql"),
+    ),
 ];
 
 /// Number of reader connections for a file database (the machine has few cores; SQLite reads are fast).
@@ -877,6 +881,90 @@ mod tests {
         assert!(found, "never checkpointed into the database file");
         drop(db);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// 0010 rebuilds `receipts` without its redundant unique key: every receipt and every read of one is
+    /// kept, the foreign key still holds, and a settled purchase writes one index page fewer in each of
+    /// `receipts` and `settlements`.
+    #[test]
+    fn migration_0010_keeps_receipts_and_their_reads() {
+        let conn = Connection::open_in_memory().unwrap();
+        configure(&conn).unwrap();
+        conn.execute_batch("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+            .unwrap();
+        let before_0010 = MIGRATIONS
+            .iter()
+            .position(|(n, _)| *n == "0010_purchase_pages")
+            .unwrap();
+        for (name, sql) in &MIGRATIONS[..before_0010] {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations (name) VALUES (?1)", [name])
+                .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO articles (id, title, excerpt, content, author_name, published_date, price_atomic)
+                 VALUES ('a1', 't', 'e', 'c', 'n', '2026-01-01', 10);
+             INSERT INTO receipts (token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce,
+                                   x402_version, settlement, created_at, signed_receipt, license_id, agent)
+                 VALUES ('11', 'a1', '0xP', '0xT', '10', 'eip155:1', '0xA', '0x01', 2, '0xtx', 'now', '{}', 'std', 'bot'),
+                        ('22', 'a1', '0xQ', '0xT', '10', 'eip155:1', '0xA', '0x02', 1, 'verify-only', 'now', NULL, NULL, NULL);
+             INSERT INTO receipt_reads (token_id, read_at) VALUES ('11', 'r1'), ('22', 'r2'), ('11', 'r3');",
+        )
+        .unwrap();
+        let dump = |c: &Connection, sql: &str| -> Vec<String> {
+            let mut st = c.prepare(sql).unwrap();
+            let n = st.column_count();
+            st.query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| format!("{:?}", r.get::<_, rusqlite::types::Value>(i).unwrap()))
+                    .collect::<Vec<_>>()
+                    .join("|"))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+        };
+        let receipts = "SELECT * FROM receipts ORDER BY token_id";
+        let reads = "SELECT token_id, read_at FROM receipt_reads ORDER BY rowid";
+        let (receipts_before, reads_before) = (dump(&conn, receipts), dump(&conn, reads));
+        migrate(&conn).unwrap();
+        assert_eq!(dump(&conn, receipts), receipts_before);
+        assert_eq!(dump(&conn, reads), reads_before);
+        // The key still refuses a second receipt for the token, and a read of no receipt.
+        assert!(
+            conn.execute_batch(
+                "INSERT INTO receipts (token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce,
+                                       x402_version, settlement, created_at) SELECT token_id, article_id, payer,
+                                       pay_to, amount_atomic, network, asset, nonce, x402_version, settlement,
+                                       created_at FROM receipts WHERE token_id = '11'"
+            )
+            .is_err()
+        );
+        assert!(
+            conn.execute("INSERT INTO receipt_reads VALUES ('33', 'r4')", [])
+                .is_err()
+        );
+        // receipts: the key and the two lookups, no unique key on the payment identity.
+        let indexes = dump(
+            &conn,
+            "SELECT name FROM pragma_index_list('receipts') ORDER BY name",
+        );
+        assert_eq!(
+            indexes,
+            [
+                "Text(\"receipts_article\")",
+                "Text(\"receipts_payer_article\")",
+                "Text(\"sqlite_autoindex_receipts_1\")"
+            ]
+        );
+        // Resolving an unknown settlement still finds it through an index (the partial one).
+        let plan = dump(
+            &conn,
+            "EXPLAIN QUERY PLAN SELECT id FROM settlements WHERE network = 'n' AND asset = 'a' \
+             AND payer = 'p' AND nonce = 'x' AND outcome = 'unknown' ORDER BY id DESC LIMIT 1",
+        )
+        .join("\n");
+        assert!(plan.contains("settlements_unknown"), "{plan}");
     }
 
     /// SQLite starts the WAL over only when a write begins with every frame copied back; a writer that never

@@ -56,6 +56,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0005_licenses",
         include_str!("../migrations/postgres/0005_licenses.sql"),
     ),
+    (
+        "0006_purchase_pages",
+        include_str!("../migrations/postgres/0006_purchase_pages.sql"),
+    ),
 ];
 
 /// Most connections one instance holds.

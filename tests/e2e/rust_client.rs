@@ -236,7 +236,12 @@ async fn a_contract_wallet_signs_in_through_eip1271() {
         .state
         .licensing
         .insert_receipt(reference_server::store::articles::Receipt {
-            token_id: "4242".into(),
+            token_id: reference_server::licensing::receipt::token_id(
+                &format!("eip155:{CHAIN_ID}"),
+                &chain.usdc.to_checksum(None),
+                &wallet.to_checksum(None),
+                &format!("0x{}", "11".repeat(32)),
+            ),
             article_id: crate::common::ARTICLE.into(),
             payer: wallet.to_checksum(None),
             pay_to: PAY_TO.into(),

@@ -119,9 +119,8 @@ impl Process {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = std::io::BufReader::new(stdout).lines();
         let first = lines.next().expect("banner").expect("utf-8");
-        let log = std::env::var_os("LOAD_KEEP").and_then(|_| {
-            std::fs::File::create(dir.join(format!("server-{n}.out"))).ok()
-        });
+        let log = std::env::var_os("LOAD_KEEP")
+            .and_then(|_| std::fs::File::create(dir.join(format!("server-{n}.out"))).ok());
         std::thread::spawn(move || match log {
             Some(mut log) => lines.map_while(Result::ok).for_each(|l| {
                 let _ = writeln!(log, "{l}");

@@ -68,6 +68,28 @@ pub struct Receipt {
     pub agent: Option<String>,
 }
 
+impl Receipt {
+    /// `Ok` if the token id is the payment's ([`token_id`](crate::licensing::receipt::token_id) of its
+    /// network, asset, payer and nonce): one payment, one token id, so the token id's key is all a store
+    /// needs to refuse a second receipt for a payment. Else [`StoreError::Invalid`].
+    pub fn check_token(&self) -> Result<(), StoreError> {
+        let expected = crate::licensing::receipt::token_id(
+            &self.network,
+            &self.asset,
+            &self.payer,
+            &self.nonce,
+        );
+        if self.token_id == expected {
+            Ok(())
+        } else {
+            Err(StoreError::Invalid(format!(
+                "receipt token id {} is not its payment's ({expected})",
+                self.token_id
+            )))
+        }
+    }
+}
+
 /// Requests of `/serveLlmsTxt` from one client address with one user agent within one minute: how llms.txt
 /// interest is recorded (aggregated in memory, flushed in batches; see `licensing::interest`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -183,8 +205,9 @@ pub trait LicensingStore: Send + Sync + std::fmt::Debug {
     /// Inserts articles in one transaction (seeding); existing ids are left untouched. Returns how many
     /// were new.
     fn insert_articles(&self, articles: Vec<Article>) -> StoreFuture<'_, usize>;
-    /// Stores a receipt durably. A second receipt for the same payment (same token id, or same
-    /// network/asset/payer/nonce) is refused with [`StoreError::Conflict`].
+    /// Stores a receipt durably. A second receipt for the same payment (same token id) is refused with
+    /// [`StoreError::Conflict`]; a receipt whose token id is not its payment's ([`Receipt::check_token`]) with
+    /// [`StoreError::Invalid`], before anything is written.
     fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()>;
     /// A receipt by token id.
     fn receipt<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<Receipt>>;
@@ -379,6 +402,9 @@ impl LicensingStore for SqliteLicensingStore {
     }
 
     fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()> {
+        if let Err(e) = receipt.check_token() {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         Box::pin(self.db.write_statement(move |c| {
             let mut stmt = c.prepare_cached(&format!(
                 "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"

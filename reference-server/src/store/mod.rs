@@ -94,7 +94,8 @@ pub enum StoreError {
     /// A uniqueness rule was violated (duplicate content, replayed receipt...).
     #[error("conflict: {0}")]
     Conflict(String),
-    /// Stored data could not be decoded (corrupt or written by a newer version).
+    /// Data could not be decoded or does not hold together (corrupt, written by a newer version, or a
+    /// receipt whose token id is not its payment's).
     #[error("invalid stored data: {0}")]
     Invalid(String),
     /// The blocking task running the query panicked or was cancelled.

@@ -890,8 +890,10 @@ mod tests {
     fn migration_0010_keeps_receipts_and_their_reads() {
         let conn = Connection::open_in_memory().unwrap();
         configure(&conn).unwrap();
-        conn.execute_batch("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
-            .unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)",
+        )
+        .unwrap();
         let before_0010 = MIGRATIONS
             .iter()
             .position(|(n, _)| *n == "0010_purchase_pages")
@@ -973,8 +975,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_wal_starts_over_under_writes_that_never_pause() {
         // Writes for several checkpoint intervals (bounded in time and count).
-        const FOR: Duration = Duration::from_millis(1_000);
-        const MAX_WRITES: usize = 10_000;
+        const FOR: Duration = Duration::from_millis(2_000);
+        const MAX_WRITES: usize = 16_000;
         const PAGE: u64 = 8192;
         let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();

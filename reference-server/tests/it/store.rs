@@ -124,9 +124,15 @@ fn article(id: &str, published: bool) -> Article {
     }
 }
 
-fn receipt(token: &str, nonce: &str) -> Receipt {
+/// The token id of the payment with `nonce` (the other fields of [`receipt`]).
+fn token(nonce: &str) -> String {
+    reference_server::licensing::receipt::token_id("eip155:84532", "0x3", "0x1", nonce)
+}
+
+/// The receipt of the payment with `nonce` (its token id derived from the payment, as a store requires).
+fn receipt(nonce: &str) -> Receipt {
     Receipt {
-        token_id: token.into(),
+        token_id: token(nonce),
         article_id: "a".into(),
         payer: "0x1".into(),
         pay_to: "0x2".into(),
@@ -164,13 +170,22 @@ async fn articles_receipts_and_llms_txt_interest_round_trip() {
     assert_eq!(s.article("b").await.unwrap(), Some(article("b", false)));
     assert_eq!(s.count_articles().await.unwrap(), 2);
 
-    s.insert_receipt(receipt("1", "0xaa")).await.unwrap();
-    assert_eq!(s.receipt("1").await.unwrap(), Some(receipt("1", "0xaa")));
-    assert_eq!(s.receipt("2").await.unwrap(), None);
-    for dup in [receipt("2", "0xaa"), receipt("1", "0xbb")] {
-        let e = s.insert_receipt(dup).await.unwrap_err();
-        assert!(matches!(e, StoreError::Conflict(_)), "{e:?}");
-    }
+    s.insert_receipt(receipt("0xaa")).await.unwrap();
+    assert_eq!(
+        s.receipt(&token("0xaa")).await.unwrap(),
+        Some(receipt("0xaa"))
+    );
+    assert_eq!(s.receipt(&token("0xbb")).await.unwrap(), None);
+    // The same payment again (its nonce in another case: the token id is the same), refused.
+    let mut again = receipt("0xAA");
+    again.article_id = "b".into();
+    let e = s.insert_receipt(again).await.unwrap_err();
+    assert!(matches!(e, StoreError::Conflict(_)), "{e:?}");
+    // A token id that is not the payment's (a second id for the same payment), refused before writing.
+    let mut forged = receipt("0xaa");
+    forged.token_id = token("0xbb");
+    let e = s.insert_receipt(forged).await.unwrap_err();
+    assert!(matches!(e, StoreError::Invalid(_)), "{e:?}");
     assert_eq!(s.count_receipts().await.unwrap(), 1);
 
     let minute = |m: u32, ua: &str, client: &str, n: u64| LlmsTxtInterest {
@@ -474,10 +489,11 @@ async fn license_mints_are_queued_once_for_on_chain_receipts_and_retried_until_m
     let dir = TempDir::new();
     let s = stores(&dir).await.licensing;
     s.insert_articles(vec![article("a", true)]).await.unwrap();
-    let mut on_chain = receipt("1", "0xaa");
+    let (one, two) = (token("0xaa"), token("0xbb"));
+    let mut on_chain = receipt("0xaa");
     on_chain.settlement = format!("0x{}", "ab".repeat(32));
     s.insert_receipt(on_chain).await.unwrap();
-    s.insert_receipt(receipt("2", "0xbb")).await.unwrap(); // verify-only: nothing settled, nothing minted
+    s.insert_receipt(receipt("0xbb")).await.unwrap(); // verify-only: nothing settled, nothing minted
     assert_eq!(
         s.queue_mints("2026-01-01T00:00:00Z".into(), 100)
             .await
@@ -495,38 +511,41 @@ async fn license_mints_are_queued_once_for_on_chain_receipts_and_retried_until_m
     assert_eq!(pending.len(), 1);
     assert_eq!(
         (pending[0].token_id.as_str(), pending[0].owner.as_str()),
-        ("1", "0x1")
+        (one.as_str(), "0x1")
     );
     assert_eq!(pending[0].attempts, 0);
     s.record_mint(
-        vec!["1".into()],
+        vec![one.clone()],
         Err("paused".into()),
         "2026-01-01T00:00:02Z".into(),
     )
     .await
     .unwrap();
-    let retry = s.license_mint("1").await.unwrap().unwrap();
+    let retry = s.license_mint(&one).await.unwrap().unwrap();
     assert_eq!((retry.status.as_str(), retry.attempts), ("pending", 1));
     assert_eq!(retry.last_error.as_deref(), Some("paused"));
     s.record_mint(
-        vec!["1".into()],
+        vec![one.clone()],
         Ok("0xtx".into()),
         "2026-01-01T00:00:03Z".into(),
     )
     .await
     .unwrap();
-    let done = s.license_mint("1").await.unwrap().unwrap();
+    let done = s.license_mint(&one).await.unwrap().unwrap();
     assert_eq!((done.status.as_str(), done.attempts), ("minted", 2));
     assert_eq!(done.tx_hash.as_deref(), Some("0xtx"));
     assert!(s.pending_mints(10).await.unwrap().is_empty());
     // A late failure report for a minted token changes nothing.
     s.record_mint(
-        vec!["1".into()],
+        vec![one.clone()],
         Err("late".into()),
         "2026-01-01T00:00:04Z".into(),
     )
     .await
     .unwrap();
-    assert_eq!(s.license_mint("1").await.unwrap().unwrap().status, "minted");
-    assert!(s.license_mint("2").await.unwrap().is_none());
+    assert_eq!(
+        s.license_mint(&one).await.unwrap().unwrap().status,
+        "minted"
+    );
+    assert!(s.license_mint(&two).await.unwrap().is_none());
 }

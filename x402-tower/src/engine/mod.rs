@@ -1038,7 +1038,7 @@ impl PaymentEngine {
         let observer = self.observer.clone();
         let metrics = self.metrics.clone();
         let store = self.store.clone();
-        let key = attempt.key.clone();
+        let key = attempt.key;
         let revision = attempt.record.revision;
         let kept = match disposition(Event::Settled) {
             Disposition::Keep(state) => Some(self.next_record(attempt, state, Some(sr.clone()))),

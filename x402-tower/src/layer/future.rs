@@ -248,9 +248,8 @@ where
                     }),
                     Begin::Serve(mut attempt, recording) => {
                         // Issue the settlement's writes before the inner service is called.
-                        *this.recording = recording.and_then(|mut r| {
-                            r.as_mut().poll(cx).is_pending().then_some(r)
-                        });
+                        *this.recording = recording
+                            .and_then(|mut r| r.as_mut().poll(cx).is_pending().then_some(r));
                         if let (Some(sr), Some(info)) =
                             (attempt.verified.settlement.as_mut(), this.info.as_ref())
                         {

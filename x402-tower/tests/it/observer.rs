@@ -379,7 +379,10 @@ async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_a
     assert_eq!(*issued_before_handler.lock().unwrap(), Some(true));
     // Nobody is answered before the settlement is written.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    assert!(!answer.is_finished(), "answered before the settlement was recorded");
+    assert!(
+        !answer.is_finished(),
+        "answered before the settlement was recorded"
+    );
     assert!(!observer.finished.load(SeqCst));
     observer.gate.notify_one();
     let a = answer.await.unwrap();

@@ -154,6 +154,7 @@ impl LicensingStore for PgLicensingStore {
 
     fn insert_receipt(&self, r: Receipt) -> StoreFuture<'_, ()> {
         Box::pin(async move {
+            r.check_token()?;
             let c = self.pg.client().await?;
             let stmt = c
                 .prepare_cached(&format!(

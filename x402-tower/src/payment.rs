@@ -14,7 +14,9 @@ pub enum SettleTiming {
     #[default]
     AfterResponse,
     /// Before the inner service runs; the inner service then sees the settlement in
-    /// [`VerifiedPayment::settlement`].
+    /// [`VerifiedPayment::settlement`]. The payment record (settled) and the settlement observer's report are
+    /// written while the inner service runs, and its response is released only once they are done, so the
+    /// service's own writes (a receipt) can share their commit.
     BeforeHandler,
 }
 

@@ -4,7 +4,7 @@
 //! facade, to whatever recorder the application installed (`metrics-exporter-prometheus`, StatsD, ...):
 //! `x402_payment_required_total`, `x402_payments_total{outcome, reason}` (outcomes `accepted`, `rejected`
 //! with the x402 reason, `settlement_failed`, `settlement_unknown`, `upstream_error`) and
-//! `x402_settlement_observer_errors_total`. [`describe`] registers their help texts.
+//! `x402_settlement_observer_errors_total`. `describe` (feature `metrics`) registers their help texts.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

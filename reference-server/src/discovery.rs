@@ -188,7 +188,8 @@ pub fn validate_info(declaration: &Value) -> Result<(), NotCatalogued> {
 }
 
 /// This server's articles as discovery items.
-fn own_items(state: &AppState, now: u64) -> Vec<DiscoveryResource> {
+fn own_items(state: &AppState) -> Vec<DiscoveryResource> {
+    let changed_at = state.articles.changed_at();
     state
         .articles
         .list()
@@ -218,7 +219,7 @@ fn own_items(state: &AppState, now: u64) -> Vec<DiscoveryResource> {
                     .iter()
                     .map(|o| serde_json::to_value(o.requirements_v2()).unwrap_or(Value::Null))
                     .collect(),
-                last_updated: json!(now),
+                last_updated: json!(changed_at),
                 metadata,
             })
         })
@@ -253,9 +254,8 @@ pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery)
             .map(|(_, v)| v.into_owned())
             .filter(|v| !v.is_empty())
     });
-    let now = crate::registry::signing::unix_now();
     let own: Vec<DiscoveryResource> = if kind.as_deref().is_none_or(|k| k == "http") {
-        own_items(&state, now)
+        own_items(&state)
     } else {
         Vec::new()
     };

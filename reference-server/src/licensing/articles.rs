@@ -30,6 +30,8 @@ struct Snapshot {
     by_id: HashMap<String, ForSale>,
     /// Published articles in catalog order (newest first, as the store lists them).
     published: Vec<Arc<Article>>,
+    /// Unix seconds when the published articles last changed (a reload finding the same keeps it).
+    changed_at: u64,
 }
 
 /// The published articles, shared by every request.
@@ -80,8 +82,17 @@ impl ArticleCatalog {
                 (a.id.clone(), (a.clone(), terms))
             })
             .collect();
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) =
-            Arc::new(Snapshot { by_id, published });
+        let mut current = self.snapshot.write().unwrap_or_else(|e| e.into_inner());
+        let changed_at = if current.published == published {
+            current.changed_at
+        } else {
+            crate::registry::signing::unix_now()
+        };
+        *current = Arc::new(Snapshot {
+            by_id,
+            published,
+            changed_at,
+        });
     }
 
     fn current(&self) -> Arc<Snapshot> {
@@ -104,6 +115,12 @@ impl ArticleCatalog {
     /// Every published article, in catalog order.
     pub fn list(&self) -> Vec<Arc<Article>> {
         self.current().published.clone()
+    }
+
+    /// Unix seconds when this instance's catalog last changed (loaded, or reloaded with other articles):
+    /// the `lastUpdated` of the articles in bazaar discovery, the same on every request until they change.
+    pub fn changed_at(&self) -> u64 {
+        self.current().changed_at
     }
 }
 
@@ -131,9 +148,21 @@ mod tests {
             .await
             .unwrap();
         assert!(catalog.published("b").is_none());
+        // A reload that finds the same articles keeps the time they changed (discovery's lastUpdated).
+        let loaded_at = catalog.changed_at();
+        assert!(loaded_at > 0);
+        // (Unix seconds: the next change must come a second later to be told apart.)
+        std::thread::sleep(std::time::Duration::from_millis(1_100));
         catalog.reload(&store).await.unwrap();
         assert!(catalog.published("b").is_some());
         assert_eq!(catalog.list().len(), 2);
+        assert!(
+            catalog.changed_at() > loaded_at,
+            "changed articles, new time"
+        );
+        let changed = catalog.changed_at();
+        catalog.reload(&store).await.unwrap();
+        assert_eq!(catalog.changed_at(), changed, "same articles, same time");
     }
 
     #[tokio::test]

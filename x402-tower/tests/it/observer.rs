@@ -320,6 +320,7 @@ async fn the_client_is_answered_only_after_the_observer_finished() {
 /// An observer whose report is written only when the test opens the gate.
 #[derive(Default)]
 struct Gated {
+    reports: std::sync::atomic::AtomicUsize,
     started: std::sync::atomic::AtomicBool,
     finished: std::sync::atomic::AtomicBool,
     gate: Notify,
@@ -331,6 +332,7 @@ impl SettlementObserver for Gated {
         _: SettlementEvent<'a>,
     ) -> BoxFuture<'a, Result<(), ObserverError>> {
         Box::pin(async move {
+            self.reports.fetch_add(1, SeqCst);
             self.started.store(true, SeqCst);
             self.gate.notified().await;
             self.finished.store(true, SeqCst);
@@ -400,4 +402,56 @@ async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_a
     let record = store.get(&key, now()).await.unwrap().unwrap();
     assert_eq!(record.state, x402_tower::PaymentState::Settled);
     assert_eq!(record.settlement.unwrap().transaction, TX);
+}
+
+/// The identical payment sent again while the first request's settlement is still being written is not
+/// settled again: it is delivered from the record (and reported once).
+#[tokio::test]
+async fn a_copy_sent_while_the_settlement_is_being_written_is_not_settled_again() {
+    let observer = Arc::new(Gated::default());
+    let layer = config()
+        .settler(Arc::new(Fixed(settled())))
+        .settle_timing(SettleTiming::BeforeHandler)
+        .settlement_observer(observer.clone())
+        .build()
+        .unwrap();
+    let inner = Inner::new();
+    let svc = layer.layer(inner.service(StatusCode::OK));
+    let header = v2_header(0x91);
+    let first = tokio::spawn(send(
+        svc.clone(),
+        req("/report", &[("payment-signature", &header)]),
+    ));
+    for _ in 0..500 {
+        if observer.started.load(SeqCst) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(observer.started.load(SeqCst));
+    let copy = tokio::spawn(send(svc, req("/report", &[("payment-signature", &header)])));
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    observer.gate.notify_one();
+    // A second settlement would wait at the gate for ever: bounded, it fails instead.
+    let within = |t| tokio::time::timeout(std::time::Duration::from_secs(10), t);
+    let (a, b) = (
+        within(first).await.expect("first answered").unwrap(),
+        within(copy).await.expect("copy answered").unwrap(),
+    );
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(
+        b.status,
+        StatusCode::OK,
+        "the copy is delivered, not refused"
+    );
+    assert_eq!(
+        a.receipt("payment-response").transaction,
+        b.receipt("payment-response").transaction
+    );
+    assert_eq!(
+        observer.reports.load(SeqCst),
+        1,
+        "settled and reported once"
+    );
+    assert_eq!(layer.metrics().snapshot().settlements_unknown, 0);
 }

@@ -38,6 +38,8 @@ pub const KEY: &str = "sign-in-with-x";
 pub const HEADER: &str = "sign-in-with-x";
 /// Largest proof header read.
 pub const MAX_PROOF_BYTES: usize = 8 * 1024;
+/// Hex characters of a nonce this server issues (16 bytes).
+pub(crate) const NONCE_HEX_LEN: usize = 32;
 
 /// Whether an address paid for a resource: the application's answer (its receipts, its orders).
 pub trait PaidCheck: Send + Sync + 'static {
@@ -307,13 +309,35 @@ impl SignInWithX {
     /// The declaration for a 402 of `resource_url` offered on `networks` (CAIP-2), with a fresh nonce,
     /// serialised: what a 402 sends (built from a pre-serialised schema, as it is built for every 402).
     pub fn declare_text(&self, resource_url: &str, networks: &[&str], now: u64) -> String {
+        self.declare_with_nonce(resource_url, networks, now, &self.nonce(now))
+    }
+
+    /// A fresh nonce for a declaration issued at `now`: 8 random bytes and a tag binding them to the
+    /// issue time (hex, [`NONCE_HEX_LEN`] characters).
+    pub(crate) fn nonce(&self, now: u64) -> String {
+        let random = B256::random();
+        let mut nonce = [0u8; 16];
+        nonce[..8].copy_from_slice(&random[..8]);
+        nonce[8..].copy_from_slice(&self.tag(&random[..8], &iso(now)));
+        alloy_primitives::hex::encode(nonce)
+    }
+
+    /// [`Self::declare_text`] with `nonce` (hex) as the nonce: the layer builds a 402 once per second and
+    /// resource around a placeholder, and puts a fresh nonce from [`Self::nonce`] into each copy.
+    pub(crate) fn declare_with_nonce(
+        &self,
+        resource_url: &str,
+        networks: &[&str],
+        now: u64,
+        nonce: &str,
+    ) -> String {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Info<'a> {
             domain: &'a str,
             uri: &'a str,
             version: &'static str,
-            nonce: String,
+            nonce: &'a str,
             issued_at: &'a str,
             expiration_time: String,
             resources: [&'a str; 1],
@@ -343,18 +367,14 @@ impl SignInWithX {
             })
             .to_string()
         });
-        let random = B256::random();
         let issued_at = iso(now);
-        let mut nonce = [0u8; 16];
-        nonce[..8].copy_from_slice(&random[..8]);
-        nonce[8..].copy_from_slice(&self.tag(&random[..8], &issued_at));
         let mut chains: Vec<&str> = networks.to_vec();
         chains.dedup();
         let info = Info {
             domain: &self.domain,
             uri: resource_url,
             version: "1",
-            nonce: alloy_primitives::hex::encode(nonce),
+            nonce,
             issued_at: &issued_at,
             expiration_time: iso(now + self.validity_secs),
             resources: [resource_url],

@@ -108,20 +108,21 @@ impl Shared {
     }
 
     /// The 402's v2 `extensions` for `offers` at `resource_url`: the layer's fixed declarations, the signed
-    /// offers (offer-receipt) and, with `sign_in`, a fresh sign-in-with-x nonce; and until when (unix
-    /// seconds) the same value may be sent again. Assembled from pre-serialised parts: it is built per 402.
+    /// offers (offer-receipt) and, with `sign_in`, the sign-in-with-x declaration with that nonce (issued at
+    /// `now`); and until when (unix seconds) the same value may be sent again. Assembled from pre-serialised
+    /// parts.
     pub(crate) fn extensions_for(
         &self,
         offers: &[CompiledOffer],
         info: &super::response::RequestInfo,
-        sign_in: bool,
+        sign_in: Option<&str>,
+        now: u64,
     ) -> (Option<String>, u64) {
         let resource_url = info.resource_url.as_str();
-        let fresh_nonce = sign_in && self.siwx.is_some();
+        let fresh_nonce = sign_in.is_some() && self.siwx.is_some();
         if !(self.signs_offers() || fresh_nonce || info.terms.is_some()) {
             return (self.extensions.clone(), u64::MAX);
         }
-        let now = self.engine.now();
         let mut until = u64::MAX;
         let mut out = String::with_capacity(self.extensions.as_ref().map_or(0, String::len) + 4096);
         out.push('{');
@@ -150,14 +151,15 @@ impl Shared {
             add(crate::offer_receipt::KEY, &declaration);
             until = fresh_until;
         }
-        if sign_in && let Some(siwx) = &self.siwx {
+        if let (Some(nonce), Some(siwx)) = (sign_in, &self.siwx) {
             let mut nets: Vec<&str> = offers.iter().map(|o| o.offer.network.caip2()).collect();
             nets.dedup();
             add(
                 crate::siwx::KEY,
-                &siwx.declare_text(resource_url, &nets, now),
+                &siwx.declare_with_nonce(resource_url, &nets, now, nonce),
             );
-            until = now;
+            // The nonce's tag binds the second it was issued in.
+            until = until.min(now + 1);
         }
         out.push('}');
         ((out.len() > 2).then_some(out), until)

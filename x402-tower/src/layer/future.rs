@@ -117,12 +117,12 @@ fn start_check<B, F>(
                     }
                 }
                 None => State::Early {
-                    response: Some(siwx_402(shared, offers, info, super::NO_PAYMENT_ERROR)),
+                    response: Some(shared.prebuilt.answer(shared, offers, info, true)),
                 },
             }
         }
         None => State::Early {
-            response: Some(shared.prebuilt.answer(shared, offers, info)),
+            response: Some(shared.prebuilt.answer(shared, offers, info, false)),
         },
         Some(h) => {
             let shared = shared.clone();
@@ -273,7 +273,13 @@ where
                     }
                     Err(refusal) => {
                         let r = match (this.offers.as_ref(), this.info.as_ref()) {
-                            (Some(o), Some(i)) => siwx_402(this.shared, o, i, refusal.as_str()),
+                            (Some(o), Some(i)) => super::response::fresh_sign_in_402(
+                                this.shared,
+                                o,
+                                i,
+                                refusal.as_str(),
+                                this.shared.engine.now(),
+                            ),
                             _ => plain_error(StatusCode::INTERNAL_SERVER_ERROR, "request lost"),
                         };
                         Some(State::Early { response: Some(r) })
@@ -378,26 +384,6 @@ fn networks(offers: &[CompiledOffer]) -> Vec<String> {
         .collect();
     n.dedup();
     n
-}
-
-/// A 402 declaring sign-in-with-x with a fresh nonce (beside the route's other extensions).
-fn siwx_402(
-    shared: &Shared,
-    offers: &[CompiledOffer],
-    info: &RequestInfo,
-    error: &str,
-) -> Response<Full<Bytes>> {
-    shared.engine.metrics.payment_required();
-    let (extensions, _) = shared.extensions_for(offers, info, true);
-    super::response::payment_required(
-        offers,
-        info,
-        error,
-        None,
-        shared.expose_headers,
-        extensions.as_deref(),
-        &shared.paywall,
-    )
 }
 
 /// What the layer's answers need to know of the request.

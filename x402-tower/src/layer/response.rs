@@ -129,7 +129,7 @@ pub(crate) fn payment_required(
     extensions: Option<&str>,
     paywall: &Paywall,
 ) -> Response<Full<Bytes>> {
-    let (headers, body) = payment_required_parts(
+    let (headers, body, _) = payment_required_parts(
         offers,
         info,
         error,
@@ -158,7 +158,7 @@ fn payment_required_parts(
     expose_headers: bool,
     extensions: Option<&str>,
     paywall: &Paywall,
-) -> (HeaderMap, Bytes) {
+) -> (HeaderMap, Bytes, String) {
     let document = payment_required_document(offers, info, error, extensions);
     let header = b64(document.as_bytes());
     let mut h = HeaderMap::with_capacity(7);
@@ -194,8 +194,12 @@ fn payment_required_parts(
     if expose_headers {
         add_expose_headers(&mut h);
     }
-    (h, Bytes::from(body))
+    (h, Bytes::from(body), document)
 }
+
+/// Where the nonce goes in a pre-built sign-in-with-x 402: as long as a nonce, and nothing JSON escapes.
+const NONCE_PLACEHOLDER: &str = "@@x402-tower-sign-in-nonce-@@@@@";
+const _: () = assert!(NONCE_PLACEHOLDER.len() == crate::siwx::NONCE_HEX_LEN);
 
 /// Distinct resources whose no-payment 402 is kept ready; past it the cache starts over.
 const PREBUILT_402S: usize = 4096;
@@ -211,35 +215,100 @@ struct Prebuilt {
     offers: std::sync::Arc<[CompiledOffer]>,
     wants_html: bool,
     terms: Option<std::sync::Arc<crate::terms::Terms>>,
-    /// Sent again until then (unix seconds; signed offers expire).
+    /// Built in this second (unix seconds)...
+    since: u64,
+    /// ...and sent again until then (signed offers expire; a sign-in nonce binds its second).
     until: u64,
+    /// With a sign-in-with-x nonce: without `PAYMENT-REQUIRED` and `X-Payment-Required`, which
+    /// [`Spliced`] makes per copy.
     headers: HeaderMap,
     body: Bytes,
+    sign_in: Option<Spliced>,
+}
+
+/// The Base64 `PAYMENT-REQUIRED` of a 402 declaring sign-in-with-x, cut around its nonce so that a copy
+/// with a fresh nonce encodes some 50 bytes instead of the whole document. Base64 maps 3 bytes to 4
+/// characters, so the document is cut at multiples of 3: `before` and `after` are encoded once, and the
+/// bytes between them (up to two of the document on either side of the nonce, and the nonce) per copy.
+/// The result is exactly the Base64 of the whole document.
+struct Spliced {
+    before: String,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    after: String,
+}
+
+impl Spliced {
+    /// Cuts `document` around the placeholder nonce `placeholder`; `None` unless it occurs exactly once.
+    fn new(document: &str, placeholder: &str) -> Option<Self> {
+        let pos = document.find(placeholder)?;
+        if document.rfind(placeholder) != Some(pos) {
+            return None;
+        }
+        let bytes = document.as_bytes();
+        let end = pos + placeholder.len();
+        let cut = pos - pos % 3;
+        let take = ((3 - (pos - cut + placeholder.len()) % 3) % 3).min(bytes.len() - end);
+        let b64 = &base64::engine::general_purpose::STANDARD;
+        Some(Self {
+            before: b64.encode(&bytes[..cut]),
+            head: bytes[cut..pos].to_vec(),
+            tail: bytes[end..end + take].to_vec(),
+            after: b64.encode(&bytes[end + take..]),
+        })
+    }
+
+    /// The header value with `nonce` in place of the placeholder.
+    fn with_nonce(&self, nonce: &str) -> HeaderValue {
+        let mut middle = Vec::with_capacity(self.head.len() + nonce.len() + self.tail.len());
+        middle.extend_from_slice(&self.head);
+        middle.extend_from_slice(nonce.as_bytes());
+        middle.extend_from_slice(&self.tail);
+        let mut s = String::with_capacity(self.before.len() + 64 + self.after.len());
+        s.push_str(&self.before);
+        base64::engine::general_purpose::STANDARD.encode_string(&middle, &mut s);
+        s.push_str(&self.after);
+        // Base64 is always a valid header value.
+        HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
 }
 
 impl Prebuilt402s {
-    /// The 402 for a request without payment: built once per (offers, resource, HTML or not), then copied.
+    /// The 402 for a request without payment: built once per (offers, resource, HTML or not, terms), then
+    /// copied. With `sign_in` (the layer declares sign-in-with-x), each copy carries a fresh nonce: the JSON
+    /// 402 is built once per second around a placeholder (the nonce's tag binds its second), an HTML page
+    /// every time.
     pub(crate) fn answer(
         &self,
         shared: &Shared,
         offers: &std::sync::Arc<[CompiledOffer]>,
         info: &RequestInfo,
+        sign_in: bool,
     ) -> Response<Full<Bytes>> {
         shared.engine.metrics.payment_required();
-        let lock = || self.by_resource.lock().unwrap_or_else(|e| e.into_inner());
         let now = shared.engine.now();
+        let siwx = shared.siwx.as_ref().filter(|_| sign_in);
+        let spliceable = !info.wants_html;
+        if siwx.is_some() && !spliceable {
+            return fresh_sign_in_402(shared, offers, info, super::NO_PAYMENT_ERROR, now);
+        }
+        let lock = || self.by_resource.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(list) = lock().get(info.resource_url.as_str())
             && let Some(p) = list.iter().find(|p| {
                 std::sync::Arc::ptr_eq(&p.offers, offers)
                     && p.wants_html == info.wants_html
                     && p.terms == info.terms
+                    && p.sign_in.is_some() == siwx.is_some()
+                    && p.since <= now
                     && now < p.until
             })
         {
-            return response_402(&p.headers, &p.body);
+            return copy(p, siwx.map(|s| s.nonce(p.since)));
         }
-        let (extensions, until) = shared.extensions_for(offers, info, false);
-        let (headers, body) = payment_required_parts(
+        let placeholder = NONCE_PLACEHOLDER;
+        let (extensions, until) =
+            shared.extensions_for(offers, info, siwx.map(|_| placeholder), now);
+        let (mut headers, body, document) = payment_required_parts(
             offers,
             info,
             super::NO_PAYMENT_ERROR,
@@ -248,7 +317,31 @@ impl Prebuilt402s {
             extensions.as_deref(),
             &shared.paywall,
         );
-        let res = response_402(&headers, &body);
+        let spliced = match siwx {
+            Some(_) => match Spliced::new(&document, placeholder) {
+                Some(spliced) => Some(spliced),
+                // Not cut (the placeholder is not where the nonce goes): built for this request alone.
+                None => {
+                    return fresh_sign_in_402(shared, offers, info, super::NO_PAYMENT_ERROR, now);
+                }
+            },
+            None => None,
+        };
+        if spliced.is_some() {
+            headers.remove(PAYMENT_REQUIRED);
+            headers.remove(X_PAYMENT_REQUIRED);
+        }
+        let entry = Prebuilt {
+            offers: offers.clone(),
+            wants_html: info.wants_html,
+            terms: info.terms.clone(),
+            since: now,
+            until,
+            headers,
+            body,
+            sign_in: spliced,
+        };
+        let res = copy(&entry, siwx.map(|s| s.nonce(now)));
         let mut map = lock();
         if map.len() >= PREBUILT_402S {
             map.clear();
@@ -256,17 +349,43 @@ impl Prebuilt402s {
         let list = map.entry(info.resource_url.clone()).or_default();
         list.retain(|p| now < p.until);
         if list.len() < 8 {
-            list.push(Prebuilt {
-                offers: offers.clone(),
-                wants_html: info.wants_html,
-                terms: info.terms.clone(),
-                until,
-                headers,
-                body,
-            });
+            list.push(entry);
         }
         res
     }
+}
+
+/// A copy of a pre-built 402, with `nonce` in its document when it declares sign-in-with-x.
+fn copy(p: &Prebuilt, nonce: Option<String>) -> Response<Full<Bytes>> {
+    let mut res = response_402(&p.headers, &p.body);
+    if let (Some(spliced), Some(nonce)) = (&p.sign_in, nonce) {
+        let value = spliced.with_nonce(&nonce);
+        res.headers_mut().insert(PAYMENT_REQUIRED, value.clone());
+        res.headers_mut().insert(X_PAYMENT_REQUIRED, value);
+    }
+    res
+}
+
+/// A 402 declaring sign-in-with-x with a fresh nonce issued at `now`, built whole (an HTML page, or a
+/// refused sign-in's reason).
+pub(crate) fn fresh_sign_in_402(
+    shared: &Shared,
+    offers: &[CompiledOffer],
+    info: &RequestInfo,
+    error: &str,
+    now: u64,
+) -> Response<Full<Bytes>> {
+    let nonce = shared.siwx.as_ref().map(|s| s.nonce(now));
+    let (extensions, _) = shared.extensions_for(offers, info, nonce.as_deref(), now);
+    payment_required(
+        offers,
+        info,
+        error,
+        None,
+        shared.expose_headers,
+        extensions.as_deref(),
+        &shared.paywall,
+    )
 }
 
 /// The 402 the layer answers for `offers` at `resource_url` (the full URL of the request), with `error` as
@@ -326,7 +445,7 @@ pub(crate) fn render(
             version,
         } => {
             shared.engine.metrics.payment_required();
-            let (extensions, _) = shared.extensions_for(offers, info, false);
+            let (extensions, _) = shared.extensions_for(offers, info, None, shared.engine.now());
             payment_required(
                 offers,
                 info,
@@ -453,6 +572,34 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(http::header::ACCEPT, HeaderValue::from_str(v).unwrap());
         prefers_html(&h)
+    }
+
+    /// Cut anywhere (every position modulo 3, the nonce at either end), the spliced value is the Base64 of
+    /// the document with the nonce in place of the placeholder.
+    #[test]
+    fn a_spliced_value_is_the_base64_of_the_whole_document() {
+        let nonce = "0123456789abcdef0123456789abcdef";
+        for before in 0..7 {
+            for after in 0..7 {
+                let document = format!(
+                    "{}{NONCE_PLACEHOLDER}{}",
+                    "{\"a\":\"".repeat(before),
+                    "\"}".repeat(after)
+                );
+                let spliced = Spliced::new(&document, NONCE_PLACEHOLDER).unwrap();
+                let whole = document.replace(NONCE_PLACEHOLDER, nonce);
+                assert_eq!(
+                    spliced.with_nonce(nonce).as_bytes(),
+                    base64::engine::general_purpose::STANDARD
+                        .encode(whole)
+                        .as_bytes(),
+                    "{before} {after}"
+                );
+            }
+        }
+        let twice = format!("{NONCE_PLACEHOLDER}{NONCE_PLACEHOLDER}");
+        assert!(Spliced::new(&twice, NONCE_PLACEHOLDER).is_none());
+        assert!(Spliced::new("{}", NONCE_PLACEHOLDER).is_none());
     }
 
     #[test]

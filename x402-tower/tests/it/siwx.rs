@@ -240,3 +240,54 @@ async fn a_short_key_is_a_configuration_error() {
         "{r:?}"
     );
 }
+
+/// The 402 is built once per second and resource and copied with a fresh nonce: every copy has its own
+/// nonce, both headers carry the same document, and a proof signed over any copy signs in, also after the
+/// second it was issued in has passed (a new second starts a new build with its own `issuedAt`).
+#[tokio::test]
+async fn every_copy_of_the_402_carries_its_own_nonce_and_each_signs_in() {
+    let bought: Bought = Default::default();
+    let clock = Arc::new(Mutex::new(now()));
+    let svc = server(bought.clone(), Some(clock.clone()));
+    let mut nonces = HashSet::new();
+    let mut issued = HashSet::new();
+    let mut proofs = Vec::new();
+    for round in 0..2 {
+        for i in 0..4 {
+            let path = format!("/report?copy={}", i % 2);
+            bought
+                .lock()
+                .unwrap()
+                .insert((ACCOUNT0, format!("{BASE_URL}{path}")));
+            let res = svc.clone().oneshot(get(&path)).await.unwrap();
+            assert_eq!(res.status(), StatusCode::PAYMENT_REQUIRED);
+            let headers = res.headers();
+            assert_eq!(headers["payment-required"], headers["x-payment-required"]);
+            let reqs = Requirements::from_header(headers["payment-required"].as_bytes()).unwrap();
+            let info = &reqs.extensions.as_ref().unwrap()["sign-in-with-x"]["info"];
+            assert_eq!(info["uri"], format!("{BASE_URL}{path}"));
+            let nonce = info["nonce"].as_str().unwrap().to_owned();
+            assert_eq!(nonce.len(), 32);
+            assert!(nonce.bytes().all(|b| b.is_ascii_hexdigit()), "{nonce}");
+            assert!(nonces.insert(nonce), "a nonce was sent twice");
+            issued.insert(info["issuedAt"].as_str().unwrap().to_owned());
+            // The v1 body is the same for every copy and stays a valid v1 document.
+            let v1: Value = serde_json::from_str(&body(res).await).unwrap();
+            assert_eq!(v1["x402Version"], 1);
+            let proof = Payer::new(signer(), policy())
+                .sign_in(&reqs)
+                .await
+                .expect("declared");
+            proofs.push((path, proof));
+        }
+        assert_eq!(issued.len(), round + 1, "one issue time per second");
+        *clock.lock().unwrap() += 1;
+    }
+    for (path, proof) in &proofs {
+        assert_eq!(
+            sign_in(&svc, path, proof).await,
+            (StatusCode::OK, "signed in".to_owned()),
+            "{path}"
+        );
+    }
+}

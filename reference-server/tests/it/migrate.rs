@@ -53,6 +53,36 @@ async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(printed.contains("receipts: 1 rows"), "{printed}");
     assert!(printed.contains("assets: 30 rows"), "{printed}");
+    // The payment record arrives whole, with the payment as the client sent it.
+    let on_sqlite: (String, String, String) = rusqlite::Connection::open(&sqlite)
+        .unwrap()
+        .query_row(
+            "SELECT nonce, payload, requirements FROM payment_states",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert!(on_sqlite.1.contains("\"signature\""), "{}", on_sqlite.1);
+    let (pg, connection) = tokio_postgres::connect(&target, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let row = pg
+        .query_one(
+            "SELECT nonce, payload, requirements FROM payment_states",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, String>(1),
+            row.get::<_, String>(2)
+        ),
+        on_sqlite
+    );
+    drop(pg);
     // A second copy into the same database is refused and writes nothing.
     let again = migrate(&sqlite, &target);
     assert_eq!(again.status.code(), Some(1), "{again:?}");

@@ -370,9 +370,10 @@ fn record(state: PaymentState, updated_at: u64) -> PaymentRecord {
         resource: "http://x/r".into(),
         fingerprint: B256::repeat_byte(9),
         settlement: None,
+        // Distinct per record, so that a test sees whose payment a record comes back with.
         payment: Arc::new(StoredPayment {
-            payload: "{}".into(),
-            requirements: Arc::from("{}"),
+            payload: format!(r#"{{"state":"{}","at":{updated_at}}}"#, state.as_str()).into(),
+            requirements: format!(r#"{{"at":{updated_at}}}"#).into(),
         }),
         expires_at: 100,
         updated_at,
@@ -394,6 +395,7 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
         panic!("reserved twice")
     };
     assert_eq!((t.state, t.revision), (PaymentState::InFlight, 1));
+    assert_eq!(t.payment, r.payment, "the payment as it was reserved");
     let mut settled = r.clone();
     settled.state = PaymentState::Settled;
     settled.settlement = Some(SettleResponse {
@@ -419,6 +421,7 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
         (got.state, got.revision, got.settlement),
         (PaymentState::Settled, 2, settled.settlement)
     );
+    assert_eq!(got.payment, r.payment, "settling keeps the payment");
     assert!(s.get(&key(1), 101).await.unwrap().is_none(), "expired");
     // Unresolved: pending, and in-flight older than the stale mark.
     s.reserve(&key(2), &record(PaymentState::Pending, 10), 10)
@@ -433,13 +436,30 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
         n
     };
     assert_eq!(nonces(s.unresolved(10, 5, 10).await.unwrap()), vec![2]);
-    assert_eq!(nonces(s.unresolved(10, 11, 10).await.unwrap()), vec![2, 3]);
+    let unresolved = s.unresolved(10, 11, 10).await.unwrap();
+    assert_eq!(nonces(unresolved.clone()), vec![2, 3]);
+    for (k, got) in &unresolved {
+        let state = if k.nonce[0] == 2 {
+            PaymentState::Pending
+        } else {
+            PaymentState::InFlight
+        };
+        assert_eq!(got.payment, record(state, 10).payment, "{state:?}");
+    }
     assert!(s.release(&key(3), 1).await.unwrap());
-    // An expired record may be reserved anew.
+    // An expired record may be reserved anew, with the new payment.
+    let anew = PaymentRecord {
+        expires_at: 300,
+        ..record(PaymentState::InFlight, 101)
+    };
     assert!(matches!(
-        s.reserve(&key(1), &r, 101).await.unwrap(),
+        s.reserve(&key(1), &anew, 101).await.unwrap(),
         Reservation::Reserved { .. }
     ));
+    let Reservation::Taken(t) = s.reserve(&key(1), &r, 101).await.unwrap() else {
+        panic!("reserved twice")
+    };
+    assert_eq!(t.payment, anew.payment);
     // Payment identifiers.
     let b = IdBinding {
         fingerprint: B256::repeat_byte(4),
@@ -455,7 +475,13 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
     assert_eq!(s.bind_id(id, &b, 10).await.unwrap(), IdClaim::Same);
     assert_eq!(s.bind_id(id, &other, 10).await.unwrap(), IdClaim::Conflict);
     assert_eq!(s.bind_id(id, &other, 101).await.unwrap(), IdClaim::New);
-    assert_eq!(s.purge_expired(200).await.unwrap(), 3);
+    // The pending record and the id expired; the record reserved anew has not.
+    assert_eq!(s.purge_expired(200).await.unwrap(), 2);
+    assert_eq!(
+        s.get(&key(1), 200).await.unwrap().unwrap().payment,
+        anew.payment
+    );
+    assert_eq!(s.purge_expired(400).await.unwrap(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -209,6 +209,30 @@ fn benches(c: &mut Criterion) {
         b.iter(|| run(&verify_only, request(Some(&header))))
     });
 
+    // Decoding a payment that echoes ~3.6 KB of a 402's extensions (as every purchase of the reference
+    // server's articles does: bazaar, signed offers, sign-in-with-x, terms).
+    let echoing = {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&b64.decode(&header).unwrap()).unwrap();
+        let filler = "x".repeat(300);
+        v["extensions"] = (0..12)
+            .map(|i| {
+                (
+                    format!("ext{i}"),
+                    serde_json::json!({"info": {"text": filler}, "n": i}),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        v.to_string()
+    };
+    assert!(echoing.len() > 4_000);
+    g.bench_function("decode_payment_echoing_extensions", |b| {
+        b.iter(|| x402_tower::verify::payload_from_str(&echoing).map(|p| p.x402_version()))
+    });
+
     // The header was used once on `paid` (in-memory store): every further identical request is a resend,
     // served again from the payment record (no settlement).
     assert_eq!(run(&paid, request(Some(&header))), StatusCode::OK);

@@ -315,6 +315,13 @@ pub fn payload_from_str(text: &str) -> Result<PaymentPayload, Rejection> {
             "payment header is not a JSON object",
         ));
     }
+    // The common case in one pass: a v2 payment. Anything else (v1, another version, not a payment) is
+    // decided by its version below, with the same answers as if this attempt had not been made.
+    if let Ok(payload) = serde_json::from_str::<PaymentPayloadV2>(text)
+        && payload.x402_version == 2
+    {
+        return Ok(PaymentPayload::V2(payload));
+    }
     let version = serde_json::from_str::<Version>(text)
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
     match version.version.as_u64() {

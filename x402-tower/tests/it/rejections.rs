@@ -49,6 +49,22 @@ async fn undecodable_headers_are_invalid_payload() {
         b64(&json!({"x402Version": 2})),
         b64(&json!({"x402Version": 1, "scheme": "exact"})),
         b64(&json!({"x402Version": 2, "accepted": accepted_v2(), "payload": {"signature": 5}})),
+        // A whole v2 payment labelled v1 is not a v1 payment.
+        b64(&{
+            let a = Auth::v2(1);
+            let mut p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
+            p["x402Version"] = json!(1);
+            p
+        }),
+        // Two versions: which one counts is not guessed.
+        b64_raw(
+            {
+                let a = Auth::v2(1);
+                let p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia())).to_string();
+                format!(r#"{{"x402Version":1,{}"#, &p[1..])
+            }
+            .as_bytes(),
+        ),
         long,
         String::new(),
     ];

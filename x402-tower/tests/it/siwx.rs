@@ -42,6 +42,14 @@ type Server = tower::util::BoxCloneService<Request<Full<Bytes>>, Response<Full<B
 /// The layer with sign-in-with-x over a service that records who paid for what ("receipts") and says how
 /// each request got in.
 fn server(bought: Bought, clock: Option<Arc<Mutex<u64>>>) -> Server {
+    server_and_metrics(bought, clock).0
+}
+
+/// [`server`] and its layer's metrics.
+fn server_and_metrics(
+    bought: Bought,
+    clock: Option<Arc<Mutex<u64>>>,
+) -> (Server, Arc<x402_tower::metrics::X402Metrics>) {
     let mut config = config().sign_in_with_x(SignInWithX::new(
         b"a test key of 32 bytes, shared..",
         Arc::new(Receipts(bought.clone())),
@@ -50,6 +58,7 @@ fn server(bought: Bought, clock: Option<Arc<Mutex<u64>>>) -> Server {
         config = config.clock(move || *c.lock().unwrap());
     }
     let layer = config.build().unwrap();
+    let metrics = layer.metrics();
     let inner = tower::service_fn(move |req: Request<Full<Bytes>>| {
         let url = format!("{BASE_URL}{}", req.uri().path_and_query().unwrap());
         let how = if let Some(p) = req.extensions().get::<VerifiedPayment>() {
@@ -65,7 +74,7 @@ fn server(bought: Bought, clock: Option<Arc<Mutex<u64>>>) -> Server {
         )))))
     });
     let svc = layer.layer(inner);
-    tower::util::BoxCloneService::new(tower::service_fn(move |req| {
+    let server = tower::util::BoxCloneService::new(tower::service_fn(move |req| {
         let svc = svc.clone();
         async move {
             let res = svc.oneshot(req).await?;
@@ -73,7 +82,8 @@ fn server(bought: Bought, clock: Option<Arc<Mutex<u64>>>) -> Server {
             let bytes = body.collect().await.unwrap().to_bytes();
             Ok::<_, Infallible>(Response::from_parts(parts, Full::new(bytes)))
         }
-    }))
+    }));
+    (server, metrics)
 }
 
 fn get(path: &str) -> Request<Full<Bytes>> {
@@ -248,7 +258,7 @@ async fn a_short_key_is_a_configuration_error() {
 async fn every_copy_of_the_402_carries_its_own_nonce_and_each_signs_in() {
     let bought: Bought = Default::default();
     let clock = Arc::new(Mutex::new(now()));
-    let svc = server(bought.clone(), Some(clock.clone()));
+    let (svc, metrics) = server_and_metrics(bought.clone(), Some(clock.clone()));
     let mut nonces = HashSet::new();
     let mut issued = HashSet::new();
     let mut proofs = Vec::new();
@@ -283,6 +293,11 @@ async fn every_copy_of_the_402_carries_its_own_nonce_and_each_signs_in() {
         assert_eq!(issued.len(), round + 1, "one issue time per second");
         *clock.lock().unwrap() += 1;
     }
+    // A refused proof's 402 is built whole, with a fresh nonce of its own.
+    assert_eq!(
+        sign_in(&svc, "/report?copy=0", "not base64").await,
+        (StatusCode::PAYMENT_REQUIRED, "siwx_malformed".to_owned())
+    );
     for (path, proof) in &proofs {
         assert_eq!(
             sign_in(&svc, path, proof).await,
@@ -290,4 +305,6 @@ async fn every_copy_of_the_402_carries_its_own_nonce_and_each_signs_in() {
             "{path}"
         );
     }
+    // Every 402 counted once, copied or built whole.
+    assert_eq!(metrics.snapshot().payment_required_sent, 9);
 }

@@ -273,13 +273,16 @@ where
                     }
                     Err(refusal) => {
                         let r = match (this.offers.as_ref(), this.info.as_ref()) {
-                            (Some(o), Some(i)) => super::response::fresh_sign_in_402(
-                                this.shared,
-                                o,
-                                i,
-                                refusal.as_str(),
-                                this.shared.engine.now(),
-                            ),
+                            (Some(o), Some(i)) => {
+                                this.shared.engine.metrics.payment_required();
+                                super::response::fresh_sign_in_402(
+                                    this.shared,
+                                    o,
+                                    i,
+                                    refusal.as_str(),
+                                    this.shared.engine.now(),
+                                )
+                            }
                             _ => plain_error(StatusCode::INTERNAL_SERVER_ERROR, "request lost"),
                         };
                         Some(State::Early { response: Some(r) })

@@ -285,13 +285,13 @@ impl Prebuilt402s {
         info: &RequestInfo,
         sign_in: bool,
     ) -> Response<Full<Bytes>> {
+        shared.engine.metrics.payment_required();
         let now = shared.engine.now();
         let siwx = shared.siwx.as_ref().filter(|_| sign_in);
         let spliceable = !info.wants_html;
         if siwx.is_some() && !spliceable {
             return fresh_sign_in_402(shared, offers, info, super::NO_PAYMENT_ERROR, now);
         }
-        shared.engine.metrics.payment_required();
         let lock = || self.by_resource.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(list) = lock().get(info.resource_url.as_str())
             && let Some(p) = list.iter().find(|p| {
@@ -320,9 +320,10 @@ impl Prebuilt402s {
         let spliced = match siwx {
             Some(_) => match Spliced::new(&document, placeholder) {
                 Some(spliced) => Some(spliced),
-                // Not cut (the placeholder is not where the nonce goes): built for this request alone
-                // (counted above already).
-                None => return fresh_402(shared, offers, info, super::NO_PAYMENT_ERROR, now),
+                // Not cut (the placeholder is not where the nonce goes): built for this request alone.
+                None => {
+                    return fresh_sign_in_402(shared, offers, info, super::NO_PAYMENT_ERROR, now);
+                }
             },
             None => None,
         };
@@ -366,20 +367,8 @@ fn copy(p: &Prebuilt, nonce: Option<String>) -> Response<Full<Bytes>> {
 }
 
 /// A 402 declaring sign-in-with-x with a fresh nonce issued at `now`, built whole (an HTML page, or a
-/// refused sign-in's reason); counted in the metrics.
+/// refused sign-in's reason). The caller counts it.
 pub(crate) fn fresh_sign_in_402(
-    shared: &Shared,
-    offers: &[CompiledOffer],
-    info: &RequestInfo,
-    error: &str,
-    now: u64,
-) -> Response<Full<Bytes>> {
-    shared.engine.metrics.payment_required();
-    fresh_402(shared, offers, info, error, now)
-}
-
-/// [`fresh_sign_in_402`] without counting it.
-fn fresh_402(
     shared: &Shared,
     offers: &[CompiledOffer],
     info: &RequestInfo,

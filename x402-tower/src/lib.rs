@@ -123,8 +123,10 @@
 //!
 //! [`VerifyOnlySettler`] moves **no money**: it accepts every locally verified payment and its receipt says
 //! `transaction: "verify-only"`. For demos and tests; it is what a layer built without `.settler(...)` uses, with
-//! a warning at build and on the first payment. [`settle::FacilitatorSettler`] (feature
-//! `facilitator`, on by default) calls a remote facilitator. An on-chain settler plugs in behind the feature
+//! a warning at build and on the first payment.
+#![cfg_attr(feature = "facilitator", doc = "[`settle::FacilitatorSettler`]")]
+#![cfg_attr(not(feature = "facilitator"), doc = "`settle::FacilitatorSettler`")]
+//! (feature `facilitator`, on by default) calls a remote facilitator. An on-chain settler plugs in behind the feature
 //! `onchain`. Implement [`Settler`] for anything else.
 //!
 //! # CORS

@@ -4,8 +4,15 @@
 //!
 //! This module knows nothing of Tower. The wire types ([`SignedOffer`], [`SignedReceipt`] and their
 //! payloads) and the checks ([`SignedOffer::signer`], [`SignedReceipt::verify`]) are always available; the
-//! issuer [`OfferReceipt`] (feature `offer-receipt`) signs with any local alloy signer and is wired into the
-//! layer with [`X402Config::offer_receipt`](crate::X402Config::offer_receipt).
+//! issuer
+#![cfg_attr(feature = "offer-receipt", doc = "[`OfferReceipt`]")]
+#![cfg_attr(not(feature = "offer-receipt"), doc = "`OfferReceipt`")]
+//! (feature `offer-receipt`) signs with any local alloy signer and is wired into the layer with
+#![cfg_attr(
+    feature = "offer-receipt",
+    doc = "[`X402Config::offer_receipt`](crate::X402Config::offer_receipt)."
+)]
+#![cfg_attr(not(feature = "offer-receipt"), doc = "`X402Config::offer_receipt`.")]
 //!
 //! Only the EIP-712 form is produced (the JWS form is optional in the extension). The domain is
 //! `{name: "x402 offer" | "x402 receipt", version: "1", chainId: 1}` with no verifying contract, and the
@@ -17,7 +24,16 @@
 //! ```
 //!
 //! An absent `validUntil` is signed as `0` and an absent `transaction` as `""` (receipts leave the
-//! transaction out unless [`OfferReceipt::include_transaction`] is set: privacy by default).
+//! transaction out unless
+#![cfg_attr(
+    feature = "offer-receipt",
+    doc = "[`OfferReceipt::include_transaction`]"
+)]
+#![cfg_attr(
+    not(feature = "offer-receipt"),
+    doc = "`OfferReceipt::include_transaction`"
+)]
+//! is set: privacy by default).
 //!
 //! # Checking a receipt as a third party
 //!

@@ -3,7 +3,13 @@
 //!
 //! This module knows nothing of Tower. [`SignInWithX`] declares the extension in a 402 (with a fresh
 //! nonce) and checks a `SIGN-IN-WITH-X` header; the layer ([`X402Config::sign_in_with_x`]) wires it in,
-//! and the client ([`client`](crate::client), feature `client`) signs in before paying when a server offers it.
+//! and the client
+#![cfg_attr(
+    feature = "client",
+    doc = "([`client`](crate::client), feature `client`)"
+)]
+#![cfg_attr(not(feature = "client"), doc = "(`client`, feature `client`)")]
+//! signs in before paying when a server offers it.
 //!
 //! Stricter than the official TypeScript code, as the extension's text asks:
 //!

@@ -2,8 +2,10 @@
 //!
 //! - [`VerifyOnlySettler`]: checks nothing beyond the layer's local verification and **moves no money**. Its
 //!   receipts carry `transaction: "verify-only"`. For demos and tests only.
-//! - [`FacilitatorSettler`] (feature `facilitator`, default): a remote x402 facilitator over HTTP
-//!   (`/verify`, `/settle`, `/supported`).
+#![cfg_attr(feature = "facilitator", doc = "- [`FacilitatorSettler`]")]
+#![cfg_attr(not(feature = "facilitator"), doc = "- `FacilitatorSettler`")]
+//!   (feature `facilitator`, default): a remote x402 facilitator over HTTP (`/verify`, `/settle`,
+//!   `/supported`).
 //! - `onchain::OnchainSettler` (feature `onchain`): calls `transferWithAuthorization` over JSON-RPC.
 //!
 //! Every settlement outcome (settled, failed, unknown) can be reported to a [`SettlementObserver`] before the

@@ -205,7 +205,10 @@ pub struct SignedIn {
 /// The `sign-in-with-x` extension of a route: see the [module docs](self).
 #[derive(Clone)]
 pub struct SignInWithX {
-    key: Arc<[u8]>,
+    /// The key's length (checked by the layer's builder).
+    key_len: usize,
+    /// HMAC-SHA256 keyed with the key, once: cloned per tag (`None` if HMAC ever refused the key).
+    mac: Option<HmacSha256>,
     paid: Arc<dyn PaidCheck>,
     contracts: Option<Arc<dyn ContractWallets>>,
     statement: Option<String>,
@@ -253,7 +256,8 @@ impl SignInWithX {
     /// nonces it issues, and `paid` to answer "did this address pay for this resource".
     pub fn new(key: impl AsRef<[u8]>, paid: Arc<dyn PaidCheck>) -> Self {
         SignInWithX {
-            key: Arc::from(key.as_ref()),
+            key_len: key.as_ref().len(),
+            mac: <HmacSha256 as Mac>::new_from_slice(key.as_ref()).ok(),
             paid,
             contracts: None,
             statement: Some("Sign in to read again what you paid for".to_owned()),
@@ -284,7 +288,7 @@ impl SignInWithX {
 
     /// Whether the key is long enough.
     pub(crate) fn key_ok(&self) -> bool {
-        self.key.len() >= 16
+        self.key_len >= 16
     }
 
     /// Binds the extension to the layer's public base URL (`scheme://host[:port][/path]`).
@@ -299,7 +303,7 @@ impl SignInWithX {
     fn tag(&self, random: &[u8], issued_at: &str) -> [u8; 8] {
         // HMAC accepts keys of any length; were it ever to refuse one, a random tag makes every nonce fail
         // (never a predictable tag).
-        let Ok(mut mac) = <HmacSha256 as Mac>::new_from_slice(&self.key) else {
+        let Some(mut mac) = self.mac.clone() else {
             let mut tag = [0u8; 8];
             tag.copy_from_slice(&B256::random()[..8]);
             return tag;
@@ -321,11 +325,21 @@ impl SignInWithX {
     /// A fresh nonce for a declaration issued at `now`: 8 random bytes and a tag binding them to the
     /// issue time (hex, [`NONCE_HEX_LEN`] characters).
     pub(crate) fn nonce(&self, now: u64) -> String {
+        self.nonce_issued_at(&iso(now))
+    }
+
+    /// [`Self::nonce`] for the `issuedAt` text `issued_at` (what a pre-built 402 keeps).
+    pub(crate) fn nonce_issued_at(&self, issued_at: &str) -> String {
         let random = B256::random();
         let mut nonce = [0u8; 16];
         nonce[..8].copy_from_slice(&random[..8]);
-        nonce[8..].copy_from_slice(&self.tag(&random[..8], &iso(now)));
+        nonce[8..].copy_from_slice(&self.tag(&random[..8], issued_at));
         alloy_primitives::hex::encode(nonce)
+    }
+
+    /// The `issuedAt` text of a declaration issued at `now`.
+    pub(crate) fn issued_at(now: u64) -> String {
+        iso(now)
     }
 
     /// [`Self::declare_text`] with `nonce` (hex) as the nonce: the layer builds a 402 once per second and

@@ -232,6 +232,8 @@ struct Prebuilt {
 /// bytes between them (up to two of the document on either side of the nonce, and the nonce) per copy.
 /// The result is exactly the Base64 of the whole document.
 struct Spliced {
+    /// The `issuedAt` of the document, which each copy's nonce is tagged with.
+    issued_at: String,
     before: String,
     head: Vec<u8>,
     tail: Vec<u8>,
@@ -239,8 +241,9 @@ struct Spliced {
 }
 
 impl Spliced {
-    /// Cuts `document` around the placeholder nonce `placeholder`; `None` unless it occurs exactly once.
-    fn new(document: &str, placeholder: &str) -> Option<Self> {
+    /// Cuts `document` (issued at `issued_at`) around the placeholder nonce `placeholder`; `None` unless it
+    /// occurs exactly once.
+    fn new(document: &str, placeholder: &str, issued_at: String) -> Option<Self> {
         let pos = document.find(placeholder)?;
         if document.rfind(placeholder) != Some(pos) {
             return None;
@@ -251,6 +254,7 @@ impl Spliced {
         let take = ((3 - (pos - cut + placeholder.len()) % 3) % 3).min(bytes.len() - end);
         let b64 = &base64::engine::general_purpose::STANDARD;
         Some(Self {
+            issued_at,
             before: b64.encode(&bytes[..cut]),
             head: bytes[cut..pos].to_vec(),
             tail: bytes[end..end + take].to_vec(),
@@ -303,11 +307,10 @@ impl Prebuilt402s {
                     && now < p.until
             })
         {
-            return copy(p, siwx.map(|s| s.nonce(p.since)));
+            return copy(p, siwx.map(|s| &**s));
         }
-        let placeholder = NONCE_PLACEHOLDER;
         let (extensions, until) =
-            shared.extensions_for(offers, info, siwx.map(|_| placeholder), now);
+            shared.extensions_for(offers, info, siwx.map(|_| NONCE_PLACEHOLDER), now);
         let (mut headers, body, document) = payment_required_parts(
             offers,
             info,
@@ -318,7 +321,11 @@ impl Prebuilt402s {
             &shared.paywall,
         );
         let spliced = match siwx {
-            Some(_) => match Spliced::new(&document, placeholder) {
+            Some(_) => match Spliced::new(
+                &document,
+                NONCE_PLACEHOLDER,
+                crate::siwx::SignInWithX::issued_at(now),
+            ) {
                 Some(spliced) => Some(spliced),
                 // Not cut (the placeholder is not where the nonce goes): built for this request alone.
                 None => {
@@ -341,7 +348,7 @@ impl Prebuilt402s {
             body,
             sign_in: spliced,
         };
-        let res = copy(&entry, siwx.map(|s| s.nonce(now)));
+        let res = copy(&entry, siwx.map(|s| &**s));
         let mut map = lock();
         if map.len() >= PREBUILT_402S {
             map.clear();
@@ -355,11 +362,11 @@ impl Prebuilt402s {
     }
 }
 
-/// A copy of a pre-built 402, with `nonce` in its document when it declares sign-in-with-x.
-fn copy(p: &Prebuilt, nonce: Option<String>) -> Response<Full<Bytes>> {
+/// A copy of a pre-built 402, with a fresh nonce of `siwx` in its document when it declares sign-in-with-x.
+fn copy(p: &Prebuilt, siwx: Option<&crate::siwx::SignInWithX>) -> Response<Full<Bytes>> {
     let mut res = response_402(&p.headers, &p.body);
-    if let (Some(spliced), Some(nonce)) = (&p.sign_in, nonce) {
-        let value = spliced.with_nonce(&nonce);
+    if let (Some(spliced), Some(siwx)) = (&p.sign_in, siwx) {
+        let value = spliced.with_nonce(&siwx.nonce_issued_at(&spliced.issued_at));
         res.headers_mut().insert(PAYMENT_REQUIRED, value.clone());
         res.headers_mut().insert(X_PAYMENT_REQUIRED, value);
     }
@@ -586,7 +593,7 @@ mod tests {
                     "{\"a\":\"".repeat(before),
                     "\"}".repeat(after)
                 );
-                let spliced = Spliced::new(&document, NONCE_PLACEHOLDER).unwrap();
+                let spliced = Spliced::new(&document, NONCE_PLACEHOLDER, String::new()).unwrap();
                 let whole = document.replace(NONCE_PLACEHOLDER, nonce);
                 assert_eq!(
                     spliced.with_nonce(nonce).as_bytes(),
@@ -598,8 +605,8 @@ mod tests {
             }
         }
         let twice = format!("{NONCE_PLACEHOLDER}{NONCE_PLACEHOLDER}");
-        assert!(Spliced::new(&twice, NONCE_PLACEHOLDER).is_none());
-        assert!(Spliced::new("{}", NONCE_PLACEHOLDER).is_none());
+        assert!(Spliced::new(&twice, NONCE_PLACEHOLDER, String::new()).is_none());
+        assert!(Spliced::new("{}", NONCE_PLACEHOLDER, String::new()).is_none());
     }
 
     #[test]

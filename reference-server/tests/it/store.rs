@@ -510,6 +510,41 @@ async fn concurrent_reservations_of_one_authorization_from_two_handles_reserve_o
     assert_eq!(reserved, 1);
 }
 
+/// One payment, one receipt, whichever instance writes it: concurrent receipts of the same payment (the
+/// nonce spelt in either case, for either article) from two handles on one database, one stored, the rest
+/// refused as conflicts. Since migration 0010 this rests on the token id's key alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_receipts_of_one_payment_from_two_handles_store_one() {
+    let dir = TempDir::new();
+    let url = fresh_database(dir.path(), "receipts-race.sqlite3").await;
+    let a = Stores::open(&url.parse().unwrap()).await.unwrap().licensing;
+    let b = Stores::open(&url.parse().unwrap()).await.unwrap().licensing;
+    a.insert_articles(vec![article("a", true), article("b", true)])
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let mut r = receipt(if i % 4 < 2 { "0xcc" } else { "0xCC" });
+            if i % 3 == 0 {
+                r.article_id = "b".into();
+            }
+            tokio::spawn(async move { s.insert_receipt(r).await })
+        })
+        .collect();
+    let (mut stored, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => stored += 1,
+            Err(StoreError::Conflict(_)) => refused += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!((stored, refused), (1, 39));
+    assert_eq!(a.count_receipts().await.unwrap(), 1);
+    assert_eq!(b.count_receipts().await.unwrap(), 1);
+}
+
 #[tokio::test]
 async fn license_mints_are_queued_once_for_on_chain_receipts_and_retried_until_minted() {
     let dir = TempDir::new();

@@ -23,6 +23,16 @@ async fn stores(dir: &TempDir) -> Stores {
     Stores::open(&url.parse().unwrap()).await.unwrap()
 }
 
+/// Two handles (two pools, as two instances have) on one fresh database.
+async fn two_instances(dir: &TempDir, name: &str) -> (Stores, Stores) {
+    let url: reference_server::store::DatabaseUrl =
+        fresh_database(dir.path(), name).await.parse().unwrap();
+    (
+        Stores::open(&url).await.unwrap(),
+        Stores::open(&url).await.unwrap(),
+    )
+}
+
 fn asset(cid: &str, us: i64) -> NewAsset {
     NewAsset {
         cid: cid.into(),
@@ -486,11 +496,9 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reservations_of_one_authorization_from_two_handles_reserve_once() {
-    // Two handles (two pools, as two instances have) on one database.
     let dir = TempDir::new();
-    let url = fresh_database(dir.path(), "race.sqlite3").await;
-    let a = Stores::open(&url.parse().unwrap()).await.unwrap().payments;
-    let b = Stores::open(&url.parse().unwrap()).await.unwrap().payments;
+    let (a, b) = two_instances(&dir, "race.sqlite3").await;
+    let (a, b) = (a.payments, b.payments);
     let tasks: Vec<_> = (0..40)
         .map(|i| {
             let s = if i % 2 == 0 { a.clone() } else { b.clone() };
@@ -516,9 +524,8 @@ async fn concurrent_reservations_of_one_authorization_from_two_handles_reserve_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_receipts_of_one_payment_from_two_handles_store_one() {
     let dir = TempDir::new();
-    let url = fresh_database(dir.path(), "receipts-race.sqlite3").await;
-    let a = Stores::open(&url.parse().unwrap()).await.unwrap().licensing;
-    let b = Stores::open(&url.parse().unwrap()).await.unwrap().licensing;
+    let (a, b) = two_instances(&dir, "receipts-race.sqlite3").await;
+    let (a, b) = (a.licensing, b.licensing);
     a.insert_articles(vec![article("a", true), article("b", true)])
         .await
         .unwrap();

@@ -1,16 +1,20 @@
 //! The application: shared state and the one function that builds the whole [`Router`].
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
+use axum::handler::Handler as _;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, get_service};
 use bytes::Bytes;
 use tower::ServiceExt as _;
+use tower::util::BoxCloneSyncService;
+use tower::{Layer as _, ServiceBuilder};
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::{NotForContentType, Predicate as _, SizeAbove};
 use tower_http::cors::{Any, CorsLayer};
@@ -18,6 +22,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 use crate::config::Settings;
+use crate::layers::{CountRequests, CountRequestsLayer, ErrorRequestIdLayer};
 use crate::licensing::articles::ArticleCatalog;
 use crate::licensing::settlements::SettlementLog;
 use crate::licensing::{self, handlers};
@@ -154,22 +159,31 @@ pub enum BuildError {
     OpenApi(#[source] serde_json::Error),
 }
 
-/// Build the whole router: interface A, interface B, operations endpoints, and the common layers.
-pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
-    // Route layers: they wrap GET (and HEAD) only, so any other method is the router's 405 before an
-    // article is looked up or a payment is asked for or taken.
-    let paid_article = get(handlers::get_article)
-        .route_layer(state.payments.clone())
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            handlers::require_article,
-        ))
-        // Inside the task of run_to_completion: the verified crawler is a task-local the settlement log reads.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            licensing::bot_auth::identify,
-        ))
-        .route_layer(middleware::from_fn(run_to_completion));
+/// The whole application as one service: the routes, wrapped once in the layers every request goes through.
+/// Cloned once per connection; [`crate::serve::serve`] serves it, and it answers `oneshot` in tests.
+pub type App = BoxCloneSyncService<Request, Response, Infallible>;
+
+/// Build the whole application: interface A, interface B, operations endpoints, and the common layers.
+pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
+    // The paid route's layers wrap GET (and HEAD) only, so any other method is the router's 405 before an
+    // article is looked up or a payment is asked for or taken. One stack, boxed once: as `route_layer`s
+    // each layer would be a boxed route of its own, and axum clones a route's stack per request.
+    let paid_article = get_service(
+        ServiceBuilder::new()
+            .layer(middleware::from_fn(run_to_completion))
+            // Inside the task of run_to_completion: the verified crawler is a task-local the settlement log
+            // reads.
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                licensing::bot_auth::identify,
+            ))
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                handlers::require_article,
+            ))
+            .layer(state.payments.clone())
+            .service(handlers::get_article.with_state(state.clone())),
+    );
     let llms_txt = get(handlers::serve_llms_txt).route_layer(middleware::from_fn_with_state(
         state.clone(),
         licensing::bot_auth::identify,
@@ -254,13 +268,26 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
         // list), so it adds no `Vary`: the collection's `Vary` stays exactly `Accept`.
         .vary(Vec::<header::HeaderName>::new());
 
-    let counted = app
-        .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state, count_requests));
-    Ok(counted
-        .clone()
-        .layer(cors)
-        .layer(middleware::from_fn(error_request_id))
+    // The layers every request goes through wrap the router once, outside it. Given to `Router::layer`
+    // they would wrap each route, and axum clones a route's whole boxed stack per request (a heap
+    // allocation per layer and level: 16% of a 402's CPU with these eight, perf in
+    // docs/bench/reference-server-licensing.md). The request count is the innermost, where a CORS
+    // preflight answered by `CorsLayer` never reaches it.
+    let counted = CountRequestsLayer::new(state).layer(app.fallback(not_found));
+    let service = ServiceBuilder::new()
+        // Outermost: every request has an id (the caller's `x-request-id`, or a new UUID) before it is
+        // logged, and every response carries it back.
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(access_span)
+                .on_response(access_log),
+        )
+        .layer(middleware::from_fn_with_state(
+            counted.clone(),
+            plain_options_skip_cors,
+        ))
         // JSON and HTML answers of 1 KiB or more, compressed when the client accepts it (listing pages come
         // compressed from their cache, and media files are not compressed again).
         .layer(
@@ -272,55 +299,11 @@ pub fn build_router(state: Arc<AppState>) -> Result<Router, BuildError> {
                     .and(NotForContentType::const_new("application/octet-stream")),
             ),
         )
-        .layer(middleware::from_fn_with_state(
-            counted,
-            plain_options_skip_cors,
-        ))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(access_span)
-                .on_response(access_log),
-        )
-        // Outermost: every request has an id (the caller's `x-request-id`, or a new UUID) before it is logged,
-        // and every response carries it back.
-        .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid)))
-}
-
-/// Largest JSON error body given its request id.
-const MAX_ERROR_BODY: usize = 64 * 1024;
-
-/// Puts the request id (`x-request-id`) into JSON error bodies (`"request_id"` beside `"error"`), so the id
-/// a user reports is in what they saw. 402s are x402 documents and stay as the protocol defines them.
-async fn error_request_id(request: Request, next: Next) -> Response {
-    let id = request.headers().get("x-request-id").cloned();
-    let response = next.run(request).await;
-    let status = response.status();
-    let json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    let (Some(id), true, true) = (
-        id.and_then(|v| v.to_str().ok().map(str::to_owned)),
-        json,
-        (status.is_client_error() && status != StatusCode::PAYMENT_REQUIRED)
-            || status.is_server_error(),
-    ) else {
-        return response;
-    };
-    let (mut parts, body) = response.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_ERROR_BODY).await else {
-        return (status, "error body too large").into_response();
-    };
-    let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(serde_json::Value::Object(mut map)) => {
-            map.insert("request_id".into(), serde_json::Value::String(id));
-            parts.headers.remove(header::CONTENT_LENGTH);
-            serde_json::to_vec(&map).unwrap_or_else(|_| bytes.to_vec())
-        }
-        _ => bytes.to_vec(),
-    };
-    Response::from_parts(parts, axum::body::Body::from(body))
+        .layer(ErrorRequestIdLayer)
+        .layer(cors)
+        .service(counted)
+        .map_response(IntoResponse::into_response);
+    Ok(App::new(service))
 }
 
 /// The span every log line of a request is written in: its id, method, path, client address, user agent.
@@ -390,7 +373,7 @@ async fn run_to_completion(request: Request, next: Next) -> Response {
 /// routes; the registry's OPTIONS (DRF metadata) must reach its handler. Only a real preflight (it carries
 /// `Access-Control-Request-Method`) goes through CORS; a plain OPTIONS goes straight to the routes.
 async fn plain_options_skip_cors(
-    State(routes): State<Router>,
+    State(routes): State<CountRequests<Router>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -417,20 +400,6 @@ fn registry_config(state: &AppState) -> RegistryConfig {
     }
     cfg.url_ttl = s.url_ttl;
     cfg
-}
-
-async fn count_requests(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let path = request.uri().path().to_owned();
-    let started = std::time::Instant::now();
-    let response = next.run(request).await;
-    state
-        .metrics
-        .record_request(&path, response.status().as_u16(), started.elapsed());
-    response
 }
 
 async fn not_found() -> Response {

@@ -22,7 +22,7 @@
 //!
 //! Module map: [`config`] (flags and their validation), [`app`] (state and the router), [`licensing`]
 //! (interface A), [`registry`] (interface B), [`store`] (the only module that talks to the database),
-//! [`metrics`], [`openapi`], [`html`] (escaping for the server's own pages).
+//! [`metrics`], [`layers`] (the server's own middleware), [`openapi`], [`html`] (escaping for the server's own pages).
 #![warn(missing_docs)]
 
 pub mod app;
@@ -32,6 +32,7 @@ pub mod config;
 pub mod discovery;
 pub mod facilitator;
 pub mod html;
+pub mod layers;
 pub mod licensing;
 pub mod metrics;
 pub mod openapi;
@@ -46,7 +47,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use tokio::net::TcpListener;
 
 pub use app::{AppState, BuildError};
@@ -98,7 +98,7 @@ pub async fn build_app(
     settings: Settings,
     public_url: String,
     stores: Stores,
-) -> Result<Router, BuildError> {
+) -> Result<app::App, BuildError> {
     app::build_router(Arc::new(AppState::new(settings, public_url, stores).await?))
 }
 
@@ -141,7 +141,7 @@ pub fn media_dir(settings: &Settings) -> PathBuf {
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
-    router: Router,
+    app: app::App,
     state: Arc<AppState>,
     addr: SocketAddr,
 }
@@ -172,10 +172,10 @@ impl Server {
             .clone()
             .unwrap_or_else(|| format!("http://{addr}"));
         let state = Arc::new(AppState::new(settings, public_url, db).await?);
-        let router = app::build_router(state.clone())?;
+        let app = app::build_router(state.clone())?;
         Ok(Server {
             listener,
-            router,
+            app,
             state,
             addr,
         })
@@ -305,7 +305,7 @@ impl Server {
         let minter = self.state.minter.clone().map(|m| tokio::spawn(m.run()));
         let served = serve::serve(
             self.listener,
-            self.router,
+            self.app,
             self.state.settings.connections,
             self.state.connections.clone(),
             shutdown,

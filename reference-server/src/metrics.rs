@@ -167,19 +167,29 @@ pub fn route_of(path: &str) -> &'static str {
     }
 }
 
+/// The position in [`ROUTES`] of a request path's route group ([`route_of`]).
+pub fn route_index(path: &str) -> usize {
+    let route = route_of(path);
+    ROUTES
+        .iter()
+        .position(|x| *x == route)
+        .unwrap_or(ROUTES.len() - 1)
+}
+
 impl Metrics {
     /// Runs `f` with this server's recorder current: the `metrics` macros inside it record here.
     pub fn record<T>(&self, f: impl FnOnce() -> T) -> T {
         metrics::with_local_recorder(&self.recorder, f)
     }
 
-    /// Count one answered request and its latency.
+    /// Count one answered request to `path` and its latency.
     pub fn record_request(&self, path: &str, status: u16, latency: Duration) {
-        let route = route_of(path);
-        let r = ROUTES
-            .iter()
-            .position(|x| *x == route)
-            .unwrap_or(ROUTES.len() - 1);
+        self.record_route(route_index(path), status, latency);
+    }
+
+    /// Count one answered request to the route group at `route` in [`ROUTES`] ([`route_index`]).
+    pub fn record_route(&self, route: usize, status: u16, latency: Duration) {
+        let r = route.min(ROUTES.len() - 1);
         let handles = &self.requests[r][usize::from(status / 100).clamp(1, 5) - 1];
         handles.count.increment(1);
         handles.latency.record(latency.as_secs_f64());

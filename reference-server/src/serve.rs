@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use axum::Router;
+use crate::app::App;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -95,11 +95,11 @@ impl ConnectionStats {
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then waits for the open connections to finish
+/// Serves `app` on `listener` until `shutdown` completes, then waits for the open connections to finish
 /// their requests (bound that wait from outside).
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    app: App,
     limits: ConnectionLimits,
     stats: Arc<ConnectionStats>,
     shutdown: impl Future<Output = ()>,
@@ -135,9 +135,10 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        let service = router
+        let service = app
             .clone()
-            .map_request(move |mut request: http::Request<Incoming>| {
+            .map_request(move |request: http::Request<Incoming>| {
+                let mut request = request.map(axum::body::Body::new);
                 request.extensions_mut().insert(ConnectInfo(addr));
                 request
             });

@@ -22,7 +22,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 use crate::config::Settings;
-use crate::layers::{CountRequests, CountRequestsLayer, ErrorRequestIdLayer};
+use crate::layers::{CountRequestsLayer, ErrorRequestIdLayer, PlainOptionsLayer};
 use crate::licensing::articles::ArticleCatalog;
 use crate::licensing::settlements::SettlementLog;
 use crate::licensing::{self, handlers};
@@ -284,10 +284,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
                 .make_span_with(access_span)
                 .on_response(access_log),
         )
-        .layer(middleware::from_fn_with_state(
-            counted.clone(),
-            plain_options_skip_cors,
-        ))
+        .layer(PlainOptionsLayer::new(counted.clone()))
         // JSON and HTML answers of 1 KiB or more, compressed when the client accepts it (listing pages come
         // compressed from their cache, and media files are not compressed again).
         .layer(
@@ -367,26 +364,6 @@ async fn run_to_completion(request: Request, next: Next) -> Response {
             .into_response()
         }
     }
-}
-
-/// tower-http's `CorsLayer` answers *every* OPTIONS request as a CORS preflight without calling the
-/// routes; the registry's OPTIONS (DRF metadata) must reach its handler. Only a real preflight (it carries
-/// `Access-Control-Request-Method`) goes through CORS; a plain OPTIONS goes straight to the routes.
-async fn plain_options_skip_cors(
-    State(routes): State<CountRequests<Router>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let preflight = request
-        .headers()
-        .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
-    if request.method() == Method::OPTIONS && !preflight {
-        return match routes.oneshot(request).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        };
-    }
-    next.run(request).await
 }
 
 /// The registry's configuration, from the server's settings.

@@ -170,17 +170,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
     // each layer would be a boxed route of its own, and axum clones a route's stack per request.
     let paid_article = get_service(
         ServiceBuilder::new()
-            .layer(middleware::from_fn(run_to_completion))
-            // Inside the task of run_to_completion: the verified crawler is a task-local the settlement log
-            // reads.
-            .layer(middleware::from_fn_with_state(
-                state.clone(),
-                licensing::bot_auth::identify,
-            ))
-            .layer(middleware::from_fn_with_state(
-                state.clone(),
-                handlers::require_article,
-            ))
+            .layer(middleware::from_fn_with_state(state.clone(), paid_article))
             .layer(state.payments.clone())
             .service(handlers::get_article.with_state(state.clone())),
     );
@@ -338,21 +328,43 @@ fn access_log(response: &Response, latency: Duration, _span: &tracing::Span) {
     );
 }
 
-/// Run a paid request on its own task: hyper drops a request's future when the client disconnects, and a
-/// payment settled before the handler must still get its receipt written (and a settlement in flight must
-/// finish rather than be abandoned half-way). A request without a payment header (a 402, a 400, a 404) has
-/// nothing to finish and runs inline: no task spawn on the most common request.
-async fn run_to_completion(request: Request, next: Next) -> Response {
+/// `/x402Article`'s middleware, in front of the x402 layer, in this order: the crawler's signature
+/// ([`licensing::bot_auth::verify_agent`]: 401 on a path that requires one), the article
+/// ([`handlers::with_article`]: 400 or 404, never a 402), then the x402 layer and the handler with the
+/// verified crawler as the task-local the settlement log reads; the license terms' `Link` on the answer.
+/// One middleware rather than three: each `from_fn` boxes and clones the stack below it per request.
+///
+/// A paid request runs on its own task: hyper drops a request's future when the client disconnects, and
+/// a payment settled before the handler must still get its receipt written (and a settlement in flight
+/// must finish rather than be abandoned half-way). A request without a payment header (a 402, a 400, a
+/// 404) has nothing to finish and runs inline: no task spawn on the most common request.
+async fn paid_article(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let paying = [
         x402_tower::layer::response::PAYMENT_SIGNATURE,
         x402_tower::layer::response::X_PAYMENT,
     ]
     .iter()
     .any(|h| request.headers().contains_key(h));
+    let gate = async move {
+        let (request, agent) = match licensing::bot_auth::verify_agent(&state, request).await {
+            Ok(verified) => verified,
+            Err(refused) => return refused,
+        };
+        let request = match handlers::with_article(&state, request) {
+            Ok(request) => request,
+            Err(refused) => return refused.into_response(),
+        };
+        let response = licensing::bot_auth::in_agent_scope(agent, next.run(request)).await;
+        handlers::with_license_link(&state, response)
+    };
     if !paying {
-        return next.run(request).await;
+        return gate.await;
     }
-    match tokio::spawn(next.run(request)).await {
+    match tokio::spawn(gate).await {
         Ok(response) => response,
         Err(e) => {
             tracing::error!(error = %e, "paid request task failed");

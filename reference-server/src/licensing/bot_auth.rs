@@ -432,9 +432,21 @@ pub fn current_agent() -> Option<VerifiedAgent> {
 /// they are.
 pub async fn identify(
     State(state): State<Arc<AppState>>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
+    match verify_agent(&state, request).await {
+        Ok((request, agent)) => in_agent_scope(agent, next.run(request)).await,
+        Err(refused) => refused,
+    }
+}
+
+/// [`identify`]'s check: the request with its [`VerifiedAgent`] (also in its extensions) if it carries a
+/// valid signature, or the 401 of a path that requires one.
+pub async fn verify_agent(
+    state: &AppState,
+    mut request: Request,
+) -> Result<(Request, Option<VerifiedAgent>), Response> {
     let bots = &state.bots;
     let agent = if BotVerifier::is_signed(request.headers()) {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
@@ -465,12 +477,17 @@ pub async fn identify(
             http::header::WWW_AUTHENTICATE,
             http::HeaderValue::from_static("Signature"),
         );
-        return resp;
+        return Err(resp);
     }
     if let Some(a) = &agent {
         request.extensions_mut().insert(a.clone());
     }
-    AGENT.scope(agent, next.run(request)).await
+    Ok((request, agent))
+}
+
+/// Runs `f` with `agent` as the task-local [`current_agent`].
+pub async fn in_agent_scope<F: Future>(agent: Option<VerifiedAgent>, f: F) -> F::Output {
+    AGENT.scope(agent, f).await
 }
 
 #[cfg(test)]

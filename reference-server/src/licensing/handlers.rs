@@ -7,7 +7,6 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use x402_tower::offer_receipt::SignedReceipt;
@@ -144,44 +143,44 @@ pub struct ArticleQuery {
     license: Option<String>,
 }
 
-/// Middleware in front of the x402 layer on `/x402Article`: 400 without `articleId`, 404 for an unknown
-/// or unpublished article (never a 402), otherwise the article goes into the request extensions, where
-/// the x402 layer reads its price and the handler its text.
-pub async fn require_article(
-    State(state): State<Arc<AppState>>,
-    query: Result<Query<ArticleQuery>, axum::extract::rejection::QueryRejection>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// In front of the x402 layer on `/x402Article` (`app::paid_article`): the request with its article,
+/// license terms and license choice in its extensions, where the x402 layer reads its price and the
+/// handler its text; or the 400 (no `articleId`) or 404 (an unknown or unpublished article, never a 402)
+/// to answer instead.
+pub fn with_article(state: &AppState, mut request: Request) -> Result<Request, ApiError> {
+    let query = Query::<ArticleQuery>::try_from_uri(request.uri());
     let (id, license) = match query {
         Ok(Query(ArticleQuery {
             article_id: Some(id),
             license,
         })) if !id.trim().is_empty() => (id, license),
         Ok(_) => {
-            return ApiError::new(
+            return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "missing_article_id",
                 "the query parameter articleId is required, e.g. /x402Article?articleId=<id from /x402Article/list>",
-            )
-            .into_response();
+            ));
         }
         Err(e) => {
-            return ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text())
-                .into_response();
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                e.body_text(),
+            ));
         }
     };
     if id.len() > MAX_ARTICLE_ID_LEN {
-        return ApiError::new(
+        return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_article_id",
             format!("articleId is longer than {MAX_ARTICLE_ID_LEN} bytes"),
-        )
-        .into_response();
+        ));
     }
     // From the in-memory catalog: no database read for a 402 (or before a purchase).
     let Some((article, terms)) = state.articles.for_sale(&id) else {
-        return ApiError::not_found(format!("no published article has id {id:?}")).into_response();
+        return Err(ApiError::not_found(format!(
+            "no published article has id {id:?}"
+        )));
     };
     let choice = match license.as_deref().filter(|l| !l.is_empty()) {
         None => LicenseChoice(None),
@@ -189,20 +188,22 @@ pub async fn require_article(
             Some(i) => LicenseChoice(Some(i)),
             None => {
                 let ids: Vec<&str> = article.licenses.iter().map(|x| x.id.as_str()).collect();
-                return ApiError::not_found(format!(
+                return Err(ApiError::not_found(format!(
                     "article {id:?} has no license {:?}; its licenses: {}",
                     l.chars().take(MAX_ARTICLE_ID_LEN).collect::<String>(),
                     ids.join(", ")
-                ))
-                .into_response();
+                )));
             }
         },
     };
     request.extensions_mut().insert(article);
     request.extensions_mut().insert(terms);
     request.extensions_mut().insert(choice);
-    let mut response = next.run(request).await;
-    // The license terms, on the 402 and on the paid article alike (RSL discovery).
+    Ok(request)
+}
+
+/// The license terms' `Link`, on the 402 and on the paid article alike (RSL discovery).
+pub fn with_license_link(state: &AppState, mut response: Response) -> Response {
     if matches!(
         response.status(),
         StatusCode::OK | StatusCode::PAYMENT_REQUIRED
@@ -268,7 +269,7 @@ pub async fn get_article(
     ) {
         (Some(a), Some(p)) => (a.clone(), p),
         _ => {
-            // Only a wiring mistake gets here: the route is always behind require_article and x402.
+            // Only a wiring mistake gets here: the route is always behind with_article and x402.
             tracing::error!("article handler reached without an article or a verified payment");
             return Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -10,9 +10,9 @@
 //! # Order of work for `GET /x402Article`
 //!
 //! 0. Only `GET` (and `HEAD`) reach the route's layers: any other method is answered `405` by the router
-//!    before anything else (the layers are route layers), so nobody is asked to pay for a request that
+//!    before anything else (the layers wrap the route's GET only), so nobody is asked to pay for a request that
 //!    would not be served. `HEAD` gets the 402 of `GET` and never spends a payment.
-//! 1. [`handlers::require_article`] answers 400 (missing `articleId`) or 404 (unknown or unpublished)
+//! 1. [`handlers::with_article`] answers 400 (missing `articleId`) or 404 (unknown or unpublished)
 //!    **before** the x402 layer, so nobody is asked to pay for something that does not exist, and it
 //!    puts the [`Article`](crate::store::articles::Article) in the request extensions.
 //! 2. The x402 layer prices the request from that article (its own price), answers 402 without a valid
@@ -30,7 +30,7 @@
 //! handler then fails) is kept small by steps 0 and 1: the only failure left after payment is a database
 //! write error, which is logged with the full payment and counted in `license_receipt_failures_total`; the
 //! buyer's resend of the same payment then gets the article (below). The route also runs on its own task
-//! (`app::run_to_completion`), so a client that hangs up cannot cancel a settlement in flight or the
+//! (`app::paid_article`), so a client that hangs up cannot cancel a settlement in flight or the
 //! receipt write that follows it.
 //!
 //! # Delivered at least once, charged at most once

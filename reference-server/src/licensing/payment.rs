@@ -173,7 +173,7 @@ pub(crate) fn article_offers(
 }
 
 /// The x402 layer selling `/x402Article`: each article at its own price (the article was put in the
-/// request extensions by [`require_article`](super::handlers::require_article)), settled **before** the
+/// request extensions by [`with_article`](super::handlers::with_article)), settled **before** the
 /// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)). Every
 /// settlement attempt is reported to `observer` (the [settlement log](super::settlements)) before the client
 /// is answered.
@@ -217,7 +217,7 @@ pub(crate) fn x402_layer(
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, licensing))
         .discovery(crate::discovery::article_discovery(example_article))
-        // Each article's license (RSL document and version), put in the request by require_article.
+        // Each article's license (RSL document and version), put in the request by with_article.
         .terms_per_request()
         // Signed offers and receipts; the transaction is in them, as on the public verify URL already.
         .offer_receipt(Arc::new(

@@ -75,7 +75,8 @@
 //!                     Price::from_usdc_decimal(price).unwrap(),
 //!                 )
 //!                 .unwrap(),
-//!             ])
+//!             ]
+//!             .into())
 //!         }
 //!     })
 //!     .expose_headers(true)
@@ -181,7 +182,7 @@ pub use network::{NETWORKS, Network, Token};
 pub use offer::PaymentOffer;
 pub use payment::{SettleTiming, VerifiedPayment};
 pub use price::Price;
-pub use pricing::{BoxFuture, PriceDecision, PriceSource, StaticPrice};
+pub use pricing::{BoxFuture, Offers, PriceDecision, PriceSource, StaticPrice};
 pub use proto::{SettleResponse, SupportedResponse};
 pub use replay::{
     IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore,

@@ -1,7 +1,8 @@
 //! The bridge between the licensing handlers and the x402 layer: which network and token articles are
 //! sold in, and what a verified (and settled) payment tells the handler.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -9,7 +10,7 @@ use x402_tower::network::{Network, Token};
 use x402_tower::offer::PaymentOffer;
 use x402_tower::offer_receipt::OfferReceipt;
 use x402_tower::price::Price;
-use x402_tower::pricing::PriceDecision;
+use x402_tower::pricing::{Offers, PriceDecision};
 use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
 use x402_tower::siwx::{PaidCheck, SignInWithX};
 use x402_tower::{ReplayStore, SettleTiming, VerifiedPayment, X402Layer};
@@ -172,6 +173,60 @@ pub(crate) fn article_offers(
         .collect()
 }
 
+/// Each published article's offers (every license, and each license alone), built once per version of the
+/// article: the x402 layer then checks and compiles them once too ([`Offers`]), instead of formatting
+/// their descriptions and hashing the list on every request for the article.
+///
+/// An entry is fresh while it was built from the `Arc<Article>` the catalog hands out now (the catalog
+/// reloads every [`REFRESH`](super::articles::REFRESH) and hands out new ones; it holds a `Weak`, so an
+/// old version's address is not reused while the entry exists). Bounded: one entry per article id, and the
+/// map starts over past [`OffersByArticle::MAX`] ids.
+struct OffersByArticle {
+    payment: PaymentNetwork,
+    pay_to: alloy_primitives::Address,
+    by_id: Mutex<HashMap<String, Built>>,
+}
+
+/// An article's offers (slot 0: every license; slot i + 1: license i alone) and the version they were built
+/// from.
+type Built = (Weak<Article>, Box<[Offers]>);
+
+impl OffersByArticle {
+    const MAX: usize = 4096;
+
+    fn new(payment: PaymentNetwork, pay_to: alloy_primitives::Address) -> Self {
+        Self {
+            payment,
+            pay_to,
+            by_id: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The offers of `article` for `choice` ([`article_offers`]).
+    fn get(&self, article: &Arc<Article>, choice: LicenseChoice) -> Offers {
+        let slot = choice.0.map_or(0, |i| i + 1);
+        let mut by_id = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((built_from, offers)) = by_id.get(&article.id)
+            && std::ptr::eq(built_from.as_ptr(), Arc::as_ptr(article))
+            && let Some(o) = offers.get(slot)
+        {
+            return o.clone();
+        }
+        let offers: Box<[Offers]> = std::iter::once(LicenseChoice(None))
+            .chain((0..article.licenses.len()).map(|i| LicenseChoice(Some(i))))
+            .map(|c| Offers::new(article_offers(&self.payment, self.pay_to, article, c)))
+            .collect();
+        let o = offers.get(slot).cloned().unwrap_or_else(|| {
+            Offers::new(article_offers(&self.payment, self.pay_to, article, choice))
+        });
+        if by_id.len() >= Self::MAX {
+            by_id.clear();
+        }
+        by_id.insert(article.id.clone(), (Arc::downgrade(article), offers));
+        o
+    }
+}
+
 /// The x402 layer selling `/x402Article`: each article at its own price (the article was put in the
 /// request extensions by [`with_article`](super::handlers::with_article)), settled **before** the
 /// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)). Every
@@ -186,8 +241,7 @@ pub(crate) fn x402_layer(
     licensing: Arc<dyn LicensingStore>,
     example_article: &str,
 ) -> Result<X402Layer, BuildError> {
-    let payment = settings.payment.clone();
-    let pay_to = settings.pay_to;
+    let offers = OffersByArticle::new(settings.payment.clone(), settings.pay_to);
     let price = move |parts: &http::request::Parts| {
         let choice = parts
             .extensions
@@ -195,7 +249,7 @@ pub(crate) fn x402_layer(
             .copied()
             .unwrap_or(LicenseChoice(None));
         let decision = match parts.extensions.get::<Arc<Article>>() {
-            Some(a) => PriceDecision::Charge(article_offers(&payment, pay_to, a, choice)),
+            Some(a) => PriceDecision::Charge(offers.get(a, choice)),
             None => {
                 tracing::error!("x402 price source reached without an article");
                 let mut resp = http::Response::new(Full::new(Bytes::from_static(
@@ -370,5 +424,55 @@ mod stale_tests {
         config.rpc_receipt_timeout_secs = 900;
         // The receipt wait, the send phase (five JSON-RPC calls of at most 10 s) and a minute.
         assert_eq!(stale_after(&config), 900 + 50 + 60);
+    }
+}
+
+#[cfg(test)]
+mod offers_tests {
+    use super::*;
+    use crate::store::articles::test_article;
+
+    fn license(id: &str, price_atomic: u64) -> License {
+        License {
+            id: id.into(),
+            permits: vec![],
+            prohibits: vec![],
+            users: vec![],
+            price_atomic,
+        }
+    }
+
+    fn amounts(offers: &Offers) -> Vec<String> {
+        offers
+            .as_slice()
+            .iter()
+            .map(|o| o.amount.atomic_units().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn offers_are_built_once_per_version_of_an_article_and_follow_its_changes() {
+        let settings = crate::Config::for_tests().validate().unwrap();
+        let cache = OffersByArticle::new(settings.payment.clone(), settings.pay_to);
+        let mut a = test_article("a", true);
+        a.licenses = vec![license("inference", 40_000), license("training", 100_000)];
+        let v1 = Arc::new(a.clone());
+        let all = cache.get(&v1, LicenseChoice(None));
+        assert_eq!(amounts(&all), ["40000", "100000"]);
+        assert_eq!(amounts(&cache.get(&v1, LicenseChoice(Some(1)))), ["100000"]);
+        // The same version: the very same offers (compiled once by the layer).
+        let again = cache.get(&v1, LicenseChoice(None));
+        assert!(std::ptr::eq(all.as_slice(), again.as_slice()));
+        // A reload hands out a new version with another price: new offers, whatever the old ones were.
+        a.licenses[0].price_atomic = 50_000;
+        let v2 = Arc::new(a);
+        let changed = cache.get(&v2, LicenseChoice(None));
+        assert_eq!(amounts(&changed), ["50000", "100000"]);
+        assert!(!std::ptr::eq(all.as_slice(), changed.as_slice()));
+        // As article_offers builds them (descriptions included).
+        let direct = article_offers(&settings.payment, settings.pay_to, &v2, LicenseChoice(None));
+        assert_eq!(changed.as_slice(), direct.as_slice());
+        // A choice the article does not have (with_article refuses it first): built, not cached.
+        assert!(cache.get(&v2, LicenseChoice(Some(7))).as_slice().is_empty());
     }
 }

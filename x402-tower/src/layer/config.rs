@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alloy_primitives::Address;
 use http::{HeaderValue, Method};
 use tower_layer::Layer;
 
@@ -14,7 +13,7 @@ use crate::engine::{
 use crate::metrics::X402Metrics;
 use crate::offer::PaymentOffer;
 use crate::payment::SettleTiming;
-use crate::pricing::PriceSource;
+use crate::pricing::{PriceSource, offer_problem};
 use crate::replay::ReplayStore;
 use crate::settle::{SettlementObserver, Settler};
 use crate::verify::CompiledOffer;
@@ -579,21 +578,6 @@ impl X402Config {
                 offer_receipt: self.offer_receipt,
             }),
         })
-    }
-}
-
-/// What is wrong with an offer, if anything (checked at build for static offers, per request for dynamic).
-pub(crate) fn offer_problem(o: &PaymentOffer) -> Option<&'static str> {
-    if o.amount.atomic_units().is_zero() {
-        Some("amount is zero")
-    } else if o.pay_to == Address::ZERO {
-        Some("payTo is the zero address")
-    } else if o.token.address == Address::ZERO {
-        Some("token address is zero")
-    } else if o.max_timeout_seconds == 0 {
-        Some("maxTimeoutSeconds is zero")
-    } else {
-        None
     }
 }
 

@@ -13,7 +13,7 @@ use tower_service::Service;
 use tracing::error;
 
 use super::body::ResponseBody;
-use super::config::{Pricing, Shared, offer_problem};
+use super::config::{Pricing, Shared};
 use super::response::{
     PAYMENT_SIGNATURE, RequestInfo, X_PAYMENT, add_receipt, method_not_allowed, plain_error,
     prefers_html, render,
@@ -211,12 +211,8 @@ where
                     PriceDecision::Free => None,
                     PriceDecision::Respond(r) => Some(State::Early { response: Some(r) }),
                     PriceDecision::Charge(offers) => {
-                        let problem = offers
-                            .iter()
-                            .find_map(offer_problem)
-                            .or(offers.is_empty().then_some("no offers"));
-                        match (problem, this.req.as_ref()) {
-                            (Some(why), _) => {
+                        match (offers.compiled(&this.shared.engine), this.req.as_ref()) {
+                            (Err(why), _) => {
                                 error!(why, "the price source returned an invalid offer");
                                 let r = plain_error(
                                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -224,15 +220,14 @@ where
                                 );
                                 Some(State::Early { response: Some(r) })
                             }
-                            (None, Some(req)) => {
-                                let offers = this.shared.engine.compile(offers);
+                            (Ok(offers), Some(req)) => {
                                 let info = request_info(this.shared, req);
                                 let state = start_check(this.shared, &offers, &info, req);
                                 *this.offers = Some(offers);
                                 *this.info = Some(info);
                                 Some(state)
                             }
-                            (None, None) => {
+                            (Ok(_), None) => {
                                 let r = plain_error(
                                     StatusCode::INTERNAL_SERVER_ERROR,
                                     "request taken before pricing finished",

@@ -71,27 +71,30 @@ fn dynamic_layer() -> X402Layer {
                             .body(Full::new(Bytes::from_static(b"articleId missing")))
                             .unwrap(),
                     ),
-                    ("/x402Article", Some("a1")) => PriceDecision::Charge(vec![
-                        PaymentOffer::usdc(
-                            network("base-sepolia"),
-                            PAY_TO,
-                            Price::from_usdc_decimal("0.01").unwrap(),
-                        )
-                        .unwrap(),
-                        PaymentOffer::usdc(
-                            network("polygon-amoy"),
-                            PAY_TO,
-                            Price::from_usdc_decimal("0.02").unwrap(),
-                        )
-                        .unwrap(),
-                    ]),
+                    ("/x402Article", Some("a1")) => PriceDecision::Charge(
+                        vec![
+                            PaymentOffer::usdc(
+                                network("base-sepolia"),
+                                PAY_TO,
+                                Price::from_usdc_decimal("0.01").unwrap(),
+                            )
+                            .unwrap(),
+                            PaymentOffer::usdc(
+                                network("polygon-amoy"),
+                                PAY_TO,
+                                Price::from_usdc_decimal("0.02").unwrap(),
+                            )
+                            .unwrap(),
+                        ]
+                        .into(),
+                    ),
                     ("/x402Article", Some(_)) => PriceDecision::Respond(
                         Response::builder()
                             .status(404)
                             .body(Full::new(Bytes::from_static(b"no such article")))
                             .unwrap(),
                     ),
-                    _ => PriceDecision::Charge(vec![]),
+                    _ => PriceDecision::Charge(vec![].into()),
                 }
             }
         })
@@ -245,7 +248,7 @@ async fn a_ready_402_never_outlives_its_price() {
         .price_source(move |_: &http::request::Parts| {
             let mut o = offer();
             o.amount = x402_tower::Price::from(p.load(std::sync::atomic::Ordering::SeqCst));
-            std::future::ready(x402_tower::PriceDecision::Charge(vec![o]))
+            std::future::ready(x402_tower::PriceDecision::Charge(vec![o].into()))
         })
         .build()
         .unwrap();

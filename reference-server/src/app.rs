@@ -1,4 +1,4 @@
-//! The application: shared state and the one function that builds the whole [`Router`].
+//! The application: shared state and the one function that builds the whole [`App`].
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -260,7 +260,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
 
     // The layers every request goes through wrap the router once, outside it. Given to `Router::layer`
     // they would wrap each route, and axum clones a route's whole boxed stack per request (a heap
-    // allocation per layer and level: 16% of a 402's CPU with these eight, perf in
+    // allocation per layer and level: 16% of a 402's CPU with these, perf in
     // docs/bench/reference-server-licensing.md). The request count is the innermost, where a CORS
     // preflight answered by `CorsLayer` never reaches it.
     let counted = CountRequestsLayer::new(state).layer(app.fallback(not_found));

@@ -22,7 +22,8 @@
 //!
 //! Module map: [`config`] (flags and their validation), [`app`] (state and the router), [`licensing`]
 //! (interface A), [`registry`] (interface B), [`store`] (the only module that talks to the database),
-//! [`metrics`], [`layers`] (the server's own middleware), [`openapi`], [`html`] (escaping for the server's own pages).
+//! [`metrics`], [`layers`] (the server's own middleware), [`openapi`], [`html`] (escaping for the server's
+//! own pages).
 #![warn(missing_docs)]
 
 pub mod app;

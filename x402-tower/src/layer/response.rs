@@ -207,7 +207,9 @@ const PREBUILT_402S: usize = 4096;
 /// The no-payment 402s of one resource URL, one per offer list and page kind.
 #[derive(Default)]
 pub(crate) struct Prebuilt402s {
-    by_resource: std::sync::Mutex<std::collections::HashMap<String, Vec<Prebuilt>>>,
+    /// Entries behind an `Arc`: the lock is held for the lookup only, never while a copy is made (a worker
+    /// preempted while holding it would stall the other's 402s).
+    by_resource: std::sync::Mutex<std::collections::HashMap<String, Vec<std::sync::Arc<Prebuilt>>>>,
 }
 
 struct Prebuilt {
@@ -297,17 +299,20 @@ impl Prebuilt402s {
             return fresh_sign_in_402(shared, offers, info, super::NO_PAYMENT_ERROR, now);
         }
         let lock = || self.by_resource.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(list) = lock().get(info.resource_url.as_str())
-            && let Some(p) = list.iter().find(|p| {
-                std::sync::Arc::ptr_eq(&p.offers, offers)
-                    && p.wants_html == info.wants_html
-                    && p.terms == info.terms
-                    && p.sign_in.is_some() == siwx.is_some()
-                    && p.since <= now
-                    && now < p.until
-            })
-        {
-            return copy(p, siwx.map(|s| &**s));
+        let found = lock().get(info.resource_url.as_str()).and_then(|list| {
+            list.iter()
+                .find(|p| {
+                    std::sync::Arc::ptr_eq(&p.offers, offers)
+                        && p.wants_html == info.wants_html
+                        && p.terms == info.terms
+                        && p.sign_in.is_some() == siwx.is_some()
+                        && p.since <= now
+                        && now < p.until
+                })
+                .cloned()
+        });
+        if let Some(p) = found {
+            return copy(&p, siwx.map(|s| &**s));
         }
         let (extensions, until) =
             shared.extensions_for(offers, info, siwx.map(|_| NONCE_PLACEHOLDER), now);
@@ -356,7 +361,7 @@ impl Prebuilt402s {
         let list = map.entry(info.resource_url.clone()).or_default();
         list.retain(|p| now < p.until);
         if list.len() < 8 {
-            list.push(entry);
+            list.push(std::sync::Arc::new(entry));
         }
         res
     }

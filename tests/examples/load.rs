@@ -7,7 +7,7 @@
 //! ```text
 //! cargo build --release -p reference-server
 //! source scripts/test-deps.sh    # only for the onchain mode (anvil, USDC artifacts)
-//! cargo run --release -p workspace-tests --example load -- [MODE ...] [--seconds 8] [--connections 32]
+//! cargo run --release -p workspace-tests --example load -- [MODE ...] [--seconds 8] [--connections 32] [--pin]
 //! ```
 //!
 //! Modes: `402` (unpaid requests), `verify-only` (durable SQLite file), `memory` (`--database :memory:`),
@@ -25,6 +25,11 @@
 //! `:memory:` instance by the workspace's Rust client (`x402_tower::client`, reqwest-middleware adapter) and
 //! then by the official `@x402/fetch` (`tests/js/buy-loop.mjs`), the same connections in flight and seconds
 //! each; purchases/s and each client's own CPU per purchase.
+//!
+//! `--pin` runs every server this tool starts on the second core (`taskset -c 1`) and the tool itself on the
+//! first, as issue #15 measured: on a shared 2-core machine the server's workers and the load's threads
+//! otherwise compete for both cores, and a request waits out a scheduler tick now and then (the 402's p99 sat
+//! at 4.1 ms, one tick of a 250 Hz kernel, unpinned; 2.2–2.6 ms pinned). Needs `taskset` (util-linux).
 //!
 //! `LOAD_KEEP=1` keeps each SQLite mode's directory (databases; each server's log at `RUST_LOG`, default
 //! `warn`, in `server-<n>.log`, its banner in `server-<n>.out`) for inspection, and prints its path.
@@ -46,15 +51,19 @@ struct Options {
     modes: Vec<String>,
     seconds: u64,
     connections: usize,
+    /// `--pin`: servers on core 1, this tool on core 0.
+    pin: bool,
 }
 
 fn options() -> Options {
     let mut modes = Vec::new();
     let mut seconds = 8;
     let mut connections = 32;
+    let mut pin = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
+            "--pin" => pin = true,
             "--seconds" => seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or(seconds),
             "--connections" => {
                 connections = args
@@ -74,7 +83,21 @@ fn options() -> Options {
         modes,
         seconds: seconds.clamp(1, 120),
         connections: connections.clamp(1, 512),
+        pin,
     }
+}
+
+/// `--pin`: servers started on the second core (this tool pinned itself to the first).
+static PIN_SERVERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs `taskset` with `args`, or stops the run loudly (`--pin` needs it).
+fn taskset(args: &[&str]) {
+    let status = Command::new("taskset")
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("--pin needs taskset (util-linux): {e}"));
+    assert!(status.success(), "taskset {args:?} failed: {status}");
 }
 
 /// A server process, killed on drop; its stdout is drained so it never blocks on a full pipe.
@@ -94,7 +117,15 @@ impl Process {
         // Which server of the run (facilitator modes start two): names its kept logs.
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
-        let mut child = Command::new(&bin)
+        let mut command = if PIN_SERVERS.load(Ordering::Relaxed) {
+            // taskset execs the server: the child's pid is the server's (its CPU is read from /proc).
+            let mut c = Command::new("taskset");
+            c.args(["-c", "1"]).arg(&bin);
+            c
+        } else {
+            Command::new(&bin)
+        };
+        let mut child = command
             .args(["--listen", "127.0.0.1:0", "--seed-assets", "10"])
             .arg("--media-dir")
             .arg(dir.join("media"))
@@ -597,12 +628,35 @@ async fn clients(o: &Options) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let o = options();
+    if o.pin {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert!(
+            cores >= 2,
+            "--pin needs two cores, this machine has {cores}"
+        );
+        // Before the runtime exists: its threads inherit the main thread's core.
+        taskset(&["-p", "-c", "0", &std::process::id().to_string()]);
+        PIN_SERVERS.store(true, Ordering::Relaxed);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(load(o));
+}
+
+async fn load(o: Options) {
     println!(
-        "reference-server load on 127.0.0.1: {} connections, {} s per mode",
-        o.connections, o.seconds
+        "reference-server load on 127.0.0.1: {} connections, {} s per mode{}",
+        o.connections,
+        o.seconds,
+        if o.pin {
+            ", servers on core 1, load on core 0"
+        } else {
+            ""
+        }
     );
     for mode in o.modes.clone() {
         if mode == "clients" {

@@ -136,14 +136,14 @@ where
     }
 }
 
-/// The same offers for every request.
+/// The same offers for every request (a clone of one [`Offers`]: checked and compiled once).
 #[derive(Debug, Clone)]
-pub struct StaticPrice(pub Vec<PaymentOffer>);
+pub struct StaticPrice(pub Offers);
 
 impl PriceSource for StaticPrice {
     fn price(&self, _parts: &http::request::Parts) -> BoxFuture<'static, PriceDecision> {
         let offers = self.0.clone();
-        Box::pin(async move { PriceDecision::Charge(offers.into()) })
+        Box::pin(async move { PriceDecision::Charge(offers) })
     }
 }
 

@@ -83,10 +83,14 @@ impl AppState {
         let settlements = Arc::new(SettlementLog::new(stores.settlements.clone()));
         let payment_store = stores.payments.clone();
         let licensing = stores.licensing.clone();
-        let articles =
-            ArticleCatalog::load(&*licensing, &public_url, settings.default_terms.clone())
-                .await
-                .map_err(|e| BuildError::Registry(format!("article catalog: {e}")))?;
+        let articles = ArticleCatalog::load(
+            &*licensing,
+            &public_url,
+            settings.default_terms.clone(),
+            licensing::payment::ArticlePricing::new(settings.payment.clone(), settings.pay_to),
+        )
+        .await
+        .map_err(|e| BuildError::Registry(format!("article catalog: {e}")))?;
         let example_article = articles
             .list()
             .first()

@@ -5,8 +5,8 @@
 //! made through the database (by another instance, or by an operator) is served within that time. Articles
 //! only change that way: nothing in this server writes them after seeding.
 //!
-//! Each article is held with its licenses resolved (its own, or the site's default terms at its price) and
-//! the x402 `terms` its 402 declares, built once per load.
+//! Each article is held with its licenses resolved (its own, or the site's default terms at its price), the
+//! x402 `terms` its 402 declares and the offers it is sold with, built once per load.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -15,15 +15,16 @@ use std::time::Duration;
 use x402_tower::terms::Terms;
 
 use super::license::{self, DefaultTerms};
+use super::payment::{ArticleOffers, ArticlePricing};
 use crate::store::StoreError;
 use crate::store::articles::{Article, LicensingStore};
 
 /// How often the catalog is reloaded from the database.
 pub const REFRESH: Duration = Duration::from_secs(10);
 
-/// A published article as the catalog sells it: its licenses resolved, and the x402 `terms` (with their
-/// version) its 402 declares.
-pub type ForSale = (Arc<Article>, Arc<Terms>);
+/// A published article as the catalog sells it: its licenses resolved, the x402 `terms` (with their
+/// version) its 402 declares, and its offers.
+pub type ForSale = (Arc<Article>, Arc<Terms>, ArticleOffers);
 
 #[derive(Debug, Default)]
 struct Snapshot {
@@ -35,27 +36,31 @@ struct Snapshot {
 }
 
 /// The published articles, shared by every request.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ArticleCatalog {
     snapshot: RwLock<Arc<Snapshot>>,
     /// Public base URL (the `terms` URLs).
     public_url: String,
     /// The terms of articles without licenses of their own.
     default_terms: DefaultTerms,
+    /// How the articles are sold (network, token, payee).
+    pricing: ArticlePricing,
 }
 
 impl ArticleCatalog {
     /// Loads every published article from `store` (at start, before serving); articles without licenses of
-    /// their own are sold under `default_terms`.
+    /// their own are sold under `default_terms`, every article as `pricing` says.
     pub async fn load(
         store: &dyn LicensingStore,
         public_url: &str,
         default_terms: DefaultTerms,
+        pricing: ArticlePricing,
     ) -> Result<Self, StoreError> {
         let catalog = ArticleCatalog {
+            snapshot: RwLock::default(),
             public_url: public_url.to_owned(),
             default_terms,
-            ..Default::default()
+            pricing,
         };
         catalog.replace(store.list_published().await?);
         Ok(catalog)
@@ -79,7 +84,8 @@ impl ArticleCatalog {
             .iter()
             .map(|a| {
                 let terms = license::terms_of(&self.public_url, &a.id, &a.licenses);
-                (a.id.clone(), (a.clone(), terms))
+                let offers = self.pricing.offers(a);
+                (a.id.clone(), (a.clone(), terms, offers))
             })
             .collect();
         let mut current = self.snapshot.write().unwrap_or_else(|e| e.into_inner());
@@ -104,10 +110,10 @@ impl ArticleCatalog {
 
     /// The published article `id` (its licenses resolved), if any.
     pub fn published(&self, id: &str) -> Option<Arc<Article>> {
-        self.current().by_id.get(id).map(|(a, _)| a.clone())
+        self.current().by_id.get(id).map(|(a, ..)| a.clone())
     }
 
-    /// The published article `id` and the x402 `terms` of its 402.
+    /// The published article `id`, the x402 `terms` of its 402 and its offers.
     pub fn for_sale(&self, id: &str) -> Option<ForSale> {
         self.current().by_id.get(id).cloned()
     }
@@ -130,6 +136,11 @@ mod tests {
     use crate::store::articles::test_article as article;
     use crate::store::{Db, SqliteLicensingStore};
 
+    fn pricing() -> ArticlePricing {
+        let settings = crate::Config::for_tests().validate().unwrap();
+        ArticlePricing::new(settings.payment, settings.pay_to)
+    }
+
     #[tokio::test]
     async fn serves_published_articles_and_sees_database_changes_after_a_reload() {
         let store = SqliteLicensingStore::new(Db::open_in_memory().unwrap());
@@ -137,7 +148,7 @@ mod tests {
             .insert_articles(vec![article("a", true), article("draft", false)])
             .await
             .unwrap();
-        let catalog = ArticleCatalog::load(&store, "http://x", DefaultTerms::default())
+        let catalog = ArticleCatalog::load(&store, "http://x", DefaultTerms::default(), pricing())
             .await
             .unwrap();
         assert_eq!(catalog.published("a").unwrap().title, "Title a");
@@ -180,16 +191,26 @@ mod tests {
             .insert_articles(vec![article("plain", true), own])
             .await
             .unwrap();
-        let catalog = ArticleCatalog::load(&store, "http://x", DefaultTerms::default())
+        let catalog = ArticleCatalog::load(&store, "http://x", DefaultTerms::default(), pricing())
             .await
             .unwrap();
-        let (plain, terms) = catalog.for_sale("plain").unwrap();
+        let (plain, terms, plain_offers) = catalog.for_sale("plain").unwrap();
         assert_eq!(plain.licenses[0].id, license::DEFAULT_LICENSE_ID);
         assert_eq!(plain.licenses[0].prohibits, ["ai-train"]);
         assert_eq!(plain.licenses[0].price_atomic, plain.price_atomic);
         assert_eq!(terms.info().terms, "http://x/license.xml?articleId=plain");
-        let (own, own_terms) = catalog.for_sale("own").unwrap();
+        let (own, own_terms, own_offers) = catalog.for_sale("own").unwrap();
         assert_eq!(own.licenses[0].id, "training");
         assert_ne!(own_terms.info().version, terms.info().version);
+        // The offers follow each article's licenses and prices, built with the catalog.
+        let amount = |offers: &ArticleOffers| {
+            let all = offers.get(super::super::payment::LicenseChoice(None));
+            all.as_slice()
+                .iter()
+                .map(|o| o.amount.atomic_units().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(amount(&plain_offers), [plain.price_atomic.to_string()]);
+        assert_eq!(amount(&own_offers), ["99"]);
     }
 }

@@ -177,7 +177,7 @@ pub fn with_article(state: &AppState, mut request: Request) -> Result<Request, A
         ));
     }
     // From the in-memory catalog: no database read for a 402 (or before a purchase).
-    let Some((article, terms)) = state.articles.for_sale(&id) else {
+    let Some((article, terms, offers)) = state.articles.for_sale(&id) else {
         return Err(ApiError::not_found(format!(
             "no published article has id {id:?}"
         )));
@@ -198,6 +198,7 @@ pub fn with_article(state: &AppState, mut request: Request) -> Result<Request, A
     };
     request.extensions_mut().insert(article);
     request.extensions_mut().insert(terms);
+    request.extensions_mut().insert(offers);
     request.extensions_mut().insert(choice);
     Ok(request)
 }

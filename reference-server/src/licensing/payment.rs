@@ -1,8 +1,7 @@
 //! The bridge between the licensing handlers and the x402 layer: which network and token articles are
 //! sold in, and what a verified (and settled) payment tells the handler.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -173,57 +172,45 @@ pub(crate) fn article_offers(
         .collect()
 }
 
-/// Each published article's offers (every license, and each license alone), built once per version of the
-/// article: the x402 layer then checks and compiles them once too ([`Offers`]), instead of formatting
-/// their descriptions and hashing the list on every request for the article.
-///
-/// An entry is fresh while it was built from the `Arc<Article>` the catalog hands out now (the catalog
-/// reloads every [`REFRESH`](super::articles::REFRESH) and hands out new ones; it holds a `Weak`, so an
-/// old version's address is not reused while the entry exists). Bounded: one entry per article id, and the
-/// map starts over past [`OffersByArticle::MAX`] ids.
-struct OffersByArticle {
+/// How articles are sold: the network and token, and who is paid. The catalog builds each article's
+/// [`ArticleOffers`] with it once per load.
+#[derive(Debug, Clone)]
+pub struct ArticlePricing {
     payment: PaymentNetwork,
     pay_to: alloy_primitives::Address,
-    by_id: Mutex<HashMap<String, Built>>,
 }
 
-/// An article's offers (slot 0: every license; slot i + 1: license i alone) and the version they were built
-/// from.
-type Built = (Weak<Article>, Box<[Offers]>);
-
-impl OffersByArticle {
-    const MAX: usize = 4096;
-
-    fn new(payment: PaymentNetwork, pay_to: alloy_primitives::Address) -> Self {
-        Self {
-            payment,
-            pay_to,
-            by_id: Mutex::new(HashMap::new()),
-        }
+impl ArticlePricing {
+    /// Articles sold in `payment`'s token to `pay_to`.
+    pub fn new(payment: PaymentNetwork, pay_to: alloy_primitives::Address) -> Self {
+        Self { payment, pay_to }
     }
 
-    /// The offers of `article` for `choice` ([`article_offers`]).
-    fn get(&self, article: &Arc<Article>, choice: LicenseChoice) -> Offers {
-        let slot = choice.0.map_or(0, |i| i + 1);
-        let mut by_id = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((built_from, offers)) = by_id.get(&article.id)
-            && std::ptr::eq(built_from.as_ptr(), Arc::as_ptr(article))
-            && let Some(o) = offers.get(slot)
-        {
-            return o.clone();
-        }
-        let offers: Box<[Offers]> = std::iter::once(LicenseChoice(None))
-            .chain((0..article.licenses.len()).map(|i| LicenseChoice(Some(i))))
-            .map(|c| Offers::new(article_offers(&self.payment, self.pay_to, article, c)))
-            .collect();
-        let o = offers.get(slot).cloned().unwrap_or_else(|| {
-            Offers::new(article_offers(&self.payment, self.pay_to, article, choice))
-        });
-        if by_id.len() >= Self::MAX {
-            by_id.clear();
-        }
-        by_id.insert(article.id.clone(), (Arc::downgrade(article), offers));
-        o
+    /// `article`'s offers for every license choice ([`article_offers`]).
+    pub fn offers(&self, article: &Article) -> ArticleOffers {
+        ArticleOffers(
+            std::iter::once(LicenseChoice(None))
+                .chain((0..article.licenses.len()).map(|i| LicenseChoice(Some(i))))
+                .map(|c| Offers::new(article_offers(&self.payment, self.pay_to, article, c)))
+                .collect(),
+        )
+    }
+}
+
+/// A published article's offers, built once per catalog load (every license; then each license alone): the
+/// x402 layer checks and compiles each list once too ([`Offers`]), instead of every request for the article
+/// formatting the licenses' descriptions and hashing the list.
+#[derive(Debug, Clone)]
+pub struct ArticleOffers(Arc<[Offers]>);
+
+impl ArticleOffers {
+    /// The offers for `choice` (empty for a license the article does not have: `with_article` refuses it
+    /// first).
+    pub fn get(&self, choice: LicenseChoice) -> Offers {
+        self.0
+            .get(choice.0.map_or(0, |i| i + 1))
+            .cloned()
+            .unwrap_or_else(|| Offers::new(Vec::new()))
     }
 }
 
@@ -241,15 +228,14 @@ pub(crate) fn x402_layer(
     licensing: Arc<dyn LicensingStore>,
     example_article: &str,
 ) -> Result<X402Layer, BuildError> {
-    let offers = OffersByArticle::new(settings.payment.clone(), settings.pay_to);
     let price = move |parts: &http::request::Parts| {
         let choice = parts
             .extensions
             .get::<LicenseChoice>()
             .copied()
             .unwrap_or(LicenseChoice(None));
-        let decision = match parts.extensions.get::<Arc<Article>>() {
-            Some(a) => PriceDecision::Charge(offers.get(a, choice)),
+        let decision = match parts.extensions.get::<ArticleOffers>() {
+            Some(offers) => PriceDecision::Charge(offers.get(choice)),
             None => {
                 tracing::error!("x402 price source reached without an article");
                 let mut resp = http::Response::new(Full::new(Bytes::from_static(
@@ -451,28 +437,28 @@ mod offers_tests {
     }
 
     #[test]
-    fn offers_are_built_once_per_version_of_an_article_and_follow_its_changes() {
+    fn an_articles_offers_are_every_license_then_each_alone_as_article_offers_builds_them() {
         let settings = crate::Config::for_tests().validate().unwrap();
-        let cache = OffersByArticle::new(settings.payment.clone(), settings.pay_to);
+        let pricing = ArticlePricing::new(settings.payment.clone(), settings.pay_to);
         let mut a = test_article("a", true);
         a.licenses = vec![license("inference", 40_000), license("training", 100_000)];
-        let v1 = Arc::new(a.clone());
-        let all = cache.get(&v1, LicenseChoice(None));
-        assert_eq!(amounts(&all), ["40000", "100000"]);
-        assert_eq!(amounts(&cache.get(&v1, LicenseChoice(Some(1)))), ["100000"]);
-        // The same version: the very same offers (compiled once by the layer).
-        let again = cache.get(&v1, LicenseChoice(None));
-        assert!(std::ptr::eq(all.as_slice(), again.as_slice()));
-        // A reload hands out a new version with another price: new offers, whatever the old ones were.
-        a.licenses[0].price_atomic = 50_000;
-        let v2 = Arc::new(a);
-        let changed = cache.get(&v2, LicenseChoice(None));
-        assert_eq!(amounts(&changed), ["50000", "100000"]);
-        assert!(!std::ptr::eq(all.as_slice(), changed.as_slice()));
-        // As article_offers builds them (descriptions included).
-        let direct = article_offers(&settings.payment, settings.pay_to, &v2, LicenseChoice(None));
-        assert_eq!(changed.as_slice(), direct.as_slice());
-        // A choice the article does not have (with_article refuses it first): built, not cached.
-        assert!(cache.get(&v2, LicenseChoice(Some(7))).as_slice().is_empty());
+        let offers = pricing.offers(&a);
+        assert_eq!(
+            amounts(&offers.get(LicenseChoice(None))),
+            ["40000", "100000"]
+        );
+        assert_eq!(amounts(&offers.get(LicenseChoice(Some(1)))), ["100000"]);
+        for choice in [None, Some(0), Some(1)].map(LicenseChoice) {
+            let direct = article_offers(&settings.payment, settings.pay_to, &a, choice);
+            assert_eq!(offers.get(choice).as_slice(), direct.as_slice());
+        }
+        // The same lists on every request (compiled once by the layer).
+        let again = offers.clone().get(LicenseChoice(None));
+        assert!(std::ptr::eq(
+            offers.get(LicenseChoice(None)).as_slice(),
+            again.as_slice()
+        ));
+        // A choice the article does not have (with_article refuses it first): no offers (the layer's 500).
+        assert!(offers.get(LicenseChoice(Some(7))).as_slice().is_empty());
     }
 }

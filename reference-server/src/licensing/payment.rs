@@ -186,7 +186,7 @@ impl ArticlePricing {
         Self { payment, pay_to }
     }
 
-    /// `article`'s offers for every license choice ([`article_offers`]).
+    /// `article`'s offers for every license choice (as `article_offers` builds them).
     pub fn offers(&self, article: &Article) -> ArticleOffers {
         ArticleOffers(
             std::iter::once(LicenseChoice(None))

@@ -5,6 +5,8 @@
 //! Deriving `PartialEq` on these typed forms gives the *semantic* comparison the protocol asks for: key
 //! order, address case and amount formatting (`"010"` vs `"10"`) do not matter.
 
+use std::borrow::Cow;
+
 use alloy_primitives::{Address, B256, U256};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -416,28 +418,7 @@ impl RawExtensions {
     /// one if the key repeats).
     pub fn raw(&self, key: &str) -> Option<&RawValue> {
         use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
-        use std::borrow::Cow;
 
-        /// A key, borrowed from the text unless it has escapes.
-        struct Key<'de>(Cow<'de, str>);
-        impl<'de> Deserialize<'de> for Key<'de> {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct V;
-                impl<'de> Visitor<'de> for V {
-                    type Value = Key<'de>;
-                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                        f.write_str("a key")
-                    }
-                    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
-                        Ok(Key(Cow::Borrowed(s)))
-                    }
-                    fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
-                        Ok(Key(Cow::Owned(s.to_owned())))
-                    }
-                }
-                d.deserialize_str(V)
-            }
-        }
         struct Find<'k>(&'k str);
         impl<'de> Visitor<'de> for Find<'_> {
             type Value = Option<&'de RawValue>;
@@ -479,6 +460,53 @@ impl RawExtensions {
         entries.insert(key.to_owned(), RawValue::from_string(value.to_owned())?);
         Ok(RawExtensions(serde_json::value::to_raw_value(&entries)?))
     }
+}
+
+/// A JSON object key, borrowed from the text unless it has escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The members of the JSON object `text`, in order, each value the text it was written as (nothing is
+/// built). `None` when `text` is not a JSON object.
+pub(crate) fn object_members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
+    use serde::de::{Deserializer as _, MapAccess, Visitor};
+
+    struct Members;
+    impl<'de> Visitor<'de> for Members {
+        type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut members = Vec::new();
+            while let Some(Key(k)) = map.next_key()? {
+                members.push((k, map.next_value()?));
+            }
+            Ok(members)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let members = de.deserialize_map(Members).ok()?;
+    de.end().ok()?;
+    Some(members)
 }
 
 /// Body of a facilitator's `/verify` and `/settle` requests.

@@ -108,12 +108,120 @@ impl PaymentState {
 
 /// The payment as the client sent it: enough to settle or reconcile it again without the client. Kept as
 /// JSON text (what a database stores), so that remembering a payment copies no JSON tree.
+///
+/// [`StoredPayment::new`] keeps the client's text less the extensions it echoed from the 402 that nothing
+/// after the payment reads ([`ECHOED_EXTENSIONS`]); every other member, every other extension (the
+/// `payment-identifier` id, gas sponsoring, one this crate does not know) and every byte of them is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredPayment {
-    /// The decoded `PaymentPayload`, JSON text as the client sent it.
+    /// The decoded `PaymentPayload`, JSON text as the client sent it (less [`ECHOED_EXTENSIONS`] when made
+    /// by [`StoredPayment::new`]).
     pub payload: Arc<str>,
     /// The `PaymentRequirements` it matched, in the payload's version, JSON text.
     pub requirements: Arc<str>,
+}
+
+/// Extensions a v2 client copies from the 402 into its payment that neither a settlement nor a
+/// reconciliation reads: the server's own declarations of discovery ([`bazaar`](crate::bazaar)), its
+/// signed offers ([`offer_receipt`](crate::offer_receipt)), sign-in-with-x (signing in is a header of its
+/// own, [`siwx`](crate::siwx)) and its licence terms ([`terms`](crate::terms)), ~3.5 KB of a 4.5 KB payment
+/// from an official client. A payment record does not keep them: the record's write is most of a durable
+/// purchase's database pages (docs/bench/reference-server-licensing.md, session 11).
+pub const ECHOED_EXTENSIONS: [&str; 4] = [
+    crate::bazaar::KEY,
+    crate::offer_receipt::KEY,
+    crate::siwx::KEY,
+    crate::terms::KEY,
+];
+
+impl StoredPayment {
+    /// What a record keeps of a payment: `payload_text` (the client's JSON text of `payload`) less the
+    /// [`ECHOED_EXTENSIONS`] in its `extensions` (the whole member when nothing else is left), and
+    /// `requirements`. The text is shared, not copied, when there is nothing to leave out (v1, no echoes).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use x402_tower::replay::StoredPayment;
+    ///
+    /// let text: Arc<str> = Arc::from(
+    ///     r#"{"x402Version":2,"payload":{},"extensions":{"bazaar":{"info":{}},"payment-identifier":{"info":{"id":"p_1"}}}}"#,
+    /// );
+    /// let kept = StoredPayment::new(&text, Arc::from("{}"));
+    /// assert_eq!(
+    ///     &*kept.payload,
+    ///     r#"{"x402Version":2,"payload":{},"extensions":{"payment-identifier":{"info":{"id":"p_1"}}}}"#
+    /// );
+    /// ```
+    pub fn new(payload_text: &Arc<str>, requirements: Arc<str>) -> Self {
+        StoredPayment {
+            payload: without_echoes(payload_text).unwrap_or_else(|| payload_text.clone()),
+            requirements,
+        }
+    }
+}
+
+/// `text` less its echoed extensions, or `None` when there are none to leave out (or `text` is not a JSON
+/// object: then it is kept as it is).
+fn without_echoes(text: &Arc<str>) -> Option<Arc<str>> {
+    use crate::proto::object_members;
+    use std::fmt::Write as _;
+
+    // Cheap refusal first: a payment that echoes nothing says none of these keys anywhere (a key could
+    // also be written with escapes).
+    if !text.contains('\\') && !ECHOED_EXTENSIONS.iter().any(|k| text.contains(k)) {
+        return None;
+    }
+    let members = object_members(text)?;
+    let mut named = members.iter().filter(|(k, _)| k == "extensions");
+    let (_, extensions) = named.next()?;
+    if named.next().is_some() {
+        return None; // Not a payment any door accepts: kept as it came.
+    }
+    let entries = object_members(extensions.get())?;
+    if !entries
+        .iter()
+        .any(|(k, _)| ECHOED_EXTENSIONS.contains(&k.as_ref()))
+    {
+        return None;
+    }
+    let key = |out: &mut String, k: &str| {
+        // A key is a JSON string; serde_json writes it with the escapes it needs.
+        let _ = write!(out, "{}:", serde_json::Value::from(k));
+    };
+    let mut out = String::with_capacity(text.len());
+    out.push('{');
+    for (k, v) in &members {
+        if k == "extensions" {
+            let kept: Vec<_> = entries
+                .iter()
+                .filter(|(k, _)| !ECHOED_EXTENSIONS.contains(&k.as_ref()))
+                .collect();
+            if kept.is_empty() {
+                continue;
+            }
+            if out.len() > 1 {
+                out.push(',');
+            }
+            key(&mut out, k);
+            out.push('{');
+            for (i, (k, v)) in kept.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                key(&mut out, k);
+                out.push_str(v.get());
+            }
+            out.push('}');
+        } else {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            key(&mut out, k);
+            out.push_str(v.get());
+        }
+    }
+    out.push('}');
+    Some(out.into())
 }
 
 /// What a store remembers about one payment.
@@ -569,6 +677,51 @@ pub fn needs_reconciling(record: &PaymentRecord, stale_before: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stored(text: &str) -> Arc<str> {
+        StoredPayment::new(&Arc::from(text), Arc::from("{}")).payload
+    }
+
+    #[test]
+    fn a_stored_payment_leaves_out_only_the_echoed_declarations() {
+        // Members and kept extensions stay in their order, written exactly as sent (spaces, escapes).
+        assert_eq!(
+            &*stored(
+                r#"{"x402Version": 2, "accepted": {"a" : 1}, "extensions": {"bazaar": {"x": [1]}, "payment-identifier": {"info": {"id": "p\u0031"}}, "terms": {}, "b": null}, "payload": {"s": "0x"}}"#
+            ),
+            r#"{"x402Version":2,"accepted":{"a" : 1},"extensions":{"payment-identifier":{"info": {"id": "p\u0031"}},"b":null},"payload":{"s": "0x"}}"#
+        );
+        // Nothing left: the member goes.
+        assert_eq!(
+            &*stored(
+                r#"{"extensions":{"bazaar":1,"offer-receipt":2,"sign-in-with-x":3,"terms":4},"x402Version":2}"#
+            ),
+            r#"{"x402Version":2}"#
+        );
+        // A key written with an escape is the same key; a key needing one is written with it.
+        assert_eq!(
+            &*stored(r#"{"extensions":{"baz\u0061ar":1,"q\"k":2}}"#),
+            r#"{"extensions":{"q\"k":2}}"#
+        );
+    }
+
+    #[test]
+    fn a_stored_payment_with_nothing_to_leave_out_is_the_same_text() {
+        for text in [
+            r#"{"x402Version":1,"scheme":"exact","payload":{}}"#,
+            r#"{"x402Version":2,"extensions":{"payment-identifier":{}},"resource":{"description":"bazaar terms"}}"#,
+            r#"{"x402Version":2,"extensions":"bazaar"}"#,
+            r#"{"x402Version":2,"extensions":{"bazaar":1},"extensions":{"bazaar":2}}"#,
+            r#"{"extensions":{"bazaar":1}} trailing"#,
+            r#"["bazaar"]"#,
+            "bazaar",
+            "",
+        ] {
+            let arc: Arc<str> = Arc::from(text);
+            let kept = StoredPayment::new(&arc, Arc::from("{}")).payload;
+            assert!(Arc::ptr_eq(&kept, &arc), "{text}");
+        }
+    }
 
     fn key(n: u8) -> ReplayKey {
         ReplayKey {

@@ -298,11 +298,12 @@ impl PaymentEngine {
                 (_, PaymentRequirements::V1(r)) => Some(r.resource.clone()),
                 _ => None,
             };
-            // Only a payment that passed every check is remembered, both parts as the caller sent them.
-            let stored = Arc::new(StoredPayment {
-                payload: request.payload_text.clone(),
-                requirements: requirements.into(),
-            });
+            // Only a payment that passed every check is remembered, both parts as the caller sent them
+            // (less the extensions echoed from the 402: `StoredPayment::new`).
+            let stored = Arc::new(StoredPayment::new(
+                &request.payload_text,
+                requirements.into(),
+            ));
             Ok(Checked {
                 request,
                 stored,

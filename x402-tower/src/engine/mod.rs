@@ -538,10 +538,7 @@ impl PaymentEngine {
             ),
         };
         let fingerprint = local.digest;
-        let stored = Arc::new(StoredPayment {
-            payload: local.payload_text.clone(),
-            requirements: requirements_json,
-        });
+        let stored = Arc::new(StoredPayment::new(&local.payload_text, requirements_json));
         let request = SettleRequest {
             payload: local.payload,
             payload_text: local.payload_text,

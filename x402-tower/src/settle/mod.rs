@@ -46,7 +46,9 @@ pub const VERIFY_ONLY_TRANSACTION: &str = "verify-only";
 pub struct SettleRequest {
     /// The decoded payment, typed.
     pub payload: PaymentPayload,
-    /// The decoded payment's JSON text exactly as the client sent it (what a facilitator receives).
+    /// The decoded payment's JSON text exactly as the client sent it (what a facilitator receives). A
+    /// reconciliation's request is rebuilt from the payment record, which keeps this text less the
+    /// extensions echoed from the 402 ([`StoredPayment::new`](crate::replay::StoredPayment::new)).
     pub payload_text: Arc<str>,
     /// The requirements the payment matched, in the payment's version.
     pub requirements: PaymentRequirements,

@@ -252,6 +252,38 @@ async fn a_pending_payment_found_unsettled_and_usable_is_settled_anew() {
     assert_eq!((s.settles(), s.reconciles()), (2, 1));
 }
 
+/// A payment that echoed the 402's declarations is recorded without them, and the background reconciler
+/// still settles it from the record alone (what it keeps is what a settlement reads).
+#[tokio::test]
+async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
+    let s = Scripted::new(SettleOutcome::Unknown {
+        message: "no receipt".into(),
+        transaction: None,
+    });
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = engine(s.clone(), store.clone());
+    let payload = payload_v2_echoing(0x32);
+    let body = json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload});
+    let r = e
+        .facilitator_settle(&FacilitatorPolicy::default(), body.to_string().as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.error_reason.as_deref(), Some("settlement_pending"));
+    let key = x402_tower::ReplayKey {
+        chain_id: 84532,
+        asset: USDC_BASE_SEPOLIA,
+        from: ACCOUNT0,
+        nonce: alloy_primitives::B256::repeat_byte(0x32),
+    };
+    let record = store.get(&key, now()).await.unwrap().unwrap();
+    let kept: Value = serde_json::from_str(&record.payment.payload).unwrap();
+    assert_eq!(kept, without_echoed(&payload));
+    s.reconcile_to(settled_outcome());
+    let report = e.reconcile_unresolved(100).await.unwrap();
+    assert_eq!((report.examined, report.settled, report.skipped), (1, 1, 0));
+    assert_eq!(state(&store), Some(PaymentState::Settled));
+}
+
 #[tokio::test]
 async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records() {
     let s = Scripted::new(SettleOutcome::Unknown {

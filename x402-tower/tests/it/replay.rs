@@ -217,3 +217,38 @@ async fn a_request_dropped_mid_flight_keeps_its_reservation() {
     assert_eq!(other.error(), "invalid_exact_evm_nonce_already_used");
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// A payment record keeps the payment less the extensions the client echoed from the 402 (discovery,
+/// signed offers, sign-in-with-x, terms: nothing after the payment reads them), and everything else —
+/// what settling reads, the `payment-identifier` id, an extension this crate does not know — as sent.
+#[tokio::test]
+async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402() {
+    let store = std::sync::Arc::new(x402_tower::InMemoryReplayStore::default());
+    let inner = Inner::new();
+    let svc = config()
+        .settler(Scripted::new(settled_outcome()))
+        .replay_store(store.clone())
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let payload = payload_v2_echoing(0x31);
+    let a = send(svc, req("/r", &[("payment-signature", &b64(&payload))])).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let key = x402_tower::ReplayKey {
+        chain_id: 84532,
+        asset: USDC_BASE_SEPOLIA,
+        from: ACCOUNT0,
+        nonce: alloy_primitives::B256::repeat_byte(0x31),
+    };
+    let record = x402_tower::ReplayStore::get(&*store, &key, now())
+        .await
+        .unwrap()
+        .unwrap();
+    let kept: serde_json::Value = serde_json::from_str(&record.payment.payload).unwrap();
+    assert_eq!(kept, without_echoed(&payload));
+    assert!(kept["extensions"]["payment-identifier"].is_object());
+    assert_eq!(kept["extensions"]["later-extension"]["info"][2]["three"], 3);
+    for k in x402_tower::replay::ECHOED_EXTENSIONS {
+        assert!(!record.payment.payload.contains(k), "{k} kept");
+    }
+}

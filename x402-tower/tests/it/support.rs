@@ -387,3 +387,32 @@ pub fn settled_outcome() -> SettleOutcome {
         network: "eip155:84532".into(),
     }
 }
+
+/// The v2 payment with nonce byte `nonce`, echoing in `extensions` what an official client copies from a 402
+/// that declares discovery, signed offers, sign-in-with-x and terms, beside a `payment-identifier` id and an
+/// extension this crate does not know (what a payment record must keep).
+pub fn payload_v2_echoing(nonce: u8) -> Value {
+    let a = Auth::v2(nonce);
+    let mut payload = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
+    payload["extensions"] = json!({
+        "bazaar": {"info": {"input": {"type": "http", "method": "GET"}, "output": {"type": "json"}},
+                   "schema": {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}},
+        "offer-receipt": {"info": {"offers": [{"format": "eip712", "signature": format!("0x{}", "ab".repeat(65))}]}},
+        "sign-in-with-x": {"info": {"domain": "shop.example", "nonce": "n0", "issuedAt": "2026-11-24T00:00:00Z"}},
+        "payment-identifier": {"info": {"required": false, "id": "pay_0123456789abcdef0123"}},
+        "terms": {"info": {"version": "1.0", "url": "https://shop.example/license.xml"}},
+        "later-extension": {"info": [1, "two", {"three": 3}]},
+    });
+    payload
+}
+
+/// `payload` without the extensions a payment record leaves out (`x402_tower::replay::ECHOED_EXTENSIONS`).
+pub fn without_echoed(payload: &Value) -> Value {
+    let mut kept = payload.clone();
+    if let Some(ext) = kept["extensions"].as_object_mut() {
+        for k in x402_tower::replay::ECHOED_EXTENSIONS {
+            ext.remove(k);
+        }
+    }
+    kept
+}

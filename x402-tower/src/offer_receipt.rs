@@ -98,6 +98,23 @@ fn domain(name: &'static str) -> Eip712Domain {
     )
 }
 
+/// The separators of the two domains (version 1, chain id 1), each hashed once per process: a separator
+/// is four Keccak hashes and a type string built at run time, the same for every offer and receipt.
+static OFFER_DOMAIN: std::sync::LazyLock<B256> =
+    std::sync::LazyLock::new(|| domain("x402 offer").separator());
+static RECEIPT_DOMAIN: std::sync::LazyLock<B256> =
+    std::sync::LazyLock::new(|| domain("x402 receipt").separator());
+
+/// The EIP-712 signing hash of `message` under the domain whose separator is `separator`
+/// (`keccak256(0x1901 ‖ separator ‖ hashStruct(message))`).
+fn signing_hash(message: &impl SolStruct, separator: &B256) -> B256 {
+    let mut digest_input = [0u8; 2 + 32 + 32];
+    digest_input[..2].copy_from_slice(&[0x19, 0x01]);
+    digest_input[2..34].copy_from_slice(separator.as_slice());
+    digest_input[34..].copy_from_slice(message.eip712_hash_struct().as_slice());
+    alloy_primitives::keccak256(digest_input)
+}
+
 /// What an offer commits to (`payload` of an EIP-712 signed offer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -125,7 +142,7 @@ pub struct OfferPayload {
 impl OfferPayload {
     /// The EIP-712 hash the signature covers.
     pub fn signing_hash(&self) -> B256 {
-        typed::Offer {
+        let message = typed::Offer {
             version: U256::from(self.version),
             resourceUrl: self.resource_url.clone(),
             scheme: self.scheme.clone(),
@@ -134,8 +151,8 @@ impl OfferPayload {
             payTo: self.pay_to.clone(),
             amount: self.amount.clone(),
             validUntil: U256::from(self.valid_until.unwrap_or(0)),
-        }
-        .eip712_signing_hash(&domain("x402 offer"))
+        };
+        signing_hash(&message, &OFFER_DOMAIN)
     }
 }
 
@@ -162,15 +179,15 @@ pub struct ReceiptPayload {
 impl ReceiptPayload {
     /// The EIP-712 hash the signature covers.
     pub fn signing_hash(&self) -> B256 {
-        typed::Receipt {
+        let message = typed::Receipt {
             version: U256::from(self.version),
             network: self.network.clone(),
             resourceUrl: self.resource_url.clone(),
             payer: self.payer.clone(),
             issuedAt: U256::from(self.issued_at),
             transaction: self.transaction.clone(),
-        }
-        .eip712_signing_hash(&domain("x402 receipt"))
+        };
+        signing_hash(&message, &RECEIPT_DOMAIN)
     }
 }
 
@@ -712,6 +729,46 @@ mod tests {
         };
         o.valid_until = None;
         assert_eq!(o.signing_hash(), with_zero.signing_hash());
+    }
+
+    #[test]
+    fn signing_hashes_are_alloys_under_the_cached_separators() {
+        let o = offer();
+        let typed = typed::Offer {
+            version: U256::from(o.version),
+            resourceUrl: o.resource_url.clone(),
+            scheme: o.scheme.clone(),
+            network: o.network.clone(),
+            asset: o.asset.clone(),
+            payTo: o.pay_to.clone(),
+            amount: o.amount.clone(),
+            validUntil: U256::from(1_703_123_756u64),
+        };
+        assert_eq!(
+            o.signing_hash(),
+            typed.eip712_signing_hash(&domain("x402 offer"))
+        );
+        let r = ReceiptPayload {
+            version: 1,
+            network: "eip155:8453".into(),
+            resource_url: o.resource_url.clone(),
+            payer: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+            issued_at: 1_703_123_456,
+            transaction: String::new(),
+        };
+        let typed = typed::Receipt {
+            version: U256::from(1u64),
+            network: r.network.clone(),
+            resourceUrl: r.resource_url.clone(),
+            payer: r.payer.clone(),
+            issuedAt: U256::from(r.issued_at),
+            transaction: String::new(),
+        };
+        assert_eq!(
+            r.signing_hash(),
+            typed.eip712_signing_hash(&domain("x402 receipt"))
+        );
+        assert_ne!(*OFFER_DOMAIN, *RECEIPT_DOMAIN);
     }
 
     #[test]

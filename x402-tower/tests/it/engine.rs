@@ -269,12 +269,7 @@ async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
         .await
         .unwrap();
     assert_eq!(r.error_reason.as_deref(), Some("settlement_pending"));
-    let key = x402_tower::ReplayKey {
-        chain_id: 84532,
-        asset: USDC_BASE_SEPOLIA,
-        from: ACCOUNT0,
-        nonce: alloy_primitives::B256::repeat_byte(0x32),
-    };
+    let key = replay_key(0x32);
     let record = store.get(&key, now()).await.unwrap().unwrap();
     let kept: Value = serde_json::from_str(&record.payment.payload).unwrap();
     assert_eq!(kept, without_echoed(&payload));

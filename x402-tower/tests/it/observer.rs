@@ -393,12 +393,7 @@ async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_a
     assert_eq!(&a.body[..], b"content");
     assert!(a.receipt("payment-response").success);
     // The payment record was written as settled before the answer too.
-    let key = x402_tower::ReplayKey {
-        chain_id: 84532,
-        asset: USDC_BASE_SEPOLIA,
-        from: ACCOUNT0,
-        nonce: B256::repeat_byte(0x90),
-    };
+    let key = replay_key(0x90);
     let record = store.get(&key, now()).await.unwrap().unwrap();
     assert_eq!(record.state, x402_tower::PaymentState::Settled);
     assert_eq!(record.settlement.unwrap().transaction, TX);

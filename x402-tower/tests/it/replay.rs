@@ -234,12 +234,7 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
     let payload = payload_v2_echoing(0x31);
     let a = send(svc, req("/r", &[("payment-signature", &b64(&payload))])).await;
     assert_eq!(a.status, StatusCode::OK);
-    let key = x402_tower::ReplayKey {
-        chain_id: 84532,
-        asset: USDC_BASE_SEPOLIA,
-        from: ACCOUNT0,
-        nonce: alloy_primitives::B256::repeat_byte(0x31),
-    };
+    let key = replay_key(0x31);
     let record = x402_tower::ReplayStore::get(&*store, &key, now())
         .await
         .unwrap()

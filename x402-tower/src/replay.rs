@@ -124,7 +124,7 @@ pub struct StoredPayment {
 /// Extensions a v2 client copies from the 402 into its payment that neither a settlement nor a
 /// reconciliation reads: the server's own declarations of discovery ([`bazaar`](crate::bazaar)), its
 /// signed offers ([`offer_receipt`](crate::offer_receipt)), sign-in-with-x (signing in is a header of its
-/// own, [`siwx`](crate::siwx)) and its licence terms ([`terms`](crate::terms)), ~3.5 KB of a 4.5 KB payment
+/// own, [`siwx`](crate::siwx)) and its license terms ([`terms`](crate::terms)), ~3.5 KB of a 4.5 KB payment
 /// from an official client. A payment record does not keep them: the record's write is most of a durable
 /// purchase's database pages (docs/bench/reference-server-licensing.md, session 11).
 pub const ECHOED_EXTENSIONS: [&str; 4] = [

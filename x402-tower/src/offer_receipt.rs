@@ -50,7 +50,7 @@
 //! ```
 
 use alloy_primitives::{Address, B256, Signature, U256};
-use alloy_sol_types::{Eip712Domain, SolStruct};
+use alloy_sol_types::Eip712Domain;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -105,16 +105,6 @@ static OFFER_DOMAIN: std::sync::LazyLock<B256> =
 static RECEIPT_DOMAIN: std::sync::LazyLock<B256> =
     std::sync::LazyLock::new(|| domain("x402 receipt").separator());
 
-/// The EIP-712 signing hash of `message` under the domain whose separator is `separator`
-/// (`keccak256(0x1901 ‖ separator ‖ hashStruct(message))`).
-fn signing_hash(message: &impl SolStruct, separator: &B256) -> B256 {
-    let mut digest_input = [0u8; 2 + 32 + 32];
-    digest_input[..2].copy_from_slice(&[0x19, 0x01]);
-    digest_input[2..34].copy_from_slice(separator.as_slice());
-    digest_input[34..].copy_from_slice(message.eip712_hash_struct().as_slice());
-    alloy_primitives::keccak256(digest_input)
-}
-
 /// What an offer commits to (`payload` of an EIP-712 signed offer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -152,7 +142,7 @@ impl OfferPayload {
             amount: self.amount.clone(),
             validUntil: U256::from(self.valid_until.unwrap_or(0)),
         };
-        signing_hash(&message, &OFFER_DOMAIN)
+        crate::verify::eip712_digest(&OFFER_DOMAIN, &message)
     }
 }
 
@@ -187,7 +177,7 @@ impl ReceiptPayload {
             issuedAt: U256::from(self.issued_at),
             transaction: self.transaction.clone(),
         };
-        signing_hash(&message, &RECEIPT_DOMAIN)
+        crate::verify::eip712_digest(&RECEIPT_DOMAIN, &message)
     }
 }
 
@@ -697,6 +687,7 @@ mod issuer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloy_sol_types::SolStruct;
 
     fn offer() -> OfferPayload {
         OfferPayload {

@@ -154,11 +154,18 @@ pub fn authorization_digest(auth: &Authorization, domain_separator: &B256) -> B2
         validBefore: auth.valid_before,
         nonce: auth.nonce,
     };
+    eip712_digest(domain_separator, &msg)
+}
+
+/// The EIP-712 signing hash of `message` under the domain whose separator is `domain_separator`:
+/// `keccak256(0x1901 ‖ domainSeparator ‖ hashStruct(message))`, for a separator hashed once, not per
+/// message as `SolStruct::eip712_signing_hash` does.
+pub(crate) fn eip712_digest(domain_separator: &B256, message: &impl SolStruct) -> B256 {
     let mut buf = [0u8; 66];
     buf[0] = 0x19;
     buf[1] = 0x01;
     buf[2..34].copy_from_slice(domain_separator.as_slice());
-    buf[34..].copy_from_slice(msg.eip712_hash_struct().as_slice());
+    buf[34..].copy_from_slice(message.eip712_hash_struct().as_slice());
     keccak256(buf)
 }
 

@@ -417,30 +417,10 @@ impl RawExtensions {
     /// The entry `key`, as JSON text, borrowed from the object (found without copying any entry; the last
     /// one if the key repeats).
     pub fn raw(&self, key: &str) -> Option<&RawValue> {
-        use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
-
-        struct Find<'k>(&'k str);
-        impl<'de> Visitor<'de> for Find<'_> {
-            type Value = Option<&'de RawValue>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut found = None;
-                while let Some(Key(k)) = map.next_key()? {
-                    if k == self.0 {
-                        found = Some(map.next_value()?);
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(found)
-            }
-        }
-        serde_json::Deserializer::from_str(self.0.get())
-            .deserialize_map(Find(key))
-            .ok()
-            .flatten()
+        object_members(self.0.get())?
+            .into_iter()
+            .rev()
+            .find_map(|(k, v)| (k == key).then_some(v))
     }
 
     /// Whether there is an entry `key`.

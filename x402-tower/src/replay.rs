@@ -164,7 +164,6 @@ impl StoredPayment {
 /// object: then it is kept as it is).
 fn without_echoes(text: &Arc<str>) -> Option<Arc<str>> {
     use crate::proto::object_members;
-    use std::fmt::Write as _;
 
     // Cheap refusal first: a payment that echoes nothing says none of these keys anywhere (a key could
     // also be written with escapes).
@@ -178,50 +177,38 @@ fn without_echoes(text: &Arc<str>) -> Option<Arc<str>> {
         return None; // Not a payment any door accepts: kept as it came.
     }
     let entries = object_members(extensions.get())?;
-    if !entries
+    let kept: Vec<(&str, &str)> = entries
         .iter()
-        .any(|(k, _)| ECHOED_EXTENSIONS.contains(&k.as_ref()))
-    {
+        .filter(|(k, _)| !ECHOED_EXTENSIONS.contains(&k.as_ref()))
+        .map(|(k, v)| (k.as_ref(), v.get()))
+        .collect();
+    if kept.len() == entries.len() {
         return None;
     }
-    let key = |out: &mut String, k: &str| {
-        // A key is a JSON string; serde_json writes it with the escapes it needs.
-        let _ = write!(out, "{}:", serde_json::Value::from(k));
-    };
-    let mut out = String::with_capacity(text.len());
-    out.push('{');
-    for (k, v) in &members {
+    let extensions = (!kept.is_empty()).then(|| json_object(kept));
+    let members = members.iter().filter_map(|(k, v)| {
         if k == "extensions" {
-            let kept: Vec<_> = entries
-                .iter()
-                .filter(|(k, _)| !ECHOED_EXTENSIONS.contains(&k.as_ref()))
-                .collect();
-            if kept.is_empty() {
-                continue;
-            }
-            if out.len() > 1 {
-                out.push(',');
-            }
-            key(&mut out, k);
-            out.push('{');
-            for (i, (k, v)) in kept.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                key(&mut out, k);
-                out.push_str(v.get());
-            }
-            out.push('}');
+            extensions.as_deref().map(|e| (k.as_ref(), e))
         } else {
-            if out.len() > 1 {
-                out.push(',');
-            }
-            key(&mut out, k);
-            out.push_str(v.get());
+            Some((k.as_ref(), v.get()))
         }
+    });
+    Some(json_object(members).into())
+}
+
+/// A JSON object of `members`, each value the JSON text given; keys are written with the escapes they need.
+fn json_object<'a>(members: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    use std::fmt::Write as _;
+
+    let mut out = String::from("{");
+    for (i, (k, v)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{}:{v}", serde_json::Value::from(k));
     }
     out.push('}');
-    Some(out.into())
+    out
 }
 
 /// What a store remembers about one payment.

@@ -124,9 +124,10 @@ pub struct StoredPayment {
 /// Extensions a v2 client copies from the 402 into its payment that neither a settlement nor a
 /// reconciliation reads: the server's own declarations of discovery ([`bazaar`](crate::bazaar)), its
 /// signed offers ([`offer_receipt`](crate::offer_receipt)), sign-in-with-x (signing in is a header of its
-/// own, [`siwx`](crate::siwx)) and its license terms ([`terms`](crate::terms)), ~3.5 KB of a 4.5 KB payment
-/// from an official client. A payment record does not keep them: the record's write is most of a durable
-/// purchase's database pages (docs/bench/reference-server-licensing.md, session 11).
+/// own, [`siwx`](crate::siwx)) and its license terms ([`terms`](crate::terms)): 3.4 KB of the 4.3 KB
+/// payment an official client sends for one of the reference server's articles (944 bytes are kept). A
+/// payment record does not keep them: the record's write was most of a durable purchase's database pages
+/// (docs/bench/reference-server-licensing.md, session 11).
 pub const ECHOED_EXTENSIONS: [&str; 4] = [
     crate::bazaar::KEY,
     crate::offer_receipt::KEY,

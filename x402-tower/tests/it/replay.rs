@@ -247,3 +247,48 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
         assert!(!record.payment.payload.contains(k), "{k} kept");
     }
 }
+
+/// A payment recorded without its echoes is still the same payment everywhere: concurrent copies through
+/// two instances sharing one store, then resends to each, settle once and are all answered with the one
+/// settlement (a resend is recognised by the authorization's digest, never by the stored text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echoing_payment_copied_resent_and_sent_to_another_instance_settles_once() {
+    let store = std::sync::Arc::new(x402_tower::InMemoryReplayStore::default());
+    let settler = Scripted::new(settled_outcome());
+    let instance = || {
+        config()
+            .settler(settler.clone())
+            .replay_store(store.clone())
+            .build()
+            .unwrap()
+            .layer(Inner::new().service(StatusCode::OK))
+    };
+    let (a, b) = (instance(), instance());
+    let header = b64(&payload_v2_echoing(0x33));
+    let copies: Vec<_> = (0..8)
+        .map(|i| {
+            let svc = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let h = header.clone();
+            tokio::spawn(async move { send(svc, req("/r", &[("payment-signature", &h)])).await })
+        })
+        .collect();
+    let mut receipts = Vec::new();
+    for t in copies {
+        let answer = t.await.unwrap();
+        match answer.status {
+            StatusCode::OK => receipts.push(answer.receipt("payment-response")),
+            _ => assert_eq!(answer.error(), "settlement_pending"),
+        }
+    }
+    for svc in [a, b] {
+        let again = send(svc, req("/r", &[("payment-signature", &header)])).await;
+        assert_eq!(again.status, StatusCode::OK);
+        receipts.push(again.receipt("payment-response"));
+    }
+    assert_eq!(
+        settler.settles(),
+        1,
+        "one settlement across copies, resends and instances"
+    );
+    assert!(receipts.iter().all(|r| *r == receipts[0]), "one receipt");
+}

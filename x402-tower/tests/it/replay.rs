@@ -54,20 +54,30 @@ async fn same_nonce_other_version_is_the_same_key() {
     assert_eq!(inner.calls(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_copies_settle_once() {
-    let inner = Inner::new();
-    let settler = Scripted::new(settled_outcome());
-    let svc = config()
-        .settler(settler.clone())
-        .build()
-        .unwrap()
-        .layer(inner.service(StatusCode::OK));
-    let h = v2_header(3);
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let svc = svc.clone();
-            let h = h.clone();
+/// `n` copies of the payment `header` sent at once, in turn to each of `services`: the receipts of those
+/// answered 200 (every other answer must be the retryable `settlement_pending`).
+async fn concurrent_copies<S, B>(
+    services: &[S],
+    header: &str,
+    n: usize,
+) -> Vec<x402_tower::proto::SettleResponse>
+where
+    S: tower::Service<
+            http::Request<http_body_util::Full<bytes::Bytes>>,
+            Response = http::Response<B>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: std::fmt::Debug,
+{
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let svc = services[i % services.len()].clone();
+            let h = header.to_owned();
             tokio::spawn(async move { send(svc, req("/r", &[("payment-signature", &h)])).await })
         })
         .collect();
@@ -79,6 +89,19 @@ async fn concurrent_copies_settle_once() {
             _ => assert_eq!(a.error(), "settlement_pending"),
         }
     }
+    receipts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_copies_settle_once() {
+    let inner = Inner::new();
+    let settler = Scripted::new(settled_outcome());
+    let svc = config()
+        .settler(settler.clone())
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let receipts = concurrent_copies(&[svc], &v2_header(3), 16).await;
     assert_eq!(
         settler.settles(),
         1,
@@ -265,21 +288,7 @@ async fn an_echoing_payment_copied_resent_and_sent_to_another_instance_settles_o
     };
     let (a, b) = (instance(), instance());
     let header = b64(&payload_v2_echoing(0x33));
-    let copies: Vec<_> = (0..8)
-        .map(|i| {
-            let svc = if i % 2 == 0 { a.clone() } else { b.clone() };
-            let h = header.clone();
-            tokio::spawn(async move { send(svc, req("/r", &[("payment-signature", &h)])).await })
-        })
-        .collect();
-    let mut receipts = Vec::new();
-    for t in copies {
-        let answer = t.await.unwrap();
-        match answer.status {
-            StatusCode::OK => receipts.push(answer.receipt("payment-response")),
-            _ => assert_eq!(answer.error(), "settlement_pending"),
-        }
-    }
+    let mut receipts = concurrent_copies(&[a.clone(), b.clone()], &header, 8).await;
     for svc in [a, b] {
         let again = send(svc, req("/r", &[("payment-signature", &header)])).await;
         assert_eq!(again.status, StatusCode::OK);

@@ -287,12 +287,34 @@ impl Instance {
             .arg("--media-dir")
             .arg(media)
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn binary");
+        // Its log, the last lines kept, so that an instance that stops before its banner says why.
+        let log = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let kept = log.clone();
+        let logging = std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let mut kept = kept.lock().unwrap();
+                if kept.len() == 40 {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
         let stdout = child.stdout.take().unwrap();
         let mut lines = std::io::BufReader::new(stdout).lines();
-        let first = lines.next().expect("a banner line").expect("utf-8");
+        let Some(first) = lines.next() else {
+            let status = child.wait();
+            let _ = logging.join();
+            let log: Vec<String> = log.lock().unwrap().iter().cloned().collect();
+            panic!(
+                "a banner line: the server ended first ({status:?}); its log:\n{}",
+                log.join("\n")
+            );
+        };
+        let first = first.expect("utf-8");
         // Keep reading: a closed pipe would kill the server at its next line of output.
         std::thread::spawn(move || lines.for_each(drop));
         let base = first

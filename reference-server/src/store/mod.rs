@@ -130,7 +130,7 @@ impl StoreError {
 /// | written | means |
 /// |---|---|
 /// | `sqlite:PATH`, `sqlite://PATH`, a plain path | a SQLite file (created when missing) |
-/// | `sqlite::memory:`, `:memory:` | a private in-memory SQLite database |
+/// | `sqlite::memory:`, `:memory:` | a private in-memory SQLite database (at most [`sqlite::MEMORY_SIZE_LIMIT`] bytes) |
 /// | `postgres://user:pass@host:port/db`, `postgresql://...` | a PostgreSQL database (libpq URL, with its query parameters) |
 #[derive(Clone, PartialEq, Eq)]
 pub enum DatabaseUrl {

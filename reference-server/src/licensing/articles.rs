@@ -22,9 +22,16 @@ use crate::store::articles::{Article, LicensingStore};
 /// How often the catalog is reloaded from the database.
 pub const REFRESH: Duration = Duration::from_secs(10);
 
-/// A published article as the catalog sells it: its licenses resolved, the x402 `terms` (with their
-/// version) its 402 declares, and its offers.
-pub type ForSale = (Arc<Article>, Arc<Terms>, ArticleOffers);
+/// A published article as the catalog sells it.
+#[derive(Debug, Clone)]
+pub struct ForSale {
+    /// The article, its licenses resolved.
+    pub article: Arc<Article>,
+    /// The x402 `terms` (with their version) its 402 declares.
+    pub terms: Arc<Terms>,
+    /// Its offers, one list per license choice.
+    pub offers: ArticleOffers,
+}
 
 #[derive(Debug, Default)]
 struct Snapshot {
@@ -85,7 +92,12 @@ impl ArticleCatalog {
             .map(|a| {
                 let terms = license::terms_of(&self.public_url, &a.id, &a.licenses);
                 let offers = self.pricing.offers(a);
-                (a.id.clone(), (a.clone(), terms, offers))
+                let for_sale = ForSale {
+                    article: a.clone(),
+                    terms,
+                    offers,
+                };
+                (a.id.clone(), for_sale)
             })
             .collect();
         let mut current = self.snapshot.write().unwrap_or_else(|e| e.into_inner());
@@ -110,7 +122,7 @@ impl ArticleCatalog {
 
     /// The published article `id` (its licenses resolved), if any.
     pub fn published(&self, id: &str) -> Option<Arc<Article>> {
-        self.current().by_id.get(id).map(|(a, ..)| a.clone())
+        self.current().by_id.get(id).map(|f| f.article.clone())
     }
 
     /// The published article `id`, the x402 `terms` of its 402 and its offers.
@@ -194,12 +206,20 @@ mod tests {
         let catalog = ArticleCatalog::load(&store, "http://x", DefaultTerms::default(), pricing())
             .await
             .unwrap();
-        let (plain, terms, plain_offers) = catalog.for_sale("plain").unwrap();
+        let ForSale {
+            article: plain,
+            terms,
+            offers: plain_offers,
+        } = catalog.for_sale("plain").unwrap();
         assert_eq!(plain.licenses[0].id, license::DEFAULT_LICENSE_ID);
         assert_eq!(plain.licenses[0].prohibits, ["ai-train"]);
         assert_eq!(plain.licenses[0].price_atomic, plain.price_atomic);
         assert_eq!(terms.info().terms, "http://x/license.xml?articleId=plain");
-        let (own, own_terms, own_offers) = catalog.for_sale("own").unwrap();
+        let ForSale {
+            article: own,
+            terms: own_terms,
+            offers: own_offers,
+        } = catalog.for_sale("own").unwrap();
         assert_eq!(own.licenses[0].id, "training");
         assert_ne!(own_terms.info().version, terms.info().version);
         // The offers follow each article's licenses and prices, built with the catalog.

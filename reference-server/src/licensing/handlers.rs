@@ -11,6 +11,7 @@ use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use x402_tower::offer_receipt::SignedReceipt;
 
+use super::articles::ForSale;
 use super::payment::{LicenseChoice, PaidBy};
 use super::receipt::{self, ReceiptView};
 use crate::app::AppState;
@@ -177,7 +178,12 @@ pub fn with_article(state: &AppState, mut request: Request) -> Result<Request, A
         ));
     }
     // From the in-memory catalog: no database read for a 402 (or before a purchase).
-    let Some((article, terms, offers)) = state.articles.for_sale(&id) else {
+    let Some(ForSale {
+        article,
+        terms,
+        offers,
+    }) = state.articles.for_sale(&id)
+    else {
         return Err(ApiError::not_found(format!(
             "no published article has id {id:?}"
         )));

@@ -204,8 +204,8 @@ impl LicenseBought {
     ) -> Option<Self> {
         let id = r.license_id.as_ref()?;
         let grants = current
-            .filter(|(_, terms, _)| terms.info().version == r.license_version)
-            .and_then(|(article, ..)| article.licenses.iter().find(|x| &x.id == id))
+            .filter(|f| f.terms.info().version == r.license_version)
+            .and_then(|f| f.article.licenses.iter().find(|x| &x.id == id))
             .cloned();
         Some(LicenseBought {
             id: id.clone(),

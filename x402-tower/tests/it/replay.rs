@@ -5,11 +5,26 @@ use tower::Layer;
 
 use crate::support::*;
 
-#[tokio::test]
-async fn a_resend_is_delivered_again_and_never_settled_twice() {
-    // A client that lost the answer resends the identical payment: it gets the resource again with the same
-    // receipt, and the settler is not called a second time. The same payment for another resource is a
-    // replay.
+/// A layer over an inner service answering 200, with a settler that settles every payment: the inner
+/// service's calls, the settler's, the layered service.
+#[expect(
+    clippy::type_complexity,
+    reason = "the inner service's type can only be named as `impl Service`"
+)]
+fn settling() -> (
+    Inner,
+    std::sync::Arc<Scripted>,
+    x402_tower::X402<
+        impl tower::Service<
+            http::Request<http_body_util::Full<bytes::Bytes>>,
+            Response = http::Response<http_body_util::Full<bytes::Bytes>>,
+            Error = std::convert::Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + 'static,
+    >,
+) {
     let inner = Inner::new();
     let settler = Scripted::new(settled_outcome());
     let svc = config()
@@ -17,6 +32,15 @@ async fn a_resend_is_delivered_again_and_never_settled_twice() {
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
+    (inner, settler, svc)
+}
+
+#[tokio::test]
+async fn a_resend_is_delivered_again_and_never_settled_twice() {
+    // A client that lost the answer resends the identical payment: it gets the resource again with the same
+    // receipt, and the settler is not called a second time. The same payment for another resource is a
+    // replay.
+    let (inner, settler, svc) = settling();
     let h = v2_header(1);
     let first = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
     assert_eq!(first.status, StatusCode::OK);
@@ -94,13 +118,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_copies_settle_once() {
-    let inner = Inner::new();
-    let settler = Scripted::new(settled_outcome());
-    let svc = config()
-        .settler(settler.clone())
-        .build()
-        .unwrap()
-        .layer(inner.service(StatusCode::OK));
+    let (_, settler, svc) = settling();
     let receipts = concurrent_copies(&[svc], &v2_header(3), 16).await;
     assert_eq!(
         settler.settles(),

@@ -22,6 +22,14 @@ fn engine(settler: Arc<dyn Settler>, store: Arc<InMemoryReplayStore>) -> Payment
         .unwrap()
 }
 
+/// A settler whose every settlement has an unknown outcome (no transaction seen).
+fn unknown_outcome() -> Arc<Scripted> {
+    Scripted::new(SettleOutcome::Unknown {
+        message: "no receipt".into(),
+        transaction: None,
+    })
+}
+
 /// The facilitator request for the v2 payment with nonce byte `nonce`.
 /// The facilitator request of the payment with `nonce`, built once: each test owns its nonces, and a second
 /// call is the same payment sent again (built anew, a later second would land in `validBefore` and make it
@@ -256,10 +264,7 @@ async fn a_pending_payment_found_unsettled_and_usable_is_settled_anew() {
 /// still settles it from the record alone (what it keeps is what a settlement reads).
 #[tokio::test]
 async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
-    let s = Scripted::new(SettleOutcome::Unknown {
-        message: "no receipt".into(),
-        transaction: None,
-    });
+    let s = unknown_outcome();
     let store = Arc::new(InMemoryReplayStore::default());
     let e = engine(s.clone(), store.clone());
     let payload = payload_v2_echoing(0x32);
@@ -281,10 +286,7 @@ async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
 
 #[tokio::test]
 async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records() {
-    let s = Scripted::new(SettleOutcome::Unknown {
-        message: "no receipt".into(),
-        transaction: None,
-    });
+    let s = unknown_outcome();
     let store = Arc::new(InMemoryReplayStore::default());
     let e = engine(s.clone(), store.clone());
     e.facilitator_settle(
@@ -563,10 +565,7 @@ async fn two_engines_on_one_store_settle_an_authorization_once_whichever_door() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_background_reconciler_and_a_resend_never_both_act_on_one_pending_payment() {
     for round in 0..8u8 {
-        let s = Scripted::new(SettleOutcome::Unknown {
-            message: "no receipt".into(),
-            transaction: None,
-        });
+        let s = unknown_outcome();
         let e = Arc::new(engine(s.clone(), Arc::new(InMemoryReplayStore::default())));
         let p = FacilitatorPolicy::default();
         let b = body(30 + round);

@@ -132,7 +132,12 @@ pub struct OfferPayload {
 impl OfferPayload {
     /// The EIP-712 hash the signature covers.
     pub fn signing_hash(&self) -> B256 {
-        let message = typed::Offer {
+        crate::verify::eip712_digest(&OFFER_DOMAIN, &self.typed())
+    }
+
+    /// The EIP-712 struct the signature covers.
+    fn typed(&self) -> typed::Offer {
+        typed::Offer {
             version: U256::from(self.version),
             resourceUrl: self.resource_url.clone(),
             scheme: self.scheme.clone(),
@@ -141,8 +146,7 @@ impl OfferPayload {
             payTo: self.pay_to.clone(),
             amount: self.amount.clone(),
             validUntil: U256::from(self.valid_until.unwrap_or(0)),
-        };
-        crate::verify::eip712_digest(&OFFER_DOMAIN, &message)
+        }
     }
 }
 
@@ -169,15 +173,19 @@ pub struct ReceiptPayload {
 impl ReceiptPayload {
     /// The EIP-712 hash the signature covers.
     pub fn signing_hash(&self) -> B256 {
-        let message = typed::Receipt {
+        crate::verify::eip712_digest(&RECEIPT_DOMAIN, &self.typed())
+    }
+
+    /// The EIP-712 struct the signature covers.
+    fn typed(&self) -> typed::Receipt {
+        typed::Receipt {
             version: U256::from(self.version),
             network: self.network.clone(),
             resourceUrl: self.resource_url.clone(),
             payer: self.payer.clone(),
             issuedAt: U256::from(self.issued_at),
             transaction: self.transaction.clone(),
-        };
-        crate::verify::eip712_digest(&RECEIPT_DOMAIN, &message)
+        }
     }
 }
 
@@ -725,19 +733,9 @@ mod tests {
     #[test]
     fn signing_hashes_are_alloys_under_the_cached_separators() {
         let o = offer();
-        let typed = typed::Offer {
-            version: U256::from(o.version),
-            resourceUrl: o.resource_url.clone(),
-            scheme: o.scheme.clone(),
-            network: o.network.clone(),
-            asset: o.asset.clone(),
-            payTo: o.pay_to.clone(),
-            amount: o.amount.clone(),
-            validUntil: U256::from(1_703_123_756u64),
-        };
         assert_eq!(
             o.signing_hash(),
-            typed.eip712_signing_hash(&domain("x402 offer"))
+            o.typed().eip712_signing_hash(&domain("x402 offer"))
         );
         let r = ReceiptPayload {
             version: 1,
@@ -747,17 +745,9 @@ mod tests {
             issued_at: 1_703_123_456,
             transaction: String::new(),
         };
-        let typed = typed::Receipt {
-            version: U256::from(1u64),
-            network: r.network.clone(),
-            resourceUrl: r.resource_url.clone(),
-            payer: r.payer.clone(),
-            issuedAt: U256::from(r.issued_at),
-            transaction: String::new(),
-        };
         assert_eq!(
             r.signing_hash(),
-            typed.eip712_signing_hash(&domain("x402 receipt"))
+            r.typed().eip712_signing_hash(&domain("x402 receipt"))
         );
         assert_ne!(*OFFER_DOMAIN, *RECEIPT_DOMAIN);
     }

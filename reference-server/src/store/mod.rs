@@ -101,9 +101,14 @@ pub enum StoreError {
     /// The blocking task running the query panicked or was cancelled.
     #[error("storage task failed: {0}")]
     Task(String),
-    /// The batch this write belonged to could not be committed: nothing of it was written.
+    /// The write transaction of this write's batch could not begin: nothing of it was written. The error
+    /// is SQLite's, shared by every write of the batch.
+    #[error("cannot begin a write transaction: {0}")]
+    Begin(#[source] std::sync::Arc<rusqlite::Error>),
+    /// The batch this write belonged to could not be committed: nothing of it was written. The error is
+    /// SQLite's (`SQLITE_FULL` for a full in-memory database, say), shared by every write of the batch.
     #[error("commit failed: {0}")]
-    Commit(String),
+    Commit(#[source] std::sync::Arc<rusqlite::Error>),
 }
 
 impl StoreError {

@@ -108,7 +108,8 @@ const PAGE_SIZE: i64 = 8192;
 
 /// Largest in-memory database ([`Db::open_in_memory`]), in bytes: the largest single allocation SQLite makes
 /// (its `memdb` buffer is one allocation), rounded down to whole pages. A write past it fails with
-/// `SQLITE_FULL` (the purchase is refused, nothing is lost); a file database has no such limit.
+/// `SQLITE_FULL` like any other database error (a purchase whose reservation cannot be written is answered
+/// 503 before anything is settled), and what was committed stays; a file database has no such limit.
 pub const MEMORY_SIZE_LIMIT: i64 = 2_147_483_391 / PAGE_SIZE * PAGE_SIZE;
 
 /// Number of reader connections for a file database (the machine has few cores; SQLite reads are fast).
@@ -138,9 +139,9 @@ pub const MAX_BATCH: usize = 256;
 
 /// A queued write: runs in the writer's transaction (or is told why there is none) and returns what to do
 /// once the commit is known.
-type Job = Box<dyn FnOnce(Result<&Connection, &rusqlite::Error>) -> Ran + Send>;
+type Job = Box<dyn FnOnce(Result<&Connection, &Arc<rusqlite::Error>>) -> Ran + Send>;
 /// Answers the caller with the commit's outcome (`None`: committed).
-type Completion = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
+type Completion = Box<dyn FnOnce(Option<&Arc<rusqlite::Error>>) + Send>;
 
 /// A job that ran: how to answer its caller, and whether it failed after changing the database (a
 /// [`Db::write_statement`] whose change cannot be undone alone: the whole batch is rolled back).
@@ -234,6 +235,11 @@ impl Db {
     /// purchase's CPU after 35,000 purchases, and growing. Under `memdb` the pager's cache is the usual
     /// bounded one, and evicted pages are copied back from the buffer.
     pub fn open_in_memory() -> Result<Self, StoreError> {
+        Self::open_in_memory_limited(MEMORY_SIZE_LIMIT)
+    }
+
+    /// [`Db::open_in_memory`] holding at most `limit` bytes.
+    fn open_in_memory_limited(mut limit: i64) -> Result<Self, StoreError> {
         let conn = Connection::open_with_flags(
             "file:reference-server-memory?vfs=memdb",
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -241,7 +247,6 @@ impl Db {
                 | OpenFlags::SQLITE_OPEN_URI
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        let mut limit = MEMORY_SIZE_LIMIT;
         conn.file_control(Some(rusqlite::MAIN_DB), FileControl::SizeLimit(&mut limit))?;
         configure(&conn)?;
         // The same page size as a file (see `open_with`), so both lay records out alike.
@@ -349,20 +354,15 @@ impl Db {
         T: Send + 'static,
     {
         let (answer, answered) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |conn: Result<&Connection, &rusqlite::Error>| {
+        let job: Job = Box::new(move |conn: Result<&Connection, &Arc<rusqlite::Error>>| {
             let (result, poisons) = match conn {
                 Ok(conn) => run(conn),
-                Err(e) => (
-                    Err(StoreError::Commit(format!(
-                        "cannot begin a transaction: {e}"
-                    ))),
-                    false,
-                ),
+                Err(e) => (Err(StoreError::Begin(e.clone())), false),
             };
             Ran {
-                complete: Box::new(move |commit: Option<&rusqlite::Error>| {
+                complete: Box::new(move |commit: Option<&Arc<rusqlite::Error>>| {
                     let result = match (result, commit) {
-                        (Ok(_), Some(e)) => Err(StoreError::Commit(e.to_string())),
+                        (Ok(_), Some(e)) => Err(StoreError::Commit(e.clone())),
                         (result, _) => result,
                     };
                     let _ = answer.send(result);
@@ -508,6 +508,7 @@ fn group_commit(
         let conn = lock(writer);
         if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
             tracing::error!(error = %e, writes = batch.len(), "cannot begin a write transaction");
+            let e = Arc::new(e);
             for job in batch {
                 (job(Err(&e)).complete)(None);
             }
@@ -539,7 +540,7 @@ fn group_commit(
         drop(conn);
         commits.fetch_add(1, Ordering::Relaxed);
         writes.fetch_add(completions.len() as u64, Ordering::Relaxed);
-        let error = committed.err();
+        let error = committed.err().map(Arc::new);
         if let Some(e) = &error {
             tracing::error!(error = %e, writes = completions.len(), "group commit failed: nothing of it was written");
         }
@@ -746,6 +747,41 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((limit, page_size), (MEMORY_SIZE_LIMIT, PAGE_SIZE));
+    }
+
+    #[tokio::test]
+    async fn a_full_in_memory_database_refuses_the_write_and_keeps_what_was_committed() {
+        // Room for the schema and a few rows of 6 KB (a page each), not for a hundred.
+        let db = Db::open_in_memory_limited(1024 * 1024).unwrap();
+        db.write(|c| Ok(c.execute_batch("CREATE TABLE t (x BLOB NOT NULL)")?))
+            .await
+            .unwrap();
+        let mut written = 0;
+        let full = loop {
+            assert!(written < 1_000, "the limit never applied");
+            match db
+                .write_statement(
+                    |c| Ok(c.execute("INSERT INTO t (x) VALUES (zeroblob(6000))", [])?),
+                )
+                .await
+            {
+                Ok(_) => written += 1,
+                Err(e) => break e,
+            }
+        };
+        // SQLite may refuse the page at the statement or when the commit writes it out.
+        let code = match &full {
+            StoreError::Sqlite(e) => e.sqlite_error_code(),
+            StoreError::Commit(e) => e.sqlite_error_code(),
+            _ => None,
+        };
+        assert_eq!(code, Some(rusqlite::ErrorCode::DiskFull), "{full:?}");
+        assert!(written > 0);
+        let rows: i64 = db
+            .read(|c| Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(rows, written, "every committed row is still there");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -170,6 +170,8 @@ pub mod price;
 pub mod pricing;
 pub mod proto;
 pub mod replay;
+#[cfg(any(feature = "offer-receipt", feature = "onchain"))]
+mod secp;
 pub mod settle;
 pub mod siwx;
 pub mod terms;

@@ -470,10 +470,7 @@ mod issuer {
         /// Any alloy signer.
         Alloy(Box<dyn SignerSync + Send + Sync>),
         /// A private key, signed with libsecp256k1.
-        Secret(
-            secp256k1::SecretKey,
-            secp256k1::Secp256k1<secp256k1::SignOnly>,
-        ),
+        Secret(crate::secp::SecretSigner),
     }
 
     /// The private key given to [`OfferReceipt::from_secret`] is not a secp256k1 scalar.
@@ -494,11 +491,9 @@ mod issuer {
         /// Signs with a private key through libsecp256k1 (35 µs a signature against 88 µs for alloy's local
         /// signer, which uses k256; BENCHMARKS.md): a receipt is signed on every purchase.
         pub fn from_secret(secret: B256) -> Result<Self, InvalidKey> {
-            let key = secp256k1::SecretKey::from_byte_array(secret.0).map_err(|_| InvalidKey)?;
-            let ctx = secp256k1::Secp256k1::signing_only();
-            let public = secp256k1::PublicKey::from_secret_key(&ctx, &key).serialize_uncompressed();
-            let address = Address::from_raw_public_key(&public[1..]);
-            Ok(Self::with_key(Key::Secret(key, ctx), address))
+            let key = crate::secp::SecretSigner::new(secret).ok_or(InvalidKey)?;
+            let address = key.address();
+            Ok(Self::with_key(Key::Secret(key), address))
         }
 
         fn with_key(signer: Key, address: Address) -> Self {
@@ -534,14 +529,7 @@ mod issuer {
         fn sign(&self, hash: B256) -> Result<String, IssueError> {
             let bytes: [u8; 65] = match &self.signer {
                 Key::Alloy(signer) => signer.sign_hash_sync(&hash).map_err(IssueError)?.as_bytes(),
-                Key::Secret(key, ctx) => {
-                    let message = secp256k1::Message::from_digest(hash.0);
-                    let (id, rs) = ctx.sign_ecdsa_recoverable(message, key).serialize_compact();
-                    let mut bytes = [0u8; 65];
-                    bytes[..64].copy_from_slice(&rs);
-                    bytes[64] = 27 + u8::try_from(i32::from(id)).unwrap_or(0);
-                    bytes
-                }
+                Key::Secret(key) => key.sign(&hash).as_bytes(),
             };
             Ok(format!("0x{}", alloy_primitives::hex::encode(bytes)))
         }

@@ -41,6 +41,10 @@ struct Node {
     hang_second_send: bool,
     /// `eth_getTransactionByHash` finds sent transactions (they are in the mempool).
     in_mempool: bool,
+    /// `eth_gasPrice` and `eth_maxPriorityFeePerGas` calls.
+    fee_reads: usize,
+    /// The address every sent transaction's signature recovers to.
+    signers: Vec<Address>,
 }
 
 fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
@@ -54,7 +58,10 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
     let mut n = node.lock().unwrap();
     match body["method"].as_str().unwrap_or("") {
         "eth_chainId" => ok(json!("0x7a69")),
-        "eth_gasPrice" | "eth_maxPriorityFeePerGas" => ok(json!("0x3b9aca00")),
+        "eth_gasPrice" | "eth_maxPriorityFeePerGas" => {
+            n.fee_reads += 1;
+            ok(json!("0x3b9aca00"))
+        }
         "eth_getTransactionCount" => {
             n.count_reads += 1;
             ok(json!(format!("{:#x}", n.pending)))
@@ -78,6 +85,12 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
             let raw: Bytes = params[0].as_str().unwrap().parse().unwrap();
             let tx = alloy_consensus::TxEnvelope::decode_2718(&mut raw.as_ref()).unwrap();
             let nonce = tx.nonce();
+            let signed = tx.as_eip1559().expect("an EIP-1559 transaction");
+            let signer = signed
+                .signature()
+                .recover_address_from_prehash(&signed.tx().signature_hash())
+                .expect("a recoverable signature");
+            n.signers.push(signer);
             if nonce < n.pending {
                 // What geth answers when a pending transaction already holds the nonce.
                 return Some(rpc_error(id, -32000, "replacement transaction underpriced"));
@@ -229,6 +242,75 @@ async fn concurrent_settlements_use_consecutive_relayer_nonces() {
         n.count_reads, 1,
         "the relayer nonce is read once, then managed locally"
     );
+    assert_eq!(n.fee_reads, 2, "one fee quote (two calls) for the eight");
+    let relayer = s.relayer();
+    assert_eq!(
+        relayer,
+        address!("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")
+    );
+    assert_eq!(n.signers.len(), 8);
+    assert!(
+        n.signers.iter().all(|a| *a == relayer),
+        "every transaction is signed by the relayer key: {:?}",
+        n.signers
+    );
+}
+
+#[tokio::test]
+async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
+    let (url, node, _) = node(Node {
+        receipts: true,
+        ..Node::default()
+    })
+    .await;
+    let fee_reads = || node.lock().unwrap().fee_reads;
+    let settle = |s: OnchainSettler, nonce: u8| async move {
+        let outcome = s.settle(&request(nonce)).await;
+        assert!(
+            matches!(outcome, SettleOutcome::Settled { .. }),
+            "{outcome:?}"
+        );
+    };
+    let quoted = OnchainSettler::builder(&url, RELAYER_KEY)
+        .poll_interval(Duration::from_millis(5))
+        .fee_quote_ttl(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    settle(quoted.clone(), 1).await;
+    settle(quoted.clone(), 2).await;
+    assert_eq!(
+        fee_reads(),
+        2,
+        "the second transaction uses the first one's quote"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    settle(quoted, 3).await;
+    assert_eq!(fee_reads(), 4, "an expired quote is asked for again");
+
+    let unshared = OnchainSettler::builder(&url, RELAYER_KEY)
+        .poll_interval(Duration::from_millis(5))
+        .fee_quote_ttl(Duration::ZERO)
+        .build()
+        .unwrap();
+    settle(unshared.clone(), 4).await;
+    settle(unshared, 5).await;
+    assert_eq!(fee_reads(), 8, "a zero TTL asks for every transaction");
+}
+
+#[tokio::test]
+async fn a_relayer_key_that_is_not_a_key_is_refused() {
+    for key in [
+        "",
+        "0x1234",
+        "zz",
+        "0x0000000000000000000000000000000000000000000000000000000000000000",
+    ] {
+        let built = OnchainSettler::builder("http://127.0.0.1:1/", key).build();
+        assert!(
+            matches!(built, Err(OnchainConfigError::Key(_))),
+            "{key:?}: {built:?}"
+        );
+    }
 }
 
 #[tokio::test]

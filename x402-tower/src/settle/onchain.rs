@@ -160,7 +160,8 @@ impl OnchainSettlerBuilder {
     /// How long one fee quote (`eth_gasPrice` and `eth_maxPriorityFeePerGas`) serves the transactions sent
     /// after it (default 1 s; zero: every transaction asks). Concurrent settlements then share one quote
     /// instead of asking the node twice each. The transaction's fee cap is twice the quoted gas price plus
-    /// the tip, so a quote a second old still covers a base fee that doubled (six full blocks in a row).
+    /// the tip, so a quote a second old still covers a base fee that doubled (six full blocks in a row); a
+    /// send the node refuses for its fees drops the quote, so the next transaction asks again.
     pub fn fee_quote_ttl(mut self, ttl: Duration) -> Self {
         self.fee_quote_ttl = ttl;
         self
@@ -572,9 +573,14 @@ impl Inner {
                 }
                 Err(e) if e.is_rejection() => {
                     // Refused by the node: the nonce is not consumed. Re-read it in case ours was stale.
-                    if attempt < 2 && e.to_string().to_ascii_lowercase().contains("nonce") {
+                    let refusal = e.to_string().to_ascii_lowercase();
+                    if attempt < 2 && refusal.contains("nonce") {
                         warn!(error = %e, "relayer nonce refused; re-reading it");
                         continue;
+                    }
+                    if refusal.contains("fee") || refusal.contains("underpriced") {
+                        // Fees too low for the node now: the next transaction asks for a new quote.
+                        self.fees.lock().await.take();
                     }
                     return Err(SendError::NotSent {
                         reason: "unexpected_settle_error",

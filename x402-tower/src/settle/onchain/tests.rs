@@ -45,6 +45,8 @@ struct Node {
     fee_reads: usize,
     /// The address every sent transaction's signature recovers to.
     signers: Vec<Address>,
+    /// Refuse the next send as under the block's base fee.
+    refuse_fee: bool,
 }
 
 fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
@@ -91,6 +93,13 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
                 .recover_address_from_prehash(&signed.tx().signature_hash())
                 .expect("a recoverable signature");
             n.signers.push(signer);
+            if std::mem::take(&mut n.refuse_fee) {
+                return Some(rpc_error(
+                    id,
+                    -32003,
+                    "max fee per gas less than block base fee",
+                ));
+            }
             if nonce < n.pending {
                 // What geth answers when a pending transaction already holds the nonce.
                 return Some(rpc_error(id, -32000, "replacement transaction underpriced"));
@@ -295,6 +304,36 @@ async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
     settle(unshared.clone(), 4).await;
     settle(unshared, 5).await;
     assert_eq!(fee_reads(), 8, "a zero TTL asks for every transaction");
+}
+
+#[tokio::test]
+async fn a_send_refused_for_its_fees_makes_the_next_one_ask_for_a_new_quote() {
+    let (url, node, _) = node(Node {
+        receipts: true,
+        refuse_fee: true,
+        ..Node::default()
+    })
+    .await;
+    let s = settler(&url);
+    match s.settle(&request(1)).await {
+        SettleOutcome::Failed {
+            authorization_still_usable: true,
+            message: Some(m),
+            ..
+        } => assert!(m.contains("base fee"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(node.lock().unwrap().fee_reads, 2);
+    let outcome = s.settle(&request(1)).await;
+    assert!(
+        matches!(outcome, SettleOutcome::Settled { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        node.lock().unwrap().fee_reads,
+        4,
+        "the refused quote was dropped, not reused within its TTL"
+    );
 }
 
 #[tokio::test]

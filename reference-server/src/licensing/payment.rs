@@ -408,9 +408,8 @@ mod stale_tests {
         config.settler_key =
             Some("0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d".into());
         config.rpc_receipt_timeout_secs = 900;
-        // The receipt wait, the send phase (six JSON-RPC calls of at most 10 s one after the other, the fee
-        // quote possibly waiting for another settlement's) and a minute.
-        assert_eq!(stale_after(&config), 900 + 60 + 60);
+        // The receipt wait, the send phase (five JSON-RPC calls of at most 10 s) and a minute.
+        assert_eq!(stale_after(&config), 900 + 50 + 60);
     }
 }
 

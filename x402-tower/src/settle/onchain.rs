@@ -216,16 +216,15 @@ struct Inner {
     rpc_timeout: Duration,
     poll_interval: Duration,
     gas_margin_percent: u64,
-    /// The last fee quote, shared for `fee_quote_ttl` (the lock is held while a new one is asked for, so
-    /// concurrent settlements wait for one quote instead of each asking).
-    fees: tokio::sync::Mutex<Option<FeeQuote>>,
+    /// The last attempt at a fee quote: when it ended, and its quote or error. The lock is held while a
+    /// new quote is asked for, so concurrent settlements wait for that one attempt instead of each asking.
+    fees: tokio::sync::Mutex<Option<(Instant, Result<FeeQuote, RpcError>)>>,
     fee_quote_ttl: Duration,
 }
 
-/// `eth_gasPrice` and `eth_maxPriorityFeePerGas` as the node answered them at `at`.
+/// `eth_gasPrice` and `eth_maxPriorityFeePerGas` as the node answered them.
 #[derive(Debug, Clone, Copy)]
 struct FeeQuote {
-    at: Instant,
     gas_price: u128,
     tip: u128,
 }
@@ -597,13 +596,15 @@ impl Inner {
         }
     }
 
-    /// The fee quote: the shared one while it is younger than `fee_quote_ttl`, else a new one (kept only
-    /// when both calls answered).
+    /// The fee quote: the shared one while it is younger than `fee_quote_ttl`, else a new one.
+    ///
+    /// A caller that waited while another asked takes that attempt's answer, quote or error, whatever its
+    /// age: so nobody waits longer than one attempt (one `rpc_timeout`), even when the node does not answer
+    /// and many settlements are queued (each asking in turn would add a timeout per caller).
     async fn fees(&self) -> Result<FeeQuote, RpcError> {
         let ask = || async {
             let (gas_price, tip) = tokio::join!(self.rpc.gas_price(), self.rpc.max_priority_fee());
             Ok(FeeQuote {
-                at: Instant::now(),
                 gas_price: gas_price?,
                 tip: tip?,
             })
@@ -611,15 +612,21 @@ impl Inner {
         if self.fee_quote_ttl.is_zero() {
             return ask().await;
         }
-        let mut shared = self.fees.lock().await;
-        if let Some(quote) = *shared
-            && quote.at.elapsed() < self.fee_quote_ttl
-        {
-            return Ok(quote);
+        let waiting_since = Instant::now();
+        let mut last = self.fees.lock().await;
+        if let Some((ended, answer)) = &*last {
+            if *ended >= waiting_since {
+                return answer.clone();
+            }
+            if let Ok(quote) = answer
+                && ended.elapsed() < self.fee_quote_ttl
+            {
+                return Ok(*quote);
+            }
         }
-        let quote = ask().await?;
-        *shared = Some(quote);
-        Ok(quote)
+        let answer = ask().await;
+        *last = Some((Instant::now(), answer.clone()));
+        answer
     }
 
     async fn wait_receipt(&self, hash: B256) -> Result<Receipt, String> {
@@ -824,11 +831,11 @@ impl Settler for OnchainSettler {
         Box::pin(self.inner.settle(request).instrument(span))
     }
 
-    /// The send phase (chain id, gas estimate beside the fee quote, which may first wait for another
-    /// settlement's quote, relayer nonce, two send attempts: at most six JSON-RPC calls one after the other)
-    /// and the wait for the receipt.
+    /// The send phase (chain id, gas estimate beside the fee quote, relayer nonce, two send attempts: at most
+    /// five JSON-RPC calls one after the other; a settlement waiting for another's fee quote takes that
+    /// quote's answer) and the wait for the receipt.
     fn settle_deadline(&self) -> Option<Duration> {
-        Some(self.inner.receipt_timeout + self.inner.rpc_timeout * 6)
+        Some(self.inner.receipt_timeout + self.inner.rpc_timeout * 5)
     }
 
     fn reconcile<'a>(

@@ -47,6 +47,8 @@ struct Node {
     signers: Vec<Address>,
     /// Refuse the next send as under the block's base fee.
     refuse_fee: bool,
+    /// Never answer `eth_gasPrice` and `eth_maxPriorityFeePerGas`.
+    hang_fees: bool,
 }
 
 fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
@@ -62,6 +64,9 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
         "eth_chainId" => ok(json!("0x7a69")),
         "eth_gasPrice" | "eth_maxPriorityFeePerGas" => {
             n.fee_reads += 1;
+            if n.hang_fees {
+                return None;
+            }
             ok(json!("0x3b9aca00"))
         }
         "eth_getTransactionCount" => {
@@ -334,6 +339,39 @@ async fn a_send_refused_for_its_fees_makes_the_next_one_ask_for_a_new_quote() {
         4,
         "the refused quote was dropped, not reused within its TTL"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_waiting_for_a_fee_quote_take_its_failure_instead_of_each_timing_out_in_turn() {
+    let (url, node, _) = node(Node {
+        hang_fees: true,
+        ..Node::default()
+    })
+    .await;
+    let s = OnchainSettler::builder(&url, RELAYER_KEY)
+        .rpc_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (1..=4u8)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move { s.settle(&request(i)).await })
+        })
+        .collect();
+    for t in tasks {
+        match t.await.unwrap() {
+            SettleOutcome::Failed {
+                authorization_still_usable: true,
+                message: Some(m),
+                ..
+            } => assert!(m.contains("timed out"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // One attempt (two calls) for the four: asking in turn would have been four attempts, four timeouts
+    // one after the other for the last settlement, beyond the send phase `settle_deadline` allows for.
+    assert_eq!(node.lock().unwrap().fee_reads, 2);
+    assert!(node.lock().unwrap().sent_nonces.is_empty());
 }
 
 #[tokio::test]

@@ -62,6 +62,7 @@
 mod nonce;
 mod revert;
 mod rpc;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -74,13 +75,13 @@ use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
 use alloy_sol_types::{SolCall, SolEvent, sol};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 use tracing::{Instrument, info_span, warn};
 
 pub use rpc::RpcError;
 
 use self::nonce::NonceManager;
 use self::revert::Revert;
+use self::shared::Shared;
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use crate::BoxFuture;
 use crate::proto::{SCHEME_EXACT, SupportedKind, SupportedResponse};
@@ -186,13 +187,13 @@ impl OnchainSettlerBuilder {
                 rpc_url: self.rpc_url,
                 relayer: signer.address(),
                 signer,
-                chain_id: OnceCell::new(),
+                chain_id: Shared::new(),
                 nonces: NonceManager::default(),
                 receipt_timeout: self.receipt_timeout,
                 rpc_timeout: self.rpc_timeout,
                 poll_interval: self.poll_interval,
                 gas_margin_percent: self.gas_margin_percent,
-                fees: tokio::sync::Mutex::new(None),
+                fees: Shared::new(),
                 fee_quote_ttl: self.fee_quote_ttl,
             }),
         })
@@ -210,15 +211,15 @@ struct Inner {
     rpc_url: String,
     relayer: Address,
     signer: SecretSigner,
-    chain_id: OnceCell<u64>,
+    /// Asked once (by one settlement at a time until it answers), then kept.
+    chain_id: Shared<u64>,
     nonces: NonceManager,
     receipt_timeout: Duration,
     rpc_timeout: Duration,
     poll_interval: Duration,
     gas_margin_percent: u64,
-    /// The last attempt at a fee quote: when it ended, and its quote or error. The lock is held while a
-    /// new quote is asked for, so concurrent settlements wait for that one attempt instead of each asking.
-    fees: tokio::sync::Mutex<Option<(Instant, Result<FeeQuote, RpcError>)>>,
+    /// The fee quote, shared for `fee_quote_ttl`.
+    fees: Shared<FeeQuote>,
     fee_quote_ttl: Duration,
 }
 
@@ -428,10 +429,7 @@ pub enum SendError {
 
 impl Inner {
     async fn chain_id(&self) -> Result<u64, RpcError> {
-        self.chain_id
-            .get_or_try_init(|| self.rpc.chain_id())
-            .await
-            .copied()
+        self.chain_id.get(None, || self.rpc.chain_id()).await
     }
 
     /// Checks the chain id against the offer's; `Err` carries the mismatch message.
@@ -579,7 +577,7 @@ impl Inner {
                     }
                     if refusal.contains("fee") || refusal.contains("underpriced") {
                         // Fees too low for the node now: the next transaction asks for a new quote.
-                        self.fees.lock().await.take();
+                        self.fees.forget().await;
                     }
                     return Err(SendError::NotSent {
                         reason: "unexpected_settle_error",
@@ -597,10 +595,6 @@ impl Inner {
     }
 
     /// The fee quote: the shared one while it is younger than `fee_quote_ttl`, else a new one.
-    ///
-    /// A caller that waited while another asked takes that attempt's answer, quote or error, whatever its
-    /// age: so nobody waits longer than one attempt (one `rpc_timeout`), even when the node does not answer
-    /// and many settlements are queued (each asking in turn would add a timeout per caller).
     async fn fees(&self) -> Result<FeeQuote, RpcError> {
         let ask = || async {
             let (gas_price, tip) = tokio::join!(self.rpc.gas_price(), self.rpc.max_priority_fee());
@@ -612,21 +606,7 @@ impl Inner {
         if self.fee_quote_ttl.is_zero() {
             return ask().await;
         }
-        let waiting_since = Instant::now();
-        let mut last = self.fees.lock().await;
-        if let Some((ended, answer)) = &*last {
-            if *ended >= waiting_since {
-                return answer.clone();
-            }
-            if let Ok(quote) = answer
-                && ended.elapsed() < self.fee_quote_ttl
-            {
-                return Ok(*quote);
-            }
-        }
-        let answer = ask().await;
-        *last = Some((Instant::now(), answer.clone()));
-        answer
+        self.fees.get(Some(self.fee_quote_ttl), ask).await
     }
 
     async fn wait_receipt(&self, hash: B256) -> Result<Receipt, String> {
@@ -832,8 +812,8 @@ impl Settler for OnchainSettler {
     }
 
     /// The send phase (chain id, gas estimate beside the fee quote, relayer nonce, two send attempts: at most
-    /// five JSON-RPC calls one after the other; a settlement waiting for another's fee quote takes that
-    /// quote's answer) and the wait for the receipt.
+    /// five JSON-RPC calls one after the other; a settlement waiting for another's chain id or fee quote
+    /// takes that answer) and the wait for the receipt.
     fn settle_deadline(&self) -> Option<Duration> {
         Some(self.inner.receipt_timeout + self.inner.rpc_timeout * 5)
     }

@@ -49,6 +49,10 @@ struct Node {
     refuse_fee: bool,
     /// Never answer `eth_gasPrice` and `eth_maxPriorityFeePerGas`.
     hang_fees: bool,
+    /// `eth_chainId` calls.
+    chain_id_reads: usize,
+    /// Never answer `eth_chainId`.
+    hang_chain_id: bool,
 }
 
 fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
@@ -61,7 +65,13 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
     let ok = |result: Value| Some(json!({"jsonrpc": "2.0", "id": id, "result": result}));
     let mut n = node.lock().unwrap();
     match body["method"].as_str().unwrap_or("") {
-        "eth_chainId" => ok(json!("0x7a69")),
+        "eth_chainId" => {
+            n.chain_id_reads += 1;
+            if n.hang_chain_id {
+                return None;
+            }
+            ok(json!("0x7a69"))
+        }
         "eth_gasPrice" | "eth_maxPriorityFeePerGas" => {
             n.fee_reads += 1;
             if n.hang_fees {
@@ -342,9 +352,17 @@ async fn a_send_refused_for_its_fees_makes_the_next_one_ask_for_a_new_quote() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settlements_waiting_for_a_fee_quote_take_its_failure_instead_of_each_timing_out_in_turn() {
+async fn settlements_waiting_for_a_fee_quote_or_the_chain_id_take_its_failure_instead_of_each_timing_out_in_turn()
+ {
+    for hang_chain_id in [false, true] {
+        waiting_settlements_share_one_attempt(hang_chain_id).await;
+    }
+}
+
+async fn waiting_settlements_share_one_attempt(hang_chain_id: bool) {
     let (url, node, _) = node(Node {
-        hang_fees: true,
+        hang_fees: !hang_chain_id,
+        hang_chain_id,
         ..Node::default()
     })
     .await;
@@ -368,10 +386,47 @@ async fn settlements_waiting_for_a_fee_quote_take_its_failure_instead_of_each_ti
             other => panic!("{other:?}"),
         }
     }
-    // One attempt (two calls) for the four: asking in turn would have been four attempts, four timeouts
-    // one after the other for the last settlement, beyond the send phase `settle_deadline` allows for.
-    assert_eq!(node.lock().unwrap().fee_reads, 2);
-    assert!(node.lock().unwrap().sent_nonces.is_empty());
+    // One attempt for the four: asking in turn would have been four attempts, four timeouts one after the
+    // other for the last settlement, beyond the send phase `settle_deadline` allows for.
+    let n = node.lock().unwrap();
+    if hang_chain_id {
+        assert_eq!(n.chain_id_reads, 1);
+    } else {
+        assert_eq!(
+            (n.chain_id_reads, n.fee_reads),
+            (1, 2),
+            "one chain id, one quote (two calls)"
+        );
+    }
+    assert!(n.sent_nonces.is_empty());
+}
+
+#[tokio::test]
+async fn the_chain_id_is_asked_once_after_a_failure_is_past() {
+    let (url, node, _) = node(Node {
+        hang_chain_id: true,
+        receipts: true,
+        ..Node::default()
+    })
+    .await;
+    let s = OnchainSettler::builder(&url, RELAYER_KEY)
+        .rpc_timeout(Duration::from_millis(200))
+        .poll_interval(Duration::from_millis(5))
+        .build()
+        .unwrap();
+    assert!(matches!(s.chain_id().await, Err(RpcError::Timeout { .. })));
+    node.lock().unwrap().hang_chain_id = false;
+    assert_eq!(s.chain_id().await.unwrap(), 31337, "a failure is not kept");
+    let outcome = s.settle(&request(1)).await;
+    assert!(
+        matches!(outcome, SettleOutcome::Settled { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        node.lock().unwrap().chain_id_reads,
+        2,
+        "a success is kept for ever"
+    );
 }
 
 #[tokio::test]

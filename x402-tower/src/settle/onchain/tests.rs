@@ -236,6 +236,18 @@ fn request(nonce: u8) -> SettleRequest {
     }
 }
 
+/// Settles the payment with `nonce`, which must succeed.
+async fn settles(s: &OnchainSettler, nonce: u8) {
+    assert_settled(s.settle(&request(nonce)).await);
+}
+
+fn assert_settled(outcome: SettleOutcome) {
+    assert!(
+        matches!(outcome, SettleOutcome::Settled { .. }),
+        "{outcome:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_settlements_use_consecutive_relayer_nonces() {
     let (url, node, _) = node(Node {
@@ -252,11 +264,7 @@ async fn concurrent_settlements_use_consecutive_relayer_nonces() {
         })
         .collect();
     for t in tasks {
-        let outcome = t.await.unwrap();
-        assert!(
-            matches!(outcome, SettleOutcome::Settled { .. }),
-            "{outcome:?}"
-        );
+        assert_settled(t.await.unwrap());
     }
     let n = node.lock().unwrap();
     let mut sent = n.sent_nonces.clone();
@@ -288,27 +296,20 @@ async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
     })
     .await;
     let fee_reads = || node.lock().unwrap().fee_reads;
-    let settle = |s: OnchainSettler, nonce: u8| async move {
-        let outcome = s.settle(&request(nonce)).await;
-        assert!(
-            matches!(outcome, SettleOutcome::Settled { .. }),
-            "{outcome:?}"
-        );
-    };
     let quoted = OnchainSettler::builder(&url, RELAYER_KEY)
         .poll_interval(Duration::from_millis(5))
         .fee_quote_ttl(Duration::from_millis(200))
         .build()
         .unwrap();
-    settle(quoted.clone(), 1).await;
-    settle(quoted.clone(), 2).await;
+    settles(&quoted, 1).await;
+    settles(&quoted, 2).await;
     assert_eq!(
         fee_reads(),
         2,
         "the second transaction uses the first one's quote"
     );
     tokio::time::sleep(Duration::from_millis(250)).await;
-    settle(quoted, 3).await;
+    settles(&quoted, 3).await;
     assert_eq!(fee_reads(), 4, "an expired quote is asked for again");
 
     let unshared = OnchainSettler::builder(&url, RELAYER_KEY)
@@ -316,8 +317,8 @@ async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
         .fee_quote_ttl(Duration::ZERO)
         .build()
         .unwrap();
-    settle(unshared.clone(), 4).await;
-    settle(unshared, 5).await;
+    settles(&unshared, 4).await;
+    settles(&unshared, 5).await;
     assert_eq!(fee_reads(), 8, "a zero TTL asks for every transaction");
 }
 
@@ -339,11 +340,7 @@ async fn a_send_refused_for_its_fees_makes_the_next_one_ask_for_a_new_quote() {
         other => panic!("{other:?}"),
     }
     assert_eq!(node.lock().unwrap().fee_reads, 2);
-    let outcome = s.settle(&request(1)).await;
-    assert!(
-        matches!(outcome, SettleOutcome::Settled { .. }),
-        "{outcome:?}"
-    );
+    settles(&s, 1).await;
     assert_eq!(
         node.lock().unwrap().fee_reads,
         4,
@@ -417,11 +414,7 @@ async fn the_chain_id_is_asked_once_after_a_failure_is_past() {
     assert!(matches!(s.chain_id().await, Err(RpcError::Timeout { .. })));
     node.lock().unwrap().hang_chain_id = false;
     assert_eq!(s.chain_id().await.unwrap(), 31337, "a failure is not kept");
-    let outcome = s.settle(&request(1)).await;
-    assert!(
-        matches!(outcome, SettleOutcome::Settled { .. }),
-        "{outcome:?}"
-    );
+    settles(&s, 1).await;
     assert_eq!(
         node.lock().unwrap().chain_id_reads,
         2,
@@ -458,11 +451,7 @@ async fn a_settlement_dropped_mid_send_does_not_leave_a_stale_nonce() {
     })
     .await;
     let s = settler(&url);
-    let outcome = s.settle(&request(1)).await;
-    assert!(
-        matches!(outcome, SettleOutcome::Settled { .. }),
-        "{outcome:?}"
-    );
+    settles(&s, 1).await;
     let second = {
         let s = s.clone();
         tokio::spawn(async move { s.settle(&request(2)).await })
@@ -470,11 +459,7 @@ async fn a_settlement_dropped_mid_send_does_not_leave_a_stale_nonce() {
     hung.notified().await;
     second.abort();
     assert!(second.await.unwrap_err().is_cancelled());
-    let outcome = s.settle(&request(3)).await;
-    assert!(
-        matches!(outcome, SettleOutcome::Settled { .. }),
-        "{outcome:?}"
-    );
+    settles(&s, 3).await;
     assert_eq!(node.lock().unwrap().sent_nonces, vec![5, 6, 7]);
 }
 

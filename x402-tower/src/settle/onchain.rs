@@ -577,7 +577,7 @@ impl Inner {
                     }
                     if refusal.contains("fee") || refusal.contains("underpriced") {
                         // Fees too low for the node now: the next transaction asks for a new quote.
-                        self.fees.forget().await;
+                        self.fees.forget();
                     }
                     return Err(SendError::NotSent {
                         reason: "unexpected_settle_error",

@@ -53,8 +53,11 @@ impl<T: Clone> Shared<T> {
         answer
     }
 
-    /// Forgets the last answer: the next caller asks.
-    pub(crate) async fn forget(&self) {
-        self.last.lock().await.take();
+    /// Forgets the last answer, so the next caller asks. Never waits: while another caller is asking, a new
+    /// answer is on its way anyway (and the sender calling this holds the relayer's nonce lock).
+    pub(crate) fn forget(&self) {
+        if let Ok(mut last) = self.last.try_lock() {
+            last.take();
+        }
     }
 }

@@ -1,9 +1,10 @@
 //! A local private key that signs 32-byte digests with libsecp256k1: the one place this crate signs with a
 //! key it holds (the offer-receipt issuer's receipts and offers, the on-chain relayer's transactions).
 //!
-//! libsecp256k1 (the C library alloy-primitives links for recovery, its `secp256k1` feature) signs in ~35 µs
-//! on the project's machine against ~88 µs for alloy's local signer, which uses k256 (BENCHMARKS.md): a
-//! receipt is signed on every purchase, a transaction on every on-chain settlement.
+//! libsecp256k1 (the C library alloy-primitives links for recovery, its `secp256k1` feature) signs in 27–35 µs
+//! on the project's machine against 75–88 µs for alloy's local signer, which uses k256 (criterion
+//! `receipt_sign_only` against `receipt_sign_only_alloy_k256`, BENCHMARKS.md): a receipt is signed on every
+//! purchase, a transaction on every on-chain settlement.
 
 use alloy_primitives::{Address, B256, Signature, U256};
 
@@ -22,6 +23,12 @@ impl SecretSigner {
         let public = secp256k1::PublicKey::from_secret_key(&ctx, &key).serialize_uncompressed();
         let address = Address::from_raw_public_key(&public[1..]);
         Some(SecretSigner { key, ctx, address })
+    }
+
+    /// [`SecretSigner::new`] from hex (64 digits, with or without `0x`; surrounding whitespace ignored).
+    #[cfg(any(feature = "onchain", test))]
+    pub(crate) fn from_hex(hex: &str) -> Option<Self> {
+        hex.trim().parse::<B256>().ok().and_then(Self::new)
     }
 
     /// The address its signatures recover to.
@@ -62,13 +69,9 @@ mod tests {
     const KEY: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
     const ADDRESS: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
-    fn from_hex(hex: &str) -> Option<SecretSigner> {
-        hex.trim().parse::<B256>().ok().and_then(SecretSigner::new)
-    }
-
     #[test]
     fn signatures_recover_to_the_keys_address_and_match_k256s() {
-        let signer = from_hex(KEY).expect("a valid key");
+        let signer = SecretSigner::from_hex(KEY).expect("a valid key");
         assert_eq!(signer.address().to_checksum(None), ADDRESS);
         let reference: alloy_signer_local::PrivateKeySigner = KEY.parse().unwrap();
         for i in 0u8..32 {
@@ -86,12 +89,12 @@ mod tests {
 
     #[test]
     fn invalid_keys_are_refused() {
-        assert!(from_hex("0x00").is_none());
+        assert!(SecretSigner::from_hex("0x00").is_none());
         assert!(SecretSigner::new(B256::ZERO).is_none());
         // The group order n is not a valid scalar.
         let n = "0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141";
-        assert!(from_hex(n).is_none());
-        assert!(from_hex("not hex").is_none());
-        assert!(from_hex(&format!("  {KEY}\n")).is_some());
+        assert!(SecretSigner::from_hex(n).is_none());
+        assert!(SecretSigner::from_hex("not hex").is_none());
+        assert!(SecretSigner::from_hex(&format!("  {KEY}\n")).is_some());
     }
 }

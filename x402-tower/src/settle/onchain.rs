@@ -170,8 +170,7 @@ impl OnchainSettlerBuilder {
 
     /// Builds the settler. Nothing is sent to the node yet.
     pub fn build(self) -> Result<OnchainSettler, OnchainConfigError> {
-        let key = self.relayer_key.trim().parse::<B256>().ok();
-        let signer = key.and_then(SecretSigner::new).ok_or_else(|| {
+        let signer = SecretSigner::from_hex(&self.relayer_key).ok_or_else(|| {
             OnchainConfigError::Key(
                 "expected 64 hex digits (with or without 0x), a secp256k1 scalar".into(),
             )

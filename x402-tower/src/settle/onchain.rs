@@ -159,10 +159,11 @@ impl OnchainSettlerBuilder {
     }
 
     /// How long one fee quote (`eth_gasPrice` and `eth_maxPriorityFeePerGas`) serves the transactions sent
-    /// after it (default 1 s; zero: every transaction asks). Concurrent settlements then share one quote
-    /// instead of asking the node twice each. The transaction's fee cap is twice the quoted gas price plus
-    /// the tip, so a quote a second old still covers a base fee that doubled (six full blocks in a row); a
-    /// send the node refuses for its fees drops the quote, so the next transaction asks again.
+    /// after it (default 1 s; zero: a quote is never reused once it has been answered). Concurrent
+    /// settlements share one quote instead of asking the node twice each: those that come while it is being
+    /// asked for take its answer, whatever the TTL. The transaction's fee cap is twice the quoted gas price
+    /// plus the tip, so a quote a second old still covers a base fee that doubled (six full blocks in a
+    /// row); a send the node refuses for its fees drops the quote, so the next transaction asks again.
     pub fn fee_quote_ttl(mut self, ttl: Duration) -> Self {
         self.fee_quote_ttl = ttl;
         self
@@ -602,9 +603,6 @@ impl Inner {
                 tip: tip?,
             })
         };
-        if self.fee_quote_ttl.is_zero() {
-            return ask().await;
-        }
         self.fees.get(Some(self.fee_quote_ttl), ask).await
     }
 

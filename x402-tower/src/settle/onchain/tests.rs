@@ -53,6 +53,8 @@ struct Node {
     chain_id_reads: usize,
     /// Never answer `eth_chainId`.
     hang_chain_id: bool,
+    /// Every method called, in order.
+    calls: Vec<String>,
 }
 
 fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
@@ -64,6 +66,8 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
     let params = &body["params"];
     let ok = |result: Value| Some(json!({"jsonrpc": "2.0", "id": id, "result": result}));
     let mut n = node.lock().unwrap();
+    n.calls
+        .push(body["method"].as_str().unwrap_or("").to_owned());
     match body["method"].as_str().unwrap_or("") {
         "eth_chainId" => {
             n.chain_id_reads += 1;
@@ -320,6 +324,47 @@ async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
     settles(&unshared, 4).await;
     settles(&unshared, 5).await;
     assert_eq!(fee_reads(), 8, "a zero TTL asks for every transaction");
+}
+
+#[tokio::test]
+async fn a_settlement_asks_the_node_three_times_once_the_chain_id_nonce_and_fees_are_known() {
+    let (url, node, _) = node(Node {
+        receipts: true,
+        ..Node::default()
+    })
+    .await;
+    // A long TTL: the test must not depend on how fast this machine settles twice.
+    let s = OnchainSettler::builder(&url, RELAYER_KEY)
+        .poll_interval(Duration::from_millis(5))
+        .fee_quote_ttl(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let calls = || std::mem::take(&mut node.lock().unwrap().calls);
+    settles(&s, 1).await;
+    let mut first = calls();
+    first.sort_unstable();
+    assert_eq!(
+        first,
+        [
+            "eth_chainId",
+            "eth_estimateGas",
+            "eth_gasPrice",
+            "eth_getTransactionCount",
+            "eth_getTransactionReceipt",
+            "eth_maxPriorityFeePerGas",
+            "eth_sendRawTransaction",
+        ]
+    );
+    settles(&s, 2).await;
+    assert_eq!(
+        calls(),
+        [
+            "eth_estimateGas",
+            "eth_sendRawTransaction",
+            "eth_getTransactionReceipt"
+        ],
+        "the gas estimate, the send, one receipt poll: the fee quote is shared"
+    );
 }
 
 #[tokio::test]

@@ -187,13 +187,20 @@ async fn node(init: Node) -> (String, Arc<Mutex<Node>>, Arc<Notify>) {
     (url, node, hung)
 }
 
-fn settler(url: &str) -> OnchainSettler {
-    OnchainSettler::builder(url, RELAYER_KEY)
+/// The tests' settler, changed by `with` (a timeout, a fee-quote TTL).
+fn settler_with(
+    url: &str,
+    with: impl FnOnce(OnchainSettlerBuilder) -> OnchainSettlerBuilder,
+) -> OnchainSettler {
+    let builder = OnchainSettler::builder(url, RELAYER_KEY)
         .rpc_timeout(Duration::from_secs(30))
         .receipt_timeout(Duration::from_millis(300))
-        .poll_interval(Duration::from_millis(5))
-        .build()
-        .unwrap()
+        .poll_interval(Duration::from_millis(5));
+    with(builder).build().unwrap()
+}
+
+fn settler(url: &str) -> OnchainSettler {
+    settler_with(url, |b| b)
 }
 
 fn request(nonce: u8) -> SettleRequest {
@@ -300,11 +307,7 @@ async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
     })
     .await;
     let fee_reads = || node.lock().unwrap().fee_reads;
-    let quoted = OnchainSettler::builder(&url, RELAYER_KEY)
-        .poll_interval(Duration::from_millis(5))
-        .fee_quote_ttl(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let quoted = settler_with(&url, |b| b.fee_quote_ttl(Duration::from_millis(200)));
     settles(&quoted, 1).await;
     settles(&quoted, 2).await;
     assert_eq!(
@@ -316,11 +319,7 @@ async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
     settles(&quoted, 3).await;
     assert_eq!(fee_reads(), 4, "an expired quote is asked for again");
 
-    let unshared = OnchainSettler::builder(&url, RELAYER_KEY)
-        .poll_interval(Duration::from_millis(5))
-        .fee_quote_ttl(Duration::ZERO)
-        .build()
-        .unwrap();
+    let unshared = settler_with(&url, |b| b.fee_quote_ttl(Duration::ZERO));
     settles(&unshared, 4).await;
     settles(&unshared, 5).await;
     assert_eq!(fee_reads(), 8, "a zero TTL asks for every transaction");
@@ -334,11 +333,7 @@ async fn a_settlement_asks_the_node_three_times_once_the_chain_id_nonce_and_fees
     })
     .await;
     // A long TTL: the test must not depend on how fast this machine settles twice.
-    let s = OnchainSettler::builder(&url, RELAYER_KEY)
-        .poll_interval(Duration::from_millis(5))
-        .fee_quote_ttl(Duration::from_secs(600))
-        .build()
-        .unwrap();
+    let s = settler_with(&url, |b| b.fee_quote_ttl(Duration::from_secs(600)));
     let calls = || std::mem::take(&mut node.lock().unwrap().calls);
     settles(&s, 1).await;
     let mut first = calls();
@@ -408,10 +403,7 @@ async fn waiting_settlements_share_one_attempt(hang_chain_id: bool) {
         ..Node::default()
     })
     .await;
-    let s = OnchainSettler::builder(&url, RELAYER_KEY)
-        .rpc_timeout(Duration::from_secs(1))
-        .build()
-        .unwrap();
+    let s = settler_with(&url, |b| b.rpc_timeout(Duration::from_secs(1)));
     let tasks: Vec<_> = (1..=4u8)
         .map(|i| {
             let s = s.clone();
@@ -451,11 +443,7 @@ async fn the_chain_id_is_asked_once_after_a_failure_is_past() {
         ..Node::default()
     })
     .await;
-    let s = OnchainSettler::builder(&url, RELAYER_KEY)
-        .rpc_timeout(Duration::from_millis(200))
-        .poll_interval(Duration::from_millis(5))
-        .build()
-        .unwrap();
+    let s = settler_with(&url, |b| b.rpc_timeout(Duration::from_millis(200)));
     assert!(matches!(s.chain_id().await, Err(RpcError::Timeout { .. })));
     node.lock().unwrap().hang_chain_id = false;
     assert_eq!(s.chain_id().await.unwrap(), 31337, "a failure is not kept");

@@ -651,10 +651,15 @@ pub(crate) fn price(a: &Article) -> Result<i64, StoreError> {
 /// A uniqueness violation on a receipt insert, as the trait reports it.
 pub(crate) fn receipt_conflict(e: StoreError, r: &Receipt) -> StoreError {
     if e.is_unique_violation() {
-        StoreError::Conflict(format!("receipt {} already issued", r.token_id))
+        already_issued(&r.token_id)
     } else {
         e
     }
+}
+
+/// The trait's error for a receipt whose token id is taken.
+pub(crate) fn already_issued(token_id: &str) -> StoreError {
+    StoreError::Conflict(format!("receipt {token_id} already issued"))
 }
 
 /// An article for tests: `Title <id>`, 0.01 USDC.

@@ -109,6 +109,11 @@ pub enum StoreError {
     /// SQLite's (`SQLITE_FULL` for a full in-memory database, say), shared by every write of the batch.
     #[error("commit failed: {0}")]
     Commit(#[source] std::sync::Arc<rusqlite::Error>),
+    /// The connection broke while the PostgreSQL commit of this write's group was in flight: it may or may
+    /// not have been written (as with any statement whose connection breaks). The error is shared by every
+    /// write of the group.
+    #[error("commit outcome unknown: {0}")]
+    CommitUnknown(#[source] std::sync::Arc<tokio_postgres::Error>),
 }
 
 impl StoreError {

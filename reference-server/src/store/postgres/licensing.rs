@@ -2,11 +2,11 @@
 
 use tokio_postgres::Row;
 
-use super::{Pg, big, unsigned};
+use super::{Pg, Statement, big, changed, param, unsigned};
 use crate::store::articles::{
     Article, DailyInterest, DailyPurchases, LicenseMint, LicensingStore, LlmsTxtInterest,
     LlmsTxtStats, MINT_COLUMNS, Receipt, UserAgentCount, activity_interest_sql,
-    activity_purchases_sql, price, queue_mints_sql, receipt_conflict,
+    activity_purchases_sql, already_issued, price, queue_mints_sql,
 };
 use crate::store::{StoreError, StoreFuture};
 
@@ -155,35 +155,36 @@ impl LicensingStore for PgLicensingStore {
     fn insert_receipt(&self, r: Receipt) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             r.check_token()?;
-            let c = self.pg.client().await?;
-            let stmt = c
-                .prepare_cached(&format!(
-                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
-                ))
-                .await?;
-            c.execute(
-                &stmt,
-                &[
-                    &r.token_id,
-                    &r.article_id,
-                    &r.payer,
-                    &r.pay_to,
-                    &r.amount_atomic,
-                    &r.network,
-                    &r.asset,
-                    &r.nonce,
-                    &i16::from(r.x402_version),
-                    &r.settlement,
-                    &r.created_at,
-                    &r.signed,
-                    &r.license_id,
-                    &r.license_version,
-                    &r.agent,
+            let token_id = r.token_id.clone();
+            // A conflict is a result, not an error: an error would abort the other writes of its group.
+            let insert = Statement::new(
+                format!(
+                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+                     ON CONFLICT DO NOTHING RETURNING 1"
+                ),
+                vec![
+                    param(r.token_id),
+                    param(r.article_id),
+                    param(r.payer),
+                    param(r.pay_to),
+                    param(r.amount_atomic),
+                    param(r.network),
+                    param(r.asset),
+                    param(r.nonce),
+                    param(i16::from(r.x402_version)),
+                    param(r.settlement),
+                    param(r.created_at),
+                    param(r.signed),
+                    param(r.license_id),
+                    param(r.license_version),
+                    param(r.agent),
                 ],
-            )
-            .await
-            .map_err(|e| receipt_conflict(e.into(), &r))?;
-            Ok(())
+            );
+            if changed(self.pg.write(insert).await?) {
+                Ok(())
+            } else {
+                Err(already_issued(&token_id))
+            }
         })
     }
 

@@ -20,17 +20,19 @@ mod assets;
 mod licensing;
 mod payments;
 mod settlements;
+mod writer;
 
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
 use tokio_postgres::config::SslMode;
+use tokio_postgres::{NoTls, Row};
 
 pub use assets::PgAssetStore;
 pub use licensing::PgLicensingStore;
 pub use payments::PgPaymentStore;
 pub use settlements::PgSettlementStore;
+pub(crate) use writer::{Param, Statement};
 
 use super::{Backend, StoreError, StoreFuture};
 
@@ -77,6 +79,7 @@ pub(crate) const ASSET_LOCK: i64 = 0x7832_0002;
 pub struct Pg {
     pool: Pool,
     url: String,
+    writer: writer::Writer,
 }
 
 impl std::fmt::Debug for Pg {
@@ -121,6 +124,7 @@ impl Pg {
             .build()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let pg = Self {
+            writer: writer::Writer::start(pool.clone()),
             pool,
             url: url.to_owned(),
         };
@@ -130,10 +134,13 @@ impl Pg {
 
     /// A connection from the pool.
     pub(crate) async fn client(&self) -> Result<Object, StoreError> {
-        self.pool.get().await.map_err(|e| match e {
-            deadpool_postgres::PoolError::Backend(e) => StoreError::Postgres(e),
-            other => StoreError::Unavailable(other.to_string()),
-        })
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    /// Commits `write` with the other writes queued at the same moment (see [`writer`]), and returns the
+    /// rows it returned.
+    pub(crate) async fn write(&self, write: Statement) -> Result<Vec<Row>, StoreError> {
+        self.writer.write(write).await
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -218,6 +225,35 @@ impl Backend for Pg {
         ] {
             crate::metrics::gauge(name, help, value as u64);
         }
+        let counters = self.writer.counters();
+        crate::metrics::counter(
+            "postgres_group_commits_total",
+            "Commits of the PostgreSQL writer (each carries one or more writes).",
+            counters.commits.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        crate::metrics::counter(
+            "postgres_group_commit_writes_total",
+            "Writes carried by those commits.",
+            counters.writes.load(std::sync::atomic::Ordering::Relaxed),
+        );
+    }
+}
+
+/// A parameter of a queued [`Statement`].
+pub(crate) fn param(v: impl tokio_postgres::types::ToSql + Send + Sync + 'static) -> Param {
+    Box::new(v)
+}
+
+/// Whether a written statement returned a row (changed one, with `RETURNING`).
+pub(crate) fn changed(rows: Vec<Row>) -> bool {
+    !rows.is_empty()
+}
+
+/// Why the pool gave no connection.
+fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => StoreError::Postgres(e),
+        other => StoreError::Unavailable(other.to_string()),
     }
 }
 

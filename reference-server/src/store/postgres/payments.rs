@@ -13,7 +13,7 @@ use x402_tower::replay::{
     StoreError as ReplayError,
 };
 
-use super::Pg;
+use super::{Pg, Statement, changed, param};
 use crate::store::payments::{
     COLUMNS, PaymentStore, RawRecord, backend, decode_key, key_columns, secs, settlement_json,
 };
@@ -56,48 +56,40 @@ impl PgPaymentStore {
         record: &PaymentRecord,
         now: u64,
     ) -> Result<Option<Reservation>, StoreError> {
-        let settlement = settlement_json(record)?;
         let (chain_id, asset, payer, nonce) = key_columns(key)?;
-        let fingerprint = record.fingerprint.to_string();
-        let (expires, updated, now) = (secs(record.expires_at), secs(record.updated_at), secs(now));
-        let c = self.pg.client().await?;
-        let insert = c
-            .prepare_cached(
-                "INSERT INTO payment_states (chain_id, asset, payer, nonce, state, resource, fingerprint, \
-                 settlement, payload, requirements, expires_at, updated_at, revision) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1) \
-                 ON CONFLICT (chain_id, asset, payer, nonce) DO UPDATE SET state = EXCLUDED.state, \
-                 resource = EXCLUDED.resource, fingerprint = EXCLUDED.fingerprint, \
-                 settlement = EXCLUDED.settlement, payload = EXCLUDED.payload, \
-                 requirements = EXCLUDED.requirements, expires_at = EXCLUDED.expires_at, \
-                 updated_at = EXCLUDED.updated_at, revision = 1 \
-                 WHERE payment_states.expires_at < $13 \
-                 RETURNING revision",
-            )
-            .await?;
-        let params: [&(dyn ToSql + Sync); 13] = [
-            &chain_id,
-            &asset,
-            &payer,
-            &nonce,
-            &record.state.as_str(),
-            &record.resource,
-            &fingerprint,
-            &settlement,
-            &&*record.payment.payload,
-            &&*record.payment.requirements,
-            &expires,
-            &updated,
-            &now,
-        ];
-        if c.query_opt(&insert, &params).await?.is_some() {
+        let insert = Statement::new(
+            "INSERT INTO payment_states (chain_id, asset, payer, nonce, state, resource, fingerprint, \
+             settlement, payload, requirements, expires_at, updated_at, revision) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1) \
+             ON CONFLICT (chain_id, asset, payer, nonce) DO UPDATE SET state = EXCLUDED.state, \
+             resource = EXCLUDED.resource, fingerprint = EXCLUDED.fingerprint, \
+             settlement = EXCLUDED.settlement, payload = EXCLUDED.payload, \
+             requirements = EXCLUDED.requirements, expires_at = EXCLUDED.expires_at, \
+             updated_at = EXCLUDED.updated_at, revision = 1 \
+             WHERE payment_states.expires_at < $13 \
+             RETURNING revision",
+            vec![
+                param(chain_id),
+                param(asset),
+                param(payer),
+                param(nonce),
+                param(record.state.as_str()),
+                param(record.resource.clone()),
+                param(record.fingerprint.to_string()),
+                param(settlement_json(record)?),
+                param(record.payment.payload.to_string()),
+                param(record.payment.requirements.to_string()),
+                param(secs(record.expires_at)),
+                param(secs(record.updated_at)),
+                param(secs(now)),
+            ],
+        );
+        if changed(self.pg.write(insert).await?) {
             return Ok(Some(Reservation::Reserved { revision: 1 }));
         }
-        // Back to the pool first: `read` takes a connection of its own.
-        drop(c);
         // Someone else's unexpired record: read it. `None` when it went (released) in between: try again.
         Ok(self
-            .read(key, now)
+            .read(key, secs(now))
             .await?
             .map(|r| Reservation::Taken(Box::new(r))))
     }
@@ -157,35 +149,28 @@ impl ReplayStore for PgPaymentStore {
     ) -> BoxFuture<'a, Result<bool, ReplayError>> {
         Box::pin(async move {
             let updated = async {
-                let settlement = settlement_json(record)?;
                 let (chain_id, asset, payer, nonce) = key_columns(key)?;
-                let c = self.pg.client().await?;
-                let stmt = c
-                    .prepare_cached(&format!(
+                let update = Statement::new(
+                    format!(
                         "UPDATE payment_states SET state = $5, resource = $6, fingerprint = $7, settlement = $8, \
                          expires_at = $9, updated_at = $10, revision = revision + 1 \
-                         WHERE {WHERE_KEY} AND revision = $11"
-                    ))
-                    .await?;
-                let n = c
-                    .execute(
-                        &stmt,
-                        &[
-                            &chain_id,
-                            &asset,
-                            &payer,
-                            &nonce,
-                            &record.state.as_str(),
-                            &record.resource,
-                            &record.fingerprint.to_string(),
-                            &settlement,
-                            &secs(record.expires_at),
-                            &secs(record.updated_at),
-                            &secs(expected),
-                        ],
-                    )
-                    .await?;
-                Ok::<_, StoreError>(n == 1)
+                         WHERE {WHERE_KEY} AND revision = $11 RETURNING 1"
+                    ),
+                    vec![
+                        param(chain_id),
+                        param(asset),
+                        param(payer),
+                        param(nonce),
+                        param(record.state.as_str()),
+                        param(record.resource.clone()),
+                        param(record.fingerprint.to_string()),
+                        param(settlement_json(record)?),
+                        param(secs(record.expires_at)),
+                        param(secs(record.updated_at)),
+                        param(secs(expected)),
+                    ],
+                );
+                Ok::<_, StoreError>(changed(self.pg.write(update).await?))
             };
             updated.await.map_err(backend)
         })
@@ -199,16 +184,19 @@ impl ReplayStore for PgPaymentStore {
         Box::pin(async move {
             let released = async {
                 let (chain_id, asset, payer, nonce) = key_columns(key)?;
-                let c = self.pg.client().await?;
-                let stmt = c
-                    .prepare_cached(&format!(
-                        "DELETE FROM payment_states WHERE {WHERE_KEY} AND revision = $5"
-                    ))
-                    .await?;
-                let n = c
-                    .execute(&stmt, &[&chain_id, &asset, &payer, &nonce, &secs(expected)])
-                    .await?;
-                Ok::<_, StoreError>(n == 1)
+                let delete = Statement::new(
+                    format!(
+                        "DELETE FROM payment_states WHERE {WHERE_KEY} AND revision = $5 RETURNING 1"
+                    ),
+                    vec![
+                        param(chain_id),
+                        param(asset),
+                        param(payer),
+                        param(nonce),
+                        param(secs(expected)),
+                    ],
+                );
+                Ok::<_, StoreError>(changed(self.pg.write(delete).await?))
             };
             released.await.map_err(backend)
         })

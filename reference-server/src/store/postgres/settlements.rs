@@ -1,9 +1,8 @@
 //! [`SettlementStore`] on PostgreSQL.
 
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 
-use super::Pg;
+use super::{Pg, Statement, param};
 use crate::store::settlements::{
     MAX_DISCOVERED, Resolution, SettlementOutcome, SettlementRecord, SettlementStore,
     discovered_from, discovered_row, outcome_counts, sql_int,
@@ -58,39 +57,46 @@ fn record(r: &Row) -> Result<SettlementRecord, StoreError> {
     })
 }
 
-async fn insert(
-    c: &impl deadpool_postgres::GenericClient,
-    r: &SettlementRecord,
-) -> Result<i64, StoreError> {
+/// The statement that inserts `r` and returns its id.
+fn insert(r: SettlementRecord) -> Statement {
     let version = i16::from(r.x402_version);
-    let params: [&(dyn ToSql + Sync); 17] = [
-        &r.at,
-        &r.outcome.as_str(),
-        &r.payer,
-        &r.pay_to,
-        &r.article_id,
-        &r.resource,
-        &r.amount_atomic,
-        &r.network,
-        &r.asset,
-        &r.nonce,
-        &version,
-        &r.transaction,
-        &r.reason,
-        &r.message,
-        &r.resolved_from,
-        &r.resolved_at,
-        &r.agent,
-    ];
-    let stmt = c.prepare_cached(INSERT).await?;
-    Ok(c.query_one(&stmt, &params).await?.try_get(0)?)
+    Statement::new(
+        INSERT,
+        vec![
+            param(r.at),
+            param(r.outcome.as_str()),
+            param(r.payer),
+            param(r.pay_to),
+            param(r.article_id),
+            param(r.resource),
+            param(r.amount_atomic),
+            param(r.network),
+            param(r.asset),
+            param(r.nonce),
+            param(version),
+            param(r.transaction),
+            param(r.reason),
+            param(r.message),
+            param(r.resolved_from),
+            param(r.resolved_at),
+            param(r.agent),
+        ],
+    )
+}
+
+/// The id an `INSERT … RETURNING id` returned.
+fn inserted_id(rows: &[Row]) -> Result<i64, StoreError> {
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::Invalid("INSERT … RETURNING id returned no row".into()))?;
+    Ok(row.try_get(0)?)
 }
 
 impl SettlementStore for PgSettlementStore {
     fn record(&self, record: SettlementRecord) -> StoreFuture<'_, i64> {
         Box::pin(async move {
-            let c = self.pg.client().await?;
-            insert(&c, &record).await
+            let rows = self.pg.write(insert(record)).await?;
+            inserted_id(&rows)
         })
     }
 
@@ -125,7 +131,7 @@ impl SettlementStore for PgSettlementStore {
                     .await?;
                     Some(id)
                 }
-                Resolution::Insert(r) => Some(insert(&tx, &r).await?),
+                Resolution::Insert(r) => Some(inserted_id(&insert(r).run(&tx).await?)?),
             };
             tx.commit().await?;
             Ok(id)

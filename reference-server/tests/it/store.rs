@@ -617,3 +617,107 @@ async fn license_mints_are_queued_once_for_on_chain_receipts_and_retried_until_m
     );
     assert!(s.license_mint(&two).await.unwrap().is_none());
 }
+
+/// The backend's group-commit counters: (commits, writes they carried).
+fn group_commits(stores: &Stores) -> (u64, u64) {
+    let text =
+        reference_server::metrics::Metrics::default().render(|| stores.backend.record_metrics());
+    let value = |suffix: &str| {
+        text.lines()
+            .find_map(|l| {
+                let (name, v) = l.split_once(' ')?;
+                (name == format!("{}_{suffix}", stores.backend.kind()))
+                    .then(|| v.parse::<f64>().ok())?
+            })
+            .unwrap_or_else(|| panic!("no {suffix} counter in\n{text}")) as u64
+    };
+    (
+        value("group_commits_total"),
+        value("group_commit_writes_total"),
+    )
+}
+
+/// Writes issued together are committed together, and one that fails among them fails alone. Of 22 receipts
+/// written at once (so that the backend's writer takes them as one group), one is for an article that does
+/// not exist (a foreign-key violation: on PostgreSQL an error aborts the group's whole transaction) and one
+/// repeats another's payment (a conflict): those two are refused, the 20 others are stored.
+#[tokio::test]
+async fn a_write_that_fails_among_concurrent_writes_fails_alone() {
+    let dir = TempDir::new();
+    let stores = stores(&dir).await;
+    let s = stores.licensing.clone();
+    s.insert_articles(vec![article("a", true)]).await.unwrap();
+    let mut receipts: Vec<Receipt> = (0..20)
+        .map(|i| receipt(&format!("0x{:02x}", 0x10 + i)))
+        .collect();
+    let mut orphan = receipt("0x99");
+    orphan.article_id = "no-such-article".into();
+    receipts.insert(7, orphan);
+    receipts.insert(13, receipt("0x10"));
+    let (commits, writes) = group_commits(&stores);
+    // Every write is queued before any is answered: the test's runtime has one thread, so the writer (a task
+    // on PostgreSQL, a thread on SQLite) sees them all waiting.
+    let results =
+        futures_util::future::join_all(receipts.into_iter().map(|r| s.insert_receipt(r))).await;
+    for (i, result) in results.iter().enumerate() {
+        match (i, result) {
+            (7, Err(e)) => assert!(!matches!(e, StoreError::Conflict(_)), "{e:?}"),
+            (13, Err(StoreError::Conflict(_))) => {}
+            (7 | 13, other) => panic!("write {i}: {other:?}"),
+            (_, r) => assert!(r.is_ok(), "write {i}: {r:?}"),
+        }
+    }
+    assert_eq!(s.count_receipts().await.unwrap(), 20);
+    assert!(s.receipt(&token("0x10")).await.unwrap().is_some());
+    assert!(s.receipt(&token("0x99")).await.unwrap().is_none());
+    let (commits, writes) = {
+        let (c, w) = group_commits(&stores);
+        (c - commits, w - writes)
+    };
+    assert_eq!(writes, 22);
+    if backend() == "postgres" {
+        // One group: its transaction was rolled back, then each write ran alone.
+        assert_eq!(commits, 1);
+    } else {
+        assert!((1..=22).contains(&commits), "{commits}");
+    }
+}
+
+/// PostgreSQL's writer holds a connection; when the database drops it (a restart, a failover, an
+/// administrator), the writes queued next run on a new one instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_writer_takes_a_new_connection_when_its_own_is_dropped() {
+    if backend() != "postgres" {
+        eprintln!("runs in the PostgreSQL pass of the suite ({POSTGRES_ENV})");
+        return;
+    }
+    let dir = TempDir::new();
+    let url = fresh_database(dir.path(), "unused").await;
+    let stores = Stores::open(&url.parse().unwrap()).await.unwrap();
+    let s = stores.licensing.clone();
+    s.insert_articles(vec![article("a", true)]).await.unwrap();
+    s.insert_receipt(receipt("0x01")).await.unwrap();
+    let (admin, _) =
+        tokio_postgres::connect(&std::env::var(POSTGRES_ENV).unwrap(), tokio_postgres::NoTls)
+            .await
+            .map(|(client, connection)| {
+                tokio::spawn(connection);
+                (client, ())
+            })
+            .unwrap();
+    let db = url.rsplit_once('/').unwrap().1;
+    let killed = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+            &[&db],
+        )
+        .await
+        .unwrap();
+    assert!(!killed.is_empty());
+    let results = futures_util::future::join_all(
+        ["0x02", "0x03", "0x04"].map(|n| s.insert_receipt(receipt(n))),
+    )
+    .await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(s.count_receipts().await.unwrap(), 4);
+}

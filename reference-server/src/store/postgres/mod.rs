@@ -6,8 +6,11 @@
 //! - Every instance opens its own pool (at most [`POOL_SIZE`] connections) on the one database; all state
 //!   that instances share is in it (see `docs/deploy.md`).
 //! - Statements are prepared once per connection and cached (`prepare_cached`).
-//! - Each write is one statement in autocommit, or one short transaction; PostgreSQL's own durability
-//!   (`synchronous_commit`, the WAL) applies: a receipt is answered after its commit returned.
+//! - The purchase path's writes (payment records, settlement rows, receipts) are **group-committed**: queued
+//!   to the instance's writer task, which commits whatever has arrived in one transaction on one connection,
+//!   its statements pipelined ([`writer`]; the SQLite backend's design). Other writes are one statement in
+//!   autocommit, or one short transaction. PostgreSQL's own durability (`synchronous_commit`, the WAL)
+//!   applies: a receipt is answered after its commit returned.
 //! - Where a decision spans several rows, it takes a lock the database holds, never one in this process:
 //!   a payment record is reserved with one `INSERT … ON CONFLICT DO UPDATE … WHERE expired` statement;
 //!   assets are inserted under a transaction-scoped advisory lock that keeps their dense rank dense and

@@ -67,6 +67,16 @@ pub fn backend() -> &'static str {
     }
 }
 
+/// False (and says so) in the SQLite pass: a test that needs PostgreSQL runs in the suite's PostgreSQL pass,
+/// which the test command always runs.
+pub fn in_postgres_pass() -> bool {
+    let postgres = backend() == "postgres";
+    if !postgres {
+        eprintln!("runs in the PostgreSQL pass of the suite ({POSTGRES_ENV})");
+    }
+    postgres
+}
+
 /// A fresh, empty database for one test: a SQLite file `name` in `dir`, or (when [`POSTGRES_ENV`] is set) a
 /// new PostgreSQL database on that cluster. Returns its `--database` URL.
 pub async fn fresh_database(dir: &Path, name: &str) -> String {

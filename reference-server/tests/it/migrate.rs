@@ -19,8 +19,7 @@ fn migrate(from: &std::path::Path, to: &str) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_and_interest() {
-    if backend() != "postgres" {
-        eprintln!("runs in the PostgreSQL pass of the suite ({POSTGRES_ENV})");
+    if !in_postgres_pass() {
         return;
     }
     let dir = Arc::new(TempDir::new());
@@ -118,8 +117,7 @@ async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_that_fails_half_way_writes_nothing() {
-    if backend() != "postgres" {
-        eprintln!("runs in the PostgreSQL pass of the suite ({POSTGRES_ENV})");
+    if !in_postgres_pass() {
         return;
     }
     let dir = TempDir::new();

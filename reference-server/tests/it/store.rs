@@ -687,8 +687,7 @@ async fn a_write_that_fails_among_concurrent_writes_fails_alone() {
 /// administrator), the writes queued next run on a new one instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_writer_takes_a_new_connection_when_its_own_is_dropped() {
-    if backend() != "postgres" {
-        eprintln!("runs in the PostgreSQL pass of the suite ({POSTGRES_ENV})");
+    if !in_postgres_pass() {
         return;
     }
     let dir = TempDir::new();

@@ -13,7 +13,7 @@ use x402_tower::replay::{
     StoreError as ReplayError,
 };
 
-use super::{Pg, Statement, changed, param};
+use super::{Param, Pg, Statement, changed, param};
 use crate::store::payments::{
     COLUMNS, PaymentStore, RawRecord, backend, decode_key, key_columns, secs, settlement_json,
 };
@@ -33,6 +33,28 @@ impl PgPaymentStore {
 }
 
 const WHERE_KEY: &str = "chain_id = $1 AND asset = $2 AND payer = $3 AND nonce = $4";
+
+/// The parameters `$1` to `$8` of a record's insert and update (its key, state, resource, fingerprint and
+/// settlement), then `rest`.
+fn with_record(
+    key: &ReplayKey,
+    record: &PaymentRecord,
+    rest: impl IntoIterator<Item = Param>,
+) -> Result<Vec<Param>, StoreError> {
+    let (chain_id, asset, payer, nonce) = key_columns(key)?;
+    let mut params = vec![
+        param(chain_id),
+        param(asset),
+        param(payer),
+        param(nonce),
+        param(record.state.as_str()),
+        param(record.resource.clone()),
+        param(record.fingerprint.to_string()),
+        param(settlement_json(record)?),
+    ];
+    params.extend(rest);
+    Ok(params)
+}
 
 /// The record whose columns ([`COLUMNS`]) start at index `at`.
 fn raw_at(r: &Row, at: usize) -> Result<RawRecord, StoreError> {
@@ -56,7 +78,6 @@ impl PgPaymentStore {
         record: &PaymentRecord,
         now: u64,
     ) -> Result<Option<Reservation>, StoreError> {
-        let (chain_id, asset, payer, nonce) = key_columns(key)?;
         let insert = Statement::new(
             "INSERT INTO payment_states (chain_id, asset, payer, nonce, state, resource, fingerprint, \
              settlement, payload, requirements, expires_at, updated_at, revision) \
@@ -68,21 +89,17 @@ impl PgPaymentStore {
              updated_at = EXCLUDED.updated_at, revision = 1 \
              WHERE payment_states.expires_at < $13 \
              RETURNING revision",
-            vec![
-                param(chain_id),
-                param(asset),
-                param(payer),
-                param(nonce),
-                param(record.state.as_str()),
-                param(record.resource.clone()),
-                param(record.fingerprint.to_string()),
-                param(settlement_json(record)?),
-                param(record.payment.payload.to_string()),
-                param(record.payment.requirements.to_string()),
-                param(secs(record.expires_at)),
-                param(secs(record.updated_at)),
-                param(secs(now)),
-            ],
+            with_record(
+                key,
+                record,
+                [
+                    param(record.payment.payload.to_string()),
+                    param(record.payment.requirements.to_string()),
+                    param(secs(record.expires_at)),
+                    param(secs(record.updated_at)),
+                    param(secs(now)),
+                ],
+            )?,
         );
         if changed(self.pg.write(insert).await?) {
             return Ok(Some(Reservation::Reserved { revision: 1 }));
@@ -149,26 +166,21 @@ impl ReplayStore for PgPaymentStore {
     ) -> BoxFuture<'a, Result<bool, ReplayError>> {
         Box::pin(async move {
             let updated = async {
-                let (chain_id, asset, payer, nonce) = key_columns(key)?;
                 let update = Statement::new(
                     format!(
                         "UPDATE payment_states SET state = $5, resource = $6, fingerprint = $7, settlement = $8, \
                          expires_at = $9, updated_at = $10, revision = revision + 1 \
                          WHERE {WHERE_KEY} AND revision = $11 RETURNING 1"
                     ),
-                    vec![
-                        param(chain_id),
-                        param(asset),
-                        param(payer),
-                        param(nonce),
-                        param(record.state.as_str()),
-                        param(record.resource.clone()),
-                        param(record.fingerprint.to_string()),
-                        param(settlement_json(record)?),
-                        param(secs(record.expires_at)),
-                        param(secs(record.updated_at)),
-                        param(secs(expected)),
-                    ],
+                    with_record(
+                        key,
+                        record,
+                        [
+                            param(secs(record.expires_at)),
+                            param(secs(record.updated_at)),
+                            param(secs(expected)),
+                        ],
+                    )?,
                 );
                 Ok::<_, StoreError>(changed(self.pg.write(update).await?))
             };

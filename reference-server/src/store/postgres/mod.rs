@@ -8,7 +8,7 @@
 //! - Statements are prepared once per connection and cached (`prepare_cached`).
 //! - The purchase path's writes (payment records, settlement rows, receipts) are **group-committed**: queued
 //!   to the instance's writer task, which commits whatever has arrived in one transaction on one connection,
-//!   its statements pipelined ([`writer`]; the SQLite backend's design). Other writes are one statement in
+//!   its statements pipelined (`writer.rs`; the SQLite backend's design). Other writes are one statement in
 //!   autocommit, or one short transaction. PostgreSQL's own durability (`synchronous_commit`, the WAL)
 //!   applies: a receipt is answered after its commit returned.
 //! - Where a decision spans several rows, it takes a lock the database holds, never one in this process:

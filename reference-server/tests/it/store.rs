@@ -720,3 +720,78 @@ async fn the_postgres_writer_takes_a_new_connection_when_its_own_is_dropped() {
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert_eq!(s.count_receipts().await.unwrap(), 4);
 }
+
+/// What a PostgreSQL group does when its `COMMIT` fails, driven by a check that runs at commit (a deferred
+/// constraint trigger on `receipts`). Refused by the server (`ERROR`): the group was rolled back, each write
+/// runs alone, and only the refused one fails. The session ended during the commit (its backend terminated,
+/// `FATAL`): whether the group was written is unknown, so every write of it fails with `CommitUnknown` and
+/// none is run again; the next writes go through a new connection.
+#[tokio::test]
+async fn a_refused_postgres_commit_reruns_each_write_and_a_broken_one_fails_its_group() {
+    if !in_postgres_pass() {
+        return;
+    }
+    let dir = TempDir::new();
+    let url = fresh_database(dir.path(), "unused").await;
+    let stores = Stores::open(&url.parse().unwrap()).await.unwrap();
+    let s = stores.licensing.clone();
+    let articles = ["a", "refused", "dies"].map(|id| article(id, true));
+    s.insert_articles(articles.to_vec()).await.unwrap();
+    let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    db.batch_execute(
+        "CREATE FUNCTION at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.article_id = 'refused' THEN RAISE EXCEPTION 'refused at commit'; END IF;
+             IF NEW.article_id = 'dies' THEN
+                 PERFORM pg_terminate_backend(pg_backend_pid());
+                 PERFORM pg_sleep(5);
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON receipts
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION at_commit();",
+    )
+    .await
+    .unwrap();
+    // Four receipts written at once (one group), the third for article `odd`.
+    let group = async |odd: &str, nonces: [&str; 4]| {
+        futures_util::future::join_all(nonces.into_iter().enumerate().map(|(i, n)| {
+            let mut r = receipt(n);
+            if i == 2 {
+                r.article_id = odd.into();
+            }
+            s.insert_receipt(r)
+        }))
+        .await
+    };
+
+    let (commits, _) = group_commits(&stores);
+    let refused = group("refused", ["0x01", "0x02", "0x03", "0x04"]).await;
+    assert_eq!(group_commits(&stores).0 - commits, 1, "one group");
+    for (i, r) in refused.iter().enumerate() {
+        match (i, r) {
+            (2, Err(StoreError::Postgres(e))) => assert_eq!(
+                e.as_db_error().map(|db| db.message()),
+                Some("refused at commit")
+            ),
+            (2, other) => panic!("{other:?}"),
+            (_, r) => assert!(r.is_ok(), "write {i}: {r:?}"),
+        }
+    }
+    assert_eq!(s.count_receipts().await.unwrap(), 3);
+
+    let broken = group("dies", ["0x11", "0x12", "0x13", "0x14"]).await;
+    for r in &broken {
+        assert!(matches!(r, Err(StoreError::CommitUnknown(_))), "{r:?}");
+    }
+    assert_eq!(
+        s.count_receipts().await.unwrap(),
+        3,
+        "the ended session wrote nothing"
+    );
+    s.insert_receipt(receipt("0x21")).await.unwrap();
+    assert_eq!(s.count_receipts().await.unwrap(), 4);
+}

@@ -9,15 +9,20 @@
 //!
 //! - `BEGIN`, then every write's statement **pipelined** (all sent before the first answer is read), then
 //!   `COMMIT`: three round trips and one WAL flush for the whole group, however many purchases are in it.
-//!   A group of one write runs as it did before, one autocommitted statement.
+//!   A lone write goes the same way (two round trips more than an autocommitted statement, paid only when
+//!   nothing else is queued): `BEGIN` is where a connection the database dropped while it sat idle (a
+//!   restart, a failover, `idle_session_timeout`) fails before anything ran, and the group is then tried
+//!   once more on a new connection.
 //! - Every caller is answered after the `COMMIT` returned: nobody is told a write is durable before it is.
 //! - A statement that fails aborts a PostgreSQL transaction, and with it every other write of the group. The
 //!   group is then rolled back and each write runs **alone** (autocommitted), so a bad write fails
 //!   alone and the others are committed without it. A write is data (a [`Statement`] and its parameters),
 //!   so it can run again; nothing of the first try was committed.
-//! - A `COMMIT` whose outcome is unknown (the connection broke while it was in flight) fails every write of
-//!   the group with that error, exactly as a single autocommitted statement would have: none is retried,
-//!   since it may have been committed.
+//! - A `COMMIT` the server refuses with an error (a deferred check) rolled the group back: each write then
+//!   runs alone, as after a failed statement. A `COMMIT` whose outcome is unknown (the connection broke, or
+//!   the session ended with a `FATAL` error, while it was in flight) fails every write of the group with
+//!   [`StoreError::CommitUnknown`], exactly as a single autocommitted statement would have failed: none is
+//!   retried, since it may have been committed.
 //! - Expected refusals are results, not errors, so that they do not abort a group: a conflicting receipt is
 //!   `ON CONFLICT DO NOTHING` with no row returned, a lost compare-and-set is an `UPDATE … RETURNING` with no
 //!   row.
@@ -119,9 +124,10 @@ impl Writer {
 enum Group {
     /// Committed: each write's rows.
     Committed(Vec<Vec<Row>>),
-    /// A statement failed: the group was rolled back (or its connection is gone); nothing of it was written.
+    /// A statement (or `COMMIT`) failed: the group was rolled back (or its connection is gone); nothing of it
+    /// was written.
     RolledBack,
-    /// `COMMIT` failed without an answer from the server: it may or may not have been committed.
+    /// `COMMIT` got no answer, or its session ended: it may or may not have been committed.
     Unknown(tokio_postgres::Error),
 }
 
@@ -132,7 +138,7 @@ async fn group_commit(
     counters: Arc<Counters>,
 ) {
     let mut held: Option<Object> = None;
-    while let Some(first) = jobs.recv().await {
+    'groups: while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -140,46 +146,57 @@ async fn group_commit(
                 Err(_) => break,
             }
         }
-        let c = match held.take() {
-            Some(c) if !c.is_closed() => c,
-            _ => match pool.get().await {
-                Ok(c) => c,
-                Err(e) => {
-                    fail_all(batch, &pool_error(e));
-                    continue;
-                }
-            },
-        };
-        let writes = batch.len() as u64;
-        let outcome = if batch.len() == 1 {
-            // Alone anyway: a statement commits by itself.
-            let (write, answer) = batch.pop().expect("one write");
-            let _ = answer.send(write.run(&c).await);
-            None
-        } else {
-            Some(together(&c, &batch).await)
-        };
         counters.commits.fetch_add(1, Ordering::Relaxed);
-        counters.writes.fetch_add(writes, Ordering::Relaxed);
-        match outcome {
-            None => {}
-            Some(Group::Committed(rows)) => {
+        counters
+            .writes
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        // A connection the database dropped while it sat idle (a restart, a failover, an idle timeout) fails
+        // at `BEGIN`, before anything ran: the group is tried again on another connection, and the dropped
+        // one is taken out of the pool. The pool's idle connections may all have been dropped at once, so
+        // as many tries as it holds, and one.
+        let mut tries = 0;
+        let (c, group) = loop {
+            let c = match held.take() {
+                Some(c) if !c.is_closed() => c,
+                _ => match pool.get().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        fail_all(batch, &pool_error(e));
+                        continue 'groups;
+                    }
+                },
+            };
+            match together(&c, &batch).await {
+                Ok(group) => break (c, group),
+                Err(e) => {
+                    drop(Object::take(c));
+                    tries += 1;
+                    if tries > super::POOL_SIZE {
+                        fail_all(batch, &e.into());
+                        continue 'groups;
+                    }
+                    tracing::debug!(error = %e, "BEGIN failed: the group is tried on another connection");
+                }
+            }
+        };
+        match group {
+            Group::Committed(rows) => {
                 for ((_, answer), rows) in batch.into_iter().zip(rows) {
                     let _ = answer.send(Ok(rows));
                 }
+                held = Some(c);
             }
-            Some(Group::Unknown(e)) => {
-                tracing::error!(error = %e, writes, "PostgreSQL group commit broke off: its outcome is unknown");
+            Group::Unknown(e) => {
+                tracing::error!(error = %e, writes = batch.len(), "PostgreSQL group commit broke off: its outcome is unknown");
                 let e = Arc::new(e);
                 for (_, answer) in batch {
                     let _ = answer.send(Err(StoreError::CommitUnknown(e.clone())));
                 }
                 // Not used again: the connection is broken (or in a state nobody knows).
-                continue;
             }
-            Some(Group::RolledBack) => {
+            Group::RolledBack => {
                 tracing::debug!(
-                    writes,
+                    writes = batch.len(),
                     "a write of a PostgreSQL group failed: each runs alone"
                 );
                 // The connection may be the cause: a broken one is replaced for the rerun.
@@ -198,10 +215,8 @@ async fn group_commit(
                     let _ = answer.send(write.run(&c).await);
                 }
                 held = Some(c);
-                continue;
             }
         }
-        held = Some(c);
     }
 }
 
@@ -212,26 +227,31 @@ fn fail_all(batch: Vec<(Statement, Answer)>, e: &StoreError) {
     }
 }
 
-/// `BEGIN`, every write's statements pipelined, then `COMMIT` or `ROLLBACK`.
-async fn together(c: &Object, batch: &[(Statement, Answer)]) -> Group {
+/// `BEGIN`, every write's statement pipelined, then `COMMIT` (or `ROLLBACK`). `Err`: `BEGIN` failed, nothing
+/// ran.
+async fn together(
+    c: &Object,
+    batch: &[(Statement, Answer)],
+) -> Result<Group, tokio_postgres::Error> {
     // `BEGIN` is answered before anything else is sent: a statement must never run outside the group's
     // transaction (it would commit by itself, and run again alone after the rollback).
-    if c.batch_execute("BEGIN").await.is_err() {
-        let _ = c.batch_execute("ROLLBACK").await;
-        return Group::RolledBack;
-    }
+    c.batch_execute("BEGIN").await?;
     let ran = join_all(batch.iter().map(|(write, _)| write.run(c))).await;
-    match ran.into_iter().collect::<Result<Vec<_>, _>>() {
+    Ok(match ran.into_iter().collect::<Result<Vec<_>, _>>() {
         Ok(rows) => match c.batch_execute("COMMIT").await {
             Ok(()) => Group::Committed(rows),
-            // The server answered: it rolled the transaction back (a deferred check, a serialization
-            // failure), so nothing of it was written.
-            Err(e) if e.as_db_error().is_some() => Group::RolledBack,
-            Err(e) => Group::Unknown(e),
+            Err(e) => match e.as_db_error() {
+                // The server refused the commit and the session goes on (a deferred check, a serialization
+                // failure): it rolled the transaction back, so nothing of it was written.
+                Some(db) if db.severity() == "ERROR" => Group::RolledBack,
+                // No answer, or the session ended with it (`FATAL`: a terminated backend may end after its
+                // commit is durable and before it says so): nobody knows.
+                _ => Group::Unknown(e),
+            },
         },
         Err(_) => {
             let _ = c.batch_execute("ROLLBACK").await;
             Group::RolledBack
         }
-    }
+    })
 }

@@ -461,25 +461,67 @@ pub async fn shutdown_signal() {
     tracing::info!("shutdown requested; finishing in-flight requests");
 }
 
-/// Install the global tracing subscriber (`RUST_LOG` filter, default `info`). Idempotent.
-pub fn init_tracing(format: LogFormat) {
+/// Most log lines waiting for the writer thread; past it, new lines are dropped and counted
+/// (`log_lines_dropped_total`) rather than make a request wait (~500 bytes a line: ~8 MB at most).
+const LOG_QUEUE_LINES: usize = 16 * 1024;
+
+/// The log writer's dropped-line counter, for `/metrics` (set by [`init_tracing`]).
+static LOG_DROPPED: std::sync::OnceLock<tracing_appender::non_blocking::ErrorCounter> =
+    std::sync::OnceLock::new();
+
+/// Lines the log writer dropped because its queue was full (a log sink that stopped reading).
+pub(crate) fn log_lines_dropped() -> u64 {
+    LOG_DROPPED.get().map_or(0, |c| c.dropped_lines() as u64)
+}
+
+/// Flushes the log lines still queued when dropped: keep it until the process ends.
+#[must_use = "log lines still queued are lost unless the guard is kept until the end"]
+pub struct LogGuard {
+    _writer: Option<tracing_appender::non_blocking::WorkerGuard>,
+}
+
+/// Install the global tracing subscriber (`RUST_LOG` filter, default `info`). Idempotent (a second call
+/// installs nothing and its guard guards nothing).
+///
+/// Lines go to stderr from a writer thread of their own, so a log sink that stops reading (a full pipe, a
+/// stalled log shipper) never stops the server: written in place, every request would wait on the full
+/// pipe. Past 16,384 waiting lines, new ones are dropped and counted
+/// (`log_lines_dropped_total`). This buys no CPU: at the default level each request's access line costs
+/// ~7 µs either way (its `write`, or the hand-off to the writer thread; docs/bench/reference-server-licensing.md,
+/// session 15); `RUST_LOG=warn` turns the access log off. Lines still queued when the process is killed
+/// (`SIGKILL`) are lost; the returned guard writes them out on a normal exit.
+pub fn init_tracing(format: LogFormat) -> LogGuard {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,tower_http=info"));
     use std::io::IsTerminal as _;
     let terminal = std::io::stderr().is_terminal();
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .lossy(true)
+        .thread_name("log-writer")
+        // Buffered: the lines that queued up while one was written go out in one `write`.
+        .finish(std::io::BufWriter::new(std::io::stderr()));
+    let dropped = writer.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(terminal);
     let json = match format {
         LogFormat::Auto => !terminal,
         LogFormat::Json => true,
         LogFormat::Text => false,
     };
-    let _ = if json {
+    let installed = if json {
         builder.json().try_init()
     } else {
         builder.try_init()
     };
+    if installed.is_err() {
+        return LogGuard { _writer: None };
+    }
+    let _ = LOG_DROPPED.set(dropped);
+    LogGuard {
+        _writer: Some(guard),
+    }
 }

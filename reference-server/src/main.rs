@@ -14,7 +14,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let config = Config::parse(); // bad flags: clap prints usage and exits with 2
-    init_tracing(config.log_format);
+    let _log = init_tracing(config.log_format);
     match &config.command {
         Some(Command::MigrateSqliteToPostgres { from, to }) => {
             return migrate_command(from, to).await;

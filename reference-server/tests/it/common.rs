@@ -101,6 +101,48 @@ pub async fn fresh_database(dir: &Path, name: &str) -> String {
 }
 
 /// An HTTP client for the tests (reqwest is built without a default TLS provider: install ring).
+/// The value of metric `name` (a family without labels) in `base`'s `/metrics`.
+pub async fn metric(client: &reqwest::Client, base: &str, name: &str) -> u64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+}
+
+/// The server binary on a free loopback port with a fresh SQLite file in `dir` and `seed_assets` demo assets,
+/// its stdout (the banner) piped: the caller sets the rest and spawns it.
+pub fn binary(dir: &TempDir, seed_assets: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"));
+    command
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--seed-assets",
+            seed_assets,
+            "--database",
+        ])
+        .arg(dir.path().join("db.sqlite3"))
+        .stdout(std::process::Stdio::piped());
+    command
+}
+
+/// The listen URL in the binary's banner line.
+pub fn banner_url(first_line: &str) -> String {
+    first_line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("listen URL in the banner")
+        .to_owned()
+}
+
 pub fn test_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()

@@ -28,21 +28,6 @@ async fn closed_within(stream: &mut TcpStream, wait: Duration) -> Option<usize> 
     }
 }
 
-async fn metric(client: &reqwest::Client, base: &str, name: &str) -> u64 {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_sent_and_idle_connections_are_closed_after_the_header_timeout() {
     let dir = TempDir::new();

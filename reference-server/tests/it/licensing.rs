@@ -4,7 +4,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::Value;
 
-use crate::common::{Payer, TempDir, TestServer, decode_header};
+use crate::common::{Payer, TempDir, TestServer, banner_url, binary, decode_header};
 
 pub(crate) const ARTICLE: &str = "provenance-newsroom-2025"; // 0.05 USDC in the demo catalog
 const ARTICLE_PRICE: &str = "50000";
@@ -655,27 +655,14 @@ async fn configuration_from_the_environment_and_a_busy_port_also_exit_2() {
 async fn binary_prints_banner_serves_and_stops_cleanly_on_sigterm() {
     use std::io::BufRead as _;
     let dir = TempDir::new();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--seed-assets",
-            "5",
-            "--database",
-        ])
-        .arg(dir.path().join("db.sqlite3"))
-        .stdout(std::process::Stdio::piped())
+    let mut child = binary(&dir, "5")
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn binary");
     let stdout = child.stdout.take().unwrap();
     let mut lines = std::io::BufReader::new(stdout).lines();
     let first = lines.next().expect("a banner line").expect("utf-8");
-    let base = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("listen URL in the banner")
-        .to_owned();
+    let base = banner_url(&first);
     let mut banner = Vec::new();
     for line in lines.by_ref().map_while(Result::ok) {
         let last = line.contains("Settlement:");

@@ -78,19 +78,10 @@ async fn version_and_readiness() {
 #[tokio::test]
 async fn the_access_log_is_json_lines_with_request_id_client_agent_and_latency_in_ms() {
     let dir = TempDir::new();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--seed-assets",
-            "1",
-            "--database",
-        ])
-        .arg(dir.path().join("db.sqlite3"))
+    let mut child = binary(&dir, "1")
         .env("RUST_LOG", "info")
         // stderr is a pipe, not a terminal: `--log-format auto` (the default) writes JSON.
         .env_remove("REFERENCE_SERVER_LOG_FORMAT")
-        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn binary");
@@ -98,11 +89,7 @@ async fn the_access_log_is_json_lines_with_request_id_client_agent_and_latency_i
     let mut lines = std::io::BufReader::new(stdout).lines();
     let first = lines.next().expect("banner").expect("utf-8");
     std::thread::spawn(move || lines.for_each(drop));
-    let base = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("listen URL")
-        .to_owned();
+    let base = banner_url(&first);
     let resp = test_client()
         .get(format!("{base}/healthz"))
         .header("x-request-id", "log-check-1")
@@ -136,6 +123,55 @@ async fn the_access_log_is_json_lines_with_request_id_client_agent_and_latency_i
         "{line}"
     );
     assert_eq!(line["span"]["path"], "/healthz");
+}
+
+/// Access lines are written by a thread of their own: a log sink that stops reading (a full pipe) makes the
+/// server drop and count lines, never stop answering. Written in place, every request would block on the
+/// full pipe after ~64 KiB of lines.
+#[tokio::test]
+async fn a_log_sink_that_stops_reading_never_stops_the_server() {
+    let dir = TempDir::new();
+    let mut child = binary(&dir, "0")
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn binary");
+    // Held and never read: the pipe fills, and its writer waits.
+    let _unread = child.stderr.take();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = stdout.next().expect("banner").expect("utf-8");
+    std::thread::spawn(move || stdout.for_each(drop));
+    let base = banner_url(&first);
+    // More access lines than the writer's queue (16 Ki lines) and the pipe (64 KiB) hold together.
+    const TASKS: usize = 32;
+    const EACH: usize = 560;
+    let client = test_client();
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..TASKS {
+            let (client, url) = (client.clone(), format!("{base}/version"));
+            tasks.spawn(async move {
+                let mut ok = 0;
+                for _ in 0..EACH {
+                    ok += usize::from(client.get(&url).send().await.unwrap().status() == 200);
+                }
+                ok
+            });
+        }
+        tasks.join_all().await.into_iter().sum::<usize>()
+    })
+    .await;
+    let dropped = match answered {
+        Ok(n) => {
+            assert_eq!(n, TASKS * EACH);
+            Some(metric(&client, &base, "log_lines_dropped_total").await)
+        }
+        Err(_) => None,
+    };
+    child.kill().unwrap();
+    let _ = child.wait();
+    let dropped = dropped.expect("the server stopped answering");
+    assert!(dropped > 0, "{dropped} lines dropped");
 }
 
 fn decode(encoding: &str, body: &[u8]) -> Vec<u8> {

@@ -268,7 +268,18 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
     // docs/bench/reference-server-licensing.md). The request count is the innermost, where a CORS
     // preflight answered by `CorsLayer` never reaches it.
     let counted = CountRequestsLayer::new(state).layer(app.fallback(not_found));
-    let inner = ServiceBuilder::new()
+    let service = ServiceBuilder::new()
+        // Outermost: every request has an id (the caller's `x-request-id`, or a new UUID) before it is
+        // logged, and every response carries it back.
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        // Always in the stack, whatever the log level: besides the access line (INFO), it logs every 5xx
+        // answer at ERROR (`tower_http::trace::on_failure`), which `RUST_LOG=warn` keeps.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(access_span)
+                .on_response(access_log),
+        )
         .layer(PlainOptionsLayer::new(counted.clone()))
         // JSON and HTML answers of 1 KiB or more, compressed when the client accepts it (listing pages come
         // compressed from their cache, and media files are not compressed again).
@@ -283,49 +294,9 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
         )
         .layer(ErrorRequestIdLayer)
         .layer(cors)
-        .service(counted);
-    // The access log, only when its lines would be written (see [`access_logged`]).
-    Ok(if access_logged() {
-        with_request_ids(
-            TraceLayer::new_for_http()
-                .make_span_with(access_span)
-                .on_response(access_log)
-                .layer(inner),
-        )
-    } else {
-        with_request_ids(inner)
-    })
-}
-
-/// The outermost layers: every request has an id (the caller's `x-request-id`, or a new UUID) before it is
-/// logged, and every response carries it back.
-fn with_request_ids<S, B>(service: S) -> App
-where
-    S: tower::Service<Request, Response = http::Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
-    B::Error: Into<axum::BoxError>,
-{
-    App::new(
-        ServiceBuilder::new()
-            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-            .layer(PropagateRequestIdLayer::x_request_id())
-            .service(service)
-            .map_response(IntoResponse::into_response),
-    )
-}
-
-/// Whether the access log's lines (INFO, this module's target) are written. Decided once, when the app is
-/// built (the log filter is set at start-up). With them off (`RUST_LOG=warn`), the request spans they would
-/// be written in are off too, and `TraceLayer` would only read the clock three times per request and wrap
-/// the body, so it is left out of the stack (with the boxed bot check: a 402 in process 5.66 → 5.21 µs,
-/// docs/bench/reference-server-licensing.md, session 15).
-fn access_logged() -> bool {
-    tracing::enabled!(tracing::Level::INFO)
+        .service(counted)
+        .map_response(IntoResponse::into_response);
+    Ok(App::new(service))
 }
 
 /// The span every log line of a request is written in: its id, method, path, client address, user agent.

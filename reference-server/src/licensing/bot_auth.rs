@@ -450,10 +450,9 @@ pub async fn verify_agent(
     let bots = &state.bots;
     let agent = if BotVerifier::is_signed(request.headers()) {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        // Boxed: the check (a key directory fetch at worst) is a large future, and every unsigned request
-        // (most of them) would otherwise carry and move its space through the paid route's stack.
-        let outcome =
-            Box::pin(bots.verify(request.method(), request.uri(), request.headers(), now)).await;
+        let outcome = bots
+            .verify(request.method(), request.uri(), request.headers(), now)
+            .await;
         bots.count(&outcome);
         match outcome {
             Ok(agent) => Some(agent),

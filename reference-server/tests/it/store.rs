@@ -683,27 +683,38 @@ async fn a_write_that_fails_among_concurrent_writes_fails_alone() {
     }
 }
 
+/// In the PostgreSQL pass only (`None` in the SQLite pass): a fresh database in `dir`'s name, its URL and the
+/// server's stores on it.
+async fn postgres_stores(dir: &TempDir) -> Option<(String, Stores)> {
+    if !in_postgres_pass() {
+        return None;
+    }
+    let url = fresh_database(dir.path(), "unused").await;
+    let stores = Stores::open(&url.parse().unwrap()).await.unwrap();
+    Some((url, stores))
+}
+
+/// A plain connection to the PostgreSQL database at `url`.
+async fn postgres_client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
 /// PostgreSQL's writer holds a connection; when the database drops it (a restart, a failover, an
 /// administrator), the writes queued next run on a new one instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_writer_takes_a_new_connection_when_its_own_is_dropped() {
-    if !in_postgres_pass() {
-        return;
-    }
     let dir = TempDir::new();
-    let url = fresh_database(dir.path(), "unused").await;
-    let stores = Stores::open(&url.parse().unwrap()).await.unwrap();
+    let Some((url, stores)) = postgres_stores(&dir).await else {
+        return;
+    };
     let s = stores.licensing.clone();
     s.insert_articles(vec![article("a", true)]).await.unwrap();
     s.insert_receipt(receipt("0x01")).await.unwrap();
-    let (admin, _) =
-        tokio_postgres::connect(&std::env::var(POSTGRES_ENV).unwrap(), tokio_postgres::NoTls)
-            .await
-            .map(|(client, connection)| {
-                tokio::spawn(connection);
-                (client, ())
-            })
-            .unwrap();
+    let admin = postgres_client(&std::env::var(POSTGRES_ENV).unwrap()).await;
     let db = url.rsplit_once('/').unwrap().1;
     let killed = admin
         .query(
@@ -728,19 +739,14 @@ async fn the_postgres_writer_takes_a_new_connection_when_its_own_is_dropped() {
 /// none is run again; the next writes go through a new connection.
 #[tokio::test]
 async fn a_refused_postgres_commit_reruns_each_write_and_a_broken_one_fails_its_group() {
-    if !in_postgres_pass() {
-        return;
-    }
     let dir = TempDir::new();
-    let url = fresh_database(dir.path(), "unused").await;
-    let stores = Stores::open(&url.parse().unwrap()).await.unwrap();
+    let Some((url, stores)) = postgres_stores(&dir).await else {
+        return;
+    };
     let s = stores.licensing.clone();
     let articles = ["a", "refused", "dies"].map(|id| article(id, true));
     s.insert_articles(articles.to_vec()).await.unwrap();
-    let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let db = postgres_client(&url).await;
     db.batch_execute(
         "CREATE FUNCTION at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN

@@ -20,16 +20,22 @@ echo "==> cargo test"
 cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
 echo "==> deploy/: the systemd unit and its environment file"
 scripts/check-deploy.sh target/debug/reference-server
-echo "==> reference-server integration suite on PostgreSQL"
-# The same test binary the line above built and ran on SQLite (no second build), pointed at PostgreSQL.
-it_bin="$(cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware --no-run --message-format=json 2>/dev/null \
+echo "==> reference-server on PostgreSQL: the integration suite, and the library's PostgreSQL-only unit tests"
+# The same test binaries the line above built and ran on SQLite (no second build), pointed at PostgreSQL.
+bins="$(cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json, sys
 for m in map(json.loads, sys.stdin):
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "it" \
-            and "reference-server" in m["package_id"]:
-        print(m["executable"])')"
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "reference-server" in m["package_id"]:
+        if m["target"]["name"] == "it":
+            print("it", m["executable"])
+        elif m["target"]["kind"] == ["lib"] and m["profile"]["test"]:
+            print("lib", m["executable"])')"
+it_bin="$(awk '$1 == "it" {print $2}' <<<"$bins")"
+lib_bin="$(awk '$1 == "lib" {print $2}' <<<"$bins")"
 [ -x "$it_bin" ] || { echo "error: reference-server's integration test binary not found" >&2; exit 1; }
+[ -x "$lib_bin" ] || { echo "error: reference-server's library test binary not found" >&2; exit 1; }
 (cd reference-server && REFERENCE_SERVER_TEST_POSTGRES="$X402_TEST_POSTGRES_ADMIN" "$it_bin")
+(cd reference-server && REFERENCE_SERVER_TEST_POSTGRES="$X402_TEST_POSTGRES_ADMIN" "$lib_bin" store::postgres::)
 cargo test --workspace --doc --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware

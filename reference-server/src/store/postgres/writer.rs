@@ -23,6 +23,10 @@
 //!   the session ended with a `FATAL` error, while it was in flight) fails every write of the group with
 //!   [`StoreError::CommitUnknown`], exactly as a single autocommitted statement would have failed: none is
 //!   retried, since it may have been committed.
+//! - A group that panics (nothing should: a write is data) fails each of its writes with
+//!   [`StoreError::Task`], an outcome nobody knows, like [`StoreError::CommitUnknown`]. The connection it
+//!   ran on is taken out of the pool and closed (which rolls back a transaction left open on it), and the
+//!   writer goes on with the next group.
 //! - Expected refusals are results, not errors, so that they do not abort a group: a conflicting receipt is
 //!   `ON CONFLICT DO NOTHING` with no row returned, a lost compare-and-set is an `UPDATE … RETURNING` with no
 //!   row.
@@ -33,10 +37,12 @@
 //! one writer, so its groups never wait on each other.
 
 use std::borrow::Cow;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadpool_postgres::{GenericClient, Object, Pool};
+use futures_util::FutureExt;
 use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Row;
@@ -132,13 +138,18 @@ enum Group {
 }
 
 /// The writer task: takes every queued write (up to [`MAX_BATCH`]), commits them together, answers each.
+///
+/// A group that panics (nothing in it should: a write is data, and refusals are results) fails each of its
+/// writes with [`StoreError::Task`], as an outcome nobody knows: the panic may have come after the `COMMIT`.
+/// The connection it ran on leaves the pool ([`detach`]), and the task goes on with the next group: one
+/// bad write must not stop every later purchase of the instance.
 async fn group_commit(
     pool: Pool,
     mut jobs: mpsc::UnboundedReceiver<(Statement, Answer)>,
     counters: Arc<Counters>,
 ) {
     let mut held: Option<Object> = None;
-    'groups: while let Some(first) = jobs.recv().await {
+    while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -150,93 +161,124 @@ async fn group_commit(
         counters
             .writes
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        // A connection the database dropped while it sat idle (a restart, a failover, an idle timeout) fails
-        // at `BEGIN`, before anything ran: the group is tried again on another connection, and the dropped
-        // one is taken out of the pool. The pool's idle connections may all have been dropped at once, so
-        // as many tries as it holds, and one.
-        let mut tries = 0;
-        let (c, group) = loop {
-            let c = match held.take() {
-                Some(c) if !c.is_closed() => c,
-                _ => match pool.get().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        fail_all(batch, &pool_error(e));
-                        continue 'groups;
-                    }
-                },
-            };
-            match together(&c, &batch).await {
-                Ok(group) => break (c, group),
-                Err(e) => {
-                    drop(Object::take(c));
-                    tries += 1;
-                    if tries > super::POOL_SIZE {
-                        fail_all(batch, &e.into());
-                        continue 'groups;
-                    }
-                    tracing::debug!(error = %e, "BEGIN failed: the group is tried on another connection");
+        let (writes, answers): (Vec<Statement>, Vec<Answer>) = batch.into_iter().unzip();
+        let ran = AssertUnwindSafe(commit_group(&pool, &mut held, &writes))
+            .catch_unwind()
+            .await;
+        match ran {
+            Ok(results) => {
+                for (answer, result) in answers.into_iter().zip(results) {
+                    let _ = answer.send(result);
                 }
             }
-        };
-        match group {
-            Group::Committed(rows) => {
-                for ((_, answer), rows) in batch.into_iter().zip(rows) {
-                    let _ = answer.send(Ok(rows));
-                }
-                held = Some(c);
-            }
-            Group::Unknown(e) => {
-                tracing::error!(error = %e, writes = batch.len(), "PostgreSQL group commit broke off: its outcome is unknown");
-                let e = Arc::new(e);
-                for (_, answer) in batch {
-                    let _ = answer.send(Err(StoreError::CommitUnknown(e.clone())));
-                }
-                // Not used again: the connection is broken (or in a state nobody knows).
-            }
-            Group::RolledBack => {
-                tracing::debug!(
-                    writes = batch.len(),
-                    "a write of a PostgreSQL group failed: each runs alone"
+            Err(_) => {
+                detach(&mut held);
+                tracing::error!(
+                    writes = writes.len(),
+                    "the PostgreSQL writer panicked during a group commit: its outcome is unknown"
                 );
-                // The connection may be the cause: a broken one is replaced for the rerun.
-                let c = if c.is_closed() {
-                    match pool.get().await {
-                        Ok(fresh) => fresh,
-                        Err(e) => {
-                            fail_all(batch, &pool_error(e));
-                            continue;
-                        }
-                    }
-                } else {
-                    c
-                };
-                for (write, answer) in batch {
-                    let _ = answer.send(write.run(&c).await);
+                for answer in answers {
+                    let _ = answer.send(Err(StoreError::Task(
+                        "the PostgreSQL writer panicked during this write's group commit: it may or may not have been written"
+                            .into(),
+                    )));
                 }
-                held = Some(c);
             }
         }
     }
 }
 
-/// Answers every write of `batch` with (a copy of) `e`: the group could not be tried.
-fn fail_all(batch: Vec<(Statement, Answer)>, e: &StoreError) {
-    for (_, answer) in batch {
-        let _ = answer.send(Err(StoreError::Unavailable(e.to_string())));
+/// Commits `writes` as one group on `held` (or on a connection of `pool`, left in `held`); each write's
+/// outcome, in order. The connection stays in `held` while the group runs on it, so that the caller can
+/// take it out of the pool should the group panic.
+async fn commit_group(
+    pool: &Pool,
+    held: &mut Option<Object>,
+    writes: &[Statement],
+) -> Vec<Result<Vec<Row>, StoreError>> {
+    // A connection the database dropped while it sat idle (a restart, a failover, an idle timeout) fails
+    // at `BEGIN`, before anything ran: the group is tried again on another connection, and the dropped
+    // one is taken out of the pool. The pool's idle connections may all have been dropped at once, so
+    // as many tries as it holds, and one.
+    let mut tries = 0;
+    let group = loop {
+        let c = match held.take() {
+            Some(c) if !c.is_closed() => held.insert(c),
+            _ => match pool.get().await {
+                Ok(c) => held.insert(c),
+                Err(e) => return fail_all(writes, &pool_error(e)),
+            },
+        };
+        match together(c, writes).await {
+            Ok(group) => break group,
+            Err(e) => {
+                detach(held);
+                tries += 1;
+                if tries > super::POOL_SIZE {
+                    return fail_all(writes, &e.into());
+                }
+                tracing::debug!(error = %e, "BEGIN failed: the group is tried on another connection");
+            }
+        }
+    };
+    match group {
+        Group::Committed(rows) => rows.into_iter().map(Ok).collect(),
+        Group::Unknown(e) => {
+            tracing::error!(error = %e, writes = writes.len(), "PostgreSQL group commit broke off: its outcome is unknown");
+            // Not used again: the connection is broken, or in a state nobody knows.
+            detach(held);
+            let e = Arc::new(e);
+            writes
+                .iter()
+                .map(|_| Err(StoreError::CommitUnknown(e.clone())))
+                .collect()
+        }
+        Group::RolledBack => {
+            tracing::debug!(
+                writes = writes.len(),
+                "a write of a PostgreSQL group failed: each runs alone"
+            );
+            // The connection may be the cause: a broken one is replaced for the rerun.
+            let c = match held.take() {
+                Some(c) if !c.is_closed() => held.insert(c),
+                _ => match pool.get().await {
+                    Ok(fresh) => held.insert(fresh),
+                    Err(e) => return fail_all(writes, &pool_error(e)),
+                },
+            };
+            let mut results = Vec::with_capacity(writes.len());
+            for write in writes {
+                results.push(write.run(&*c).await);
+            }
+            results
+        }
     }
+}
+
+/// Takes the writer's connection out of the pool and closes it: it is broken, or may be inside an open
+/// transaction (closing it rolls that back), which must never be handed to anybody else, whose statements
+/// would join it.
+fn detach(held: &mut Option<Object>) {
+    if let Some(c) = held.take() {
+        drop(Object::take(c));
+    }
+}
+
+/// Every write of `writes` failed with (a copy of) `e`: the group could not be tried.
+fn fail_all(writes: &[Statement], e: &StoreError) -> Vec<Result<Vec<Row>, StoreError>> {
+    writes
+        .iter()
+        .map(|_| Err(StoreError::Unavailable(e.to_string())))
+        .collect()
 }
 
 /// `BEGIN`, every write's statement pipelined, then `COMMIT` (or `ROLLBACK`). `Err`: `BEGIN` failed, nothing
 /// ran.
-async fn together(
-    c: &Object,
-    batch: &[(Statement, Answer)],
-) -> Result<Group, tokio_postgres::Error> {
+async fn together(c: &Object, writes: &[Statement]) -> Result<Group, tokio_postgres::Error> {
     // `BEGIN` is answered before anything else is sent: a statement must never run outside the group's
     // transaction (it would commit by itself, and run again alone after the rollback).
     c.batch_execute("BEGIN").await?;
-    let ran = join_all(batch.iter().map(|(write, _)| write.run(c))).await;
+    let ran = join_all(writes.iter().map(|write| write.run(c))).await;
     Ok(match ran.into_iter().collect::<Result<Vec<_>, _>>() {
         Ok(rows) => match c.batch_execute("COMMIT").await {
             Ok(()) => Group::Committed(rows),
@@ -254,4 +296,143 @@ async fn together(
             Group::RolledBack
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Run in the test command's PostgreSQL pass (`REFERENCE_SERVER_TEST_POSTGRES`, an admin URL).
+    use std::error::Error;
+    use std::time::{Duration, Instant};
+
+    use bytes::BytesMut;
+    use tokio_postgres::types::{IsNull, Type, to_sql_checked};
+
+    use super::*;
+
+    /// A parameter that panics while it is encoded, after the group's `BEGIN`.
+    #[derive(Debug)]
+    struct Panics;
+
+    impl ToSql for Panics {
+        fn to_sql(
+            &self,
+            _: &Type,
+            _: &mut BytesMut,
+        ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+            panic!("a parameter that panics while it is encoded")
+        }
+
+        fn accepts(_: &Type) -> bool {
+            true
+        }
+
+        to_sql_checked!();
+    }
+
+    /// A fresh database on the test cluster: its admin client and its URL. `None` (said on stderr) outside the
+    /// PostgreSQL pass.
+    async fn fresh_database() -> Option<(tokio_postgres::Client, String)> {
+        let Ok(admin) = std::env::var("REFERENCE_SERVER_TEST_POSTGRES") else {
+            eprintln!(
+                "runs in the PostgreSQL pass of the test command (REFERENCE_SERVER_TEST_POSTGRES)"
+            );
+            return None;
+        };
+        let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test cluster");
+        tokio::spawn(connection);
+        let db = format!("t_{}", uuid::Uuid::new_v4().simple());
+        client
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .expect("create the test database");
+        let (base, _) = admin
+            .rsplit_once('/')
+            .expect("an admin URL ends with /<database>");
+        Some((client, format!("{base}/{db}")))
+    }
+
+    fn insert(x: Param) -> Statement {
+        Statement::new("INSERT INTO t (x) VALUES ($1) RETURNING 1", vec![x])
+    }
+
+    #[tokio::test]
+    async fn a_group_that_panics_fails_its_writes_closes_its_connection_and_the_writer_goes_on() {
+        let Some((admin, url)) = fresh_database().await else {
+            return;
+        };
+        let pg = super::super::Pg::connect(&url).await.expect("connect");
+        let c = pg.client().await.expect("a connection");
+        c.batch_execute("CREATE TABLE t (x INTEGER NOT NULL)")
+            .await
+            .expect("create the table");
+        drop(c);
+        let writer = Writer::start(pg.pool.clone());
+
+        // A good write first, so that the writer holds a connection of its own, then the one that panics.
+        writer
+            .write(insert(Box::new(1_i32)))
+            .await
+            .expect("a plain write");
+        let panicked = writer.write(insert(Box::new(Panics))).await;
+        assert!(
+            matches!(&panicked, Err(StoreError::Task(m)) if m.contains("may or may not")),
+            "{panicked:?}"
+        );
+
+        // The connection the panic left inside its group's transaction was closed, neither kept by the writer
+        // nor handed back to the pool: no session of this database is left idle in a transaction (its
+        // backend ends soon after the client is dropped; waited for, at most 10 s).
+        let db = url.rsplit('/').next().expect("a database name");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let open: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state LIKE 'idle in transaction%'",
+                    &[&db],
+                )
+                .await
+                .expect("pg_stat_activity")
+                .get(0);
+            if open == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{open} session(s) of the test database still idle in a transaction"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        // The writer goes on: the next write is committed, and read back on another connection.
+        let rows = writer
+            .write(insert(Box::new(2_i32)))
+            .await
+            .expect("a write after the panic");
+        assert_eq!(rows.len(), 1);
+        let c = pg.client().await.expect("a connection");
+        let xs: Vec<i32> = c
+            .query("SELECT x FROM t ORDER BY x", &[])
+            .await
+            .expect("read back")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(xs, [1, 2]);
+        drop(c);
+
+        // Every other connection of the pool (the writer holds one) is outside any transaction.
+        let mut clients = Vec::new();
+        for _ in 1..super::super::POOL_SIZE {
+            let c = pg.client().await.expect("a pooled connection");
+            // `SAVEPOINT` is refused outside a transaction block.
+            let refused = c.batch_execute("SAVEPOINT probe").await;
+            assert!(
+                refused.is_err(),
+                "a pooled connection is inside a transaction"
+            );
+            clients.push(c);
+        }
+    }
 }

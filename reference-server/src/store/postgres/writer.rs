@@ -329,46 +329,59 @@ mod tests {
         to_sql_checked!();
     }
 
-    /// A fresh database on the test cluster: its admin client and its URL. `None` (said on stderr) outside the
-    /// PostgreSQL pass.
-    async fn fresh_database() -> Option<(tokio_postgres::Client, String)> {
+    /// A pool of at most [`POOL`] connections to the test cluster's admin database, tagged with a name of its
+    /// own (`application_name`) so that its sessions can be told apart, and that name. `None` (said on stderr)
+    /// outside the PostgreSQL pass.
+    fn test_pool() -> Option<(Pool, String)> {
         let Ok(admin) = std::env::var("REFERENCE_SERVER_TEST_POSTGRES") else {
             eprintln!(
                 "runs in the PostgreSQL pass of the test command (REFERENCE_SERVER_TEST_POSTGRES)"
             );
             return None;
         };
-        let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-            .await
-            .expect("connect to the test cluster");
-        tokio::spawn(connection);
-        let db = format!("t_{}", uuid::Uuid::new_v4().simple());
-        client
-            .batch_execute(&format!("CREATE DATABASE {db}"))
-            .await
-            .expect("create the test database");
-        let (base, _) = admin
-            .rsplit_once('/')
-            .expect("an admin URL ends with /<database>");
-        Some((client, format!("{base}/{db}")))
+        let mut config: tokio_postgres::Config = admin.parse().expect("an admin URL");
+        let name = format!("writer_test_{}", uuid::Uuid::new_v4().simple());
+        config.application_name(&name);
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .expect("a pool");
+        Some((pool, name))
     }
 
+    const POOL: usize = 4;
+
+    /// The test's table (in the admin database; dropped at the end).
+    const TABLE: &str = "writer_panic_test";
+
     fn insert(x: Param) -> Statement {
-        Statement::new("INSERT INTO t (x) VALUES ($1) RETURNING 1", vec![x])
+        Statement::new(
+            format!("INSERT INTO {TABLE} (x) VALUES ($1) RETURNING 1"),
+            vec![x],
+        )
     }
 
     #[tokio::test]
     async fn a_group_that_panics_fails_its_writes_closes_its_connection_and_the_writer_goes_on() {
-        let Some((admin, url)) = fresh_database().await else {
+        let Some((pool, name)) = test_pool() else {
             return;
         };
-        let pg = super::super::Pg::connect(&url).await.expect("connect");
-        let c = pg.client().await.expect("a connection");
-        c.batch_execute("CREATE TABLE t (x INTEGER NOT NULL)")
-            .await
-            .expect("create the table");
+        let c = pool.get().await.expect("a connection");
+        c.batch_execute(&format!(
+            "DROP TABLE IF EXISTS {TABLE}; CREATE TABLE {TABLE} (x INTEGER NOT NULL)"
+        ))
+        .await
+        .expect("create the table");
         drop(c);
-        let writer = Writer::start(pg.pool.clone());
+        let writer = Writer::start(pool.clone());
 
         // A good write first, so that the writer holds a connection of its own, then the one that panics.
         writer
@@ -384,13 +397,16 @@ mod tests {
         // The connection the panic left inside its group's transaction was closed, neither kept by the writer
         // nor handed back to the pool: no session of this database is left idle in a transaction (its
         // backend ends soon after the client is dropped; waited for, at most 10 s).
-        let db = url.rsplit('/').next().expect("a database name");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let open: i64 = admin
+            let open: i64 = pool
+                .get()
+                .await
+                .expect("a connection")
                 .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state LIKE 'idle in transaction%'",
-                    &[&db],
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE application_name = $1 AND state LIKE 'idle in transaction%'",
+                    &[&name],
                 )
                 .await
                 .expect("pg_stat_activity")
@@ -400,7 +416,7 @@ mod tests {
             }
             assert!(
                 Instant::now() < deadline,
-                "{open} session(s) of the test database still idle in a transaction"
+                "{open} session(s) of the test's pool still idle in a transaction"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -411,9 +427,9 @@ mod tests {
             .await
             .expect("a write after the panic");
         assert_eq!(rows.len(), 1);
-        let c = pg.client().await.expect("a connection");
+        let c = pool.get().await.expect("a connection");
         let xs: Vec<i32> = c
-            .query("SELECT x FROM t ORDER BY x", &[])
+            .query(&format!("SELECT x FROM {TABLE} ORDER BY x"), &[])
             .await
             .expect("read back")
             .iter()
@@ -424,8 +440,8 @@ mod tests {
 
         // Every other connection of the pool (the writer holds one) is outside any transaction.
         let mut clients = Vec::new();
-        for _ in 1..super::super::POOL_SIZE {
-            let c = pg.client().await.expect("a pooled connection");
+        for _ in 1..POOL {
+            let c = pool.get().await.expect("a pooled connection");
             // `SAVEPOINT` is refused outside a transaction block.
             let refused = c.batch_execute("SAVEPOINT probe").await;
             assert!(
@@ -434,5 +450,9 @@ mod tests {
             );
             clients.push(c);
         }
+        clients[0]
+            .batch_execute(&format!("DROP TABLE {TABLE}"))
+            .await
+            .expect("drop the table");
     }
 }

@@ -100,7 +100,6 @@ pub async fn fresh_database(dir: &Path, name: &str) -> String {
     }
 }
 
-/// An HTTP client for the tests (reqwest is built without a default TLS provider: install ring).
 /// The value of metric `name` (a family without labels) in `base`'s `/metrics`.
 pub async fn metric(client: &reqwest::Client, base: &str, name: &str) -> u64 {
     let text = client
@@ -143,6 +142,7 @@ pub fn banner_url(first_line: &str) -> String {
         .to_owned()
 }
 
+/// An HTTP client for the tests (reqwest is built without a default TLS provider: install ring).
 pub fn test_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()

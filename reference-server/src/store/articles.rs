@@ -305,7 +305,8 @@ fn stored_licenses(
     })
 }
 
-const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
+/// A receipt's columns, in the order both backends bind and read them.
+pub(crate) const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
      x402_version, settlement, created_at, signed_receipt, license_id, license_version, agent";
 
 fn receipt_from_row(r: &Row<'_>) -> rusqlite::Result<Receipt> {

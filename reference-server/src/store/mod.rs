@@ -114,6 +114,11 @@ pub enum StoreError {
     /// write of the group.
     #[error("commit outcome unknown: {0}")]
     CommitUnknown(#[source] std::sync::Arc<tokio_postgres::Error>),
+    /// The PostgreSQL group this write belonged to could not be tried (no connection could be had, or
+    /// `BEGIN` failed on every one): nothing of it was written. The error is shared by every write of the
+    /// group.
+    #[error(transparent)]
+    Group(std::sync::Arc<StoreError>),
 }
 
 impl StoreError {

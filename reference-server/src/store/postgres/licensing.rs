@@ -1,11 +1,13 @@
 //! [`LicensingStore`] on PostgreSQL.
 
+use std::sync::LazyLock;
+
 use tokio_postgres::Row;
 
 use super::{Pg, Statement, big, changed, param, unsigned};
 use crate::store::articles::{
     Article, DailyInterest, DailyPurchases, LicenseMint, LicensingStore, LlmsTxtInterest,
-    LlmsTxtStats, MINT_COLUMNS, Receipt, UserAgentCount, activity_interest_sql,
+    LlmsTxtStats, MINT_COLUMNS, RECEIPT_COLUMNS, Receipt, UserAgentCount, activity_interest_sql,
     activity_purchases_sql, already_issued, price, queue_mints_sql,
 };
 use crate::store::{StoreError, StoreFuture};
@@ -25,9 +27,6 @@ impl PgLicensingStore {
 
 const ARTICLE_COLUMNS: &str =
     "id, title, excerpt, content, author_name, published_date, price_atomic, published, licenses";
-
-const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
-     x402_version, settlement, created_at, signed_receipt, license_id, license_version, agent";
 
 fn article(r: &Row) -> Result<Article, StoreError> {
     Ok(Article {
@@ -77,6 +76,14 @@ fn receipt(r: &Row) -> Result<Receipt, StoreError> {
         agent: r.try_get(14)?,
     })
 }
+
+/// A receipt's insert: the SQL built once (every purchase runs it).
+static INSERT_RECEIPT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+         ON CONFLICT DO NOTHING RETURNING 1"
+    )
+});
 
 impl LicensingStore for PgLicensingStore {
     fn list_published(&self) -> StoreFuture<'_, Vec<Article>> {
@@ -158,10 +165,7 @@ impl LicensingStore for PgLicensingStore {
             let token_id = r.token_id.clone();
             // A conflict is a result, not an error: an error would abort the other writes of its group.
             let insert = Statement::new(
-                format!(
-                    "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
-                     ON CONFLICT DO NOTHING RETURNING 1"
-                ),
+                INSERT_RECEIPT.as_str(),
                 vec![
                     param(r.token_id),
                     param(r.article_id),

@@ -5,6 +5,8 @@
 //! authorization, from any number of instances, exactly one gets a row back. Every later change is a
 //! compare-and-set on `revision` (`UPDATE … WHERE revision = $expected`).
 
+use std::sync::LazyLock;
+
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use x402_tower::BoxFuture;
@@ -33,6 +35,20 @@ impl PgPaymentStore {
 }
 
 const WHERE_KEY: &str = "chain_id = $1 AND asset = $2 AND payer = $3 AND nonce = $4";
+
+/// A record's compare-and-set update (every purchase runs it): the SQL built once.
+static UPDATE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE payment_states SET state = $5, resource = $6, fingerprint = $7, settlement = $8, \
+         expires_at = $9, updated_at = $10, revision = revision + 1 \
+         WHERE {WHERE_KEY} AND revision = $11 RETURNING 1"
+    )
+});
+
+/// A record's compare-and-set release: the SQL built once.
+static DELETE: LazyLock<String> = LazyLock::new(|| {
+    format!("DELETE FROM payment_states WHERE {WHERE_KEY} AND revision = $5 RETURNING 1")
+});
 
 /// The parameters `$1` to `$8` of a record's insert and update (its key, state, resource, fingerprint and
 /// settlement), then `rest`.
@@ -167,11 +183,7 @@ impl ReplayStore for PgPaymentStore {
         Box::pin(async move {
             let updated = async {
                 let update = Statement::new(
-                    format!(
-                        "UPDATE payment_states SET state = $5, resource = $6, fingerprint = $7, settlement = $8, \
-                         expires_at = $9, updated_at = $10, revision = revision + 1 \
-                         WHERE {WHERE_KEY} AND revision = $11 RETURNING 1"
-                    ),
+                    UPDATE.as_str(),
                     with_record(
                         key,
                         record,
@@ -197,9 +209,7 @@ impl ReplayStore for PgPaymentStore {
             let released = async {
                 let (chain_id, asset, payer, nonce) = key_columns(key)?;
                 let delete = Statement::new(
-                    format!(
-                        "DELETE FROM payment_states WHERE {WHERE_KEY} AND revision = $5 RETURNING 1"
-                    ),
+                    DELETE.as_str(),
                     vec![
                         param(chain_id),
                         param(asset),

@@ -12,7 +12,9 @@
 //!   A lone write goes the same way (two round trips more than an autocommitted statement, paid only when
 //!   nothing else is queued): `BEGIN` is where a connection the database dropped while it sat idle (a
 //!   restart, a failover, `idle_session_timeout`) fails before anything ran, and the group is then tried
-//!   once more on a new connection.
+//!   again on another connection (as many times as the pool holds connections, and once more). A group that
+//!   gets no connection, or whose `BEGIN` fails every time, fails each of its writes with
+//!   [`StoreError::Group`] (the pool's or PostgreSQL's error, shared): nothing of it ran.
 //! - Every caller is answered after the `COMMIT` returned: nobody is told a write is durable before it is.
 //! - A statement that fails aborts a PostgreSQL transaction, and with it every other write of the group. The
 //!   group is then rolled back and each write runs **alone** (autocommitted), so a bad write fails
@@ -202,12 +204,9 @@ async fn commit_group(
     // as many tries as it holds, and one.
     let mut tries = 0;
     let group = loop {
-        let c = match held.take() {
-            Some(c) if !c.is_closed() => held.insert(c),
-            _ => match pool.get().await {
-                Ok(c) => held.insert(c),
-                Err(e) => return fail_all(writes, &pool_error(e)),
-            },
+        let c = match connection(pool, held).await {
+            Ok(c) => c,
+            Err(e) => return fail_all(writes, e),
         };
         match together(c, writes).await {
             Ok(group) => break group,
@@ -215,7 +214,7 @@ async fn commit_group(
                 detach(held);
                 tries += 1;
                 if tries > super::POOL_SIZE {
-                    return fail_all(writes, &e.into());
+                    return fail_all(writes, e.into());
                 }
                 tracing::debug!(error = %e, "BEGIN failed: the group is tried on another connection");
             }
@@ -239,16 +238,13 @@ async fn commit_group(
                 "a write of a PostgreSQL group failed: each runs alone"
             );
             // The connection may be the cause: a broken one is replaced for the rerun.
-            let c = match held.take() {
-                Some(c) if !c.is_closed() => held.insert(c),
-                _ => match pool.get().await {
-                    Ok(fresh) => held.insert(fresh),
-                    Err(e) => return fail_all(writes, &pool_error(e)),
-                },
+            let c = match connection(pool, held).await {
+                Ok(c) => c,
+                Err(e) => return fail_all(writes, e),
             };
             let mut results = Vec::with_capacity(writes.len());
             for write in writes {
-                results.push(write.run(&*c).await);
+                results.push(write.run(c).await);
             }
             results
         }
@@ -264,11 +260,24 @@ fn detach(held: &mut Option<Object>) {
     }
 }
 
-/// Every write of `writes` failed with (a copy of) `e`: the group could not be tried.
-fn fail_all(writes: &[Statement], e: &StoreError) -> Vec<Result<Vec<Row>, StoreError>> {
+/// The writer's connection: the one in `held` while it is open, else a new one from `pool`, left in `held`.
+async fn connection<'h>(
+    pool: &Pool,
+    held: &'h mut Option<Object>,
+) -> Result<&'h Object, StoreError> {
+    let c = match held.take() {
+        Some(c) if !c.is_closed() => c,
+        _ => pool.get().await.map_err(pool_error)?,
+    };
+    Ok(held.insert(c))
+}
+
+/// Every write of `writes` failed with `e`, shared ([`StoreError::Group`]): the group could not be tried.
+fn fail_all(writes: &[Statement], e: StoreError) -> Vec<Result<Vec<Row>, StoreError>> {
+    let e = Arc::new(e);
     writes
         .iter()
-        .map(|_| Err(StoreError::Unavailable(e.to_string())))
+        .map(|_| Err(StoreError::Group(e.clone())))
         .collect()
 }
 
@@ -342,6 +351,13 @@ mod tests {
         let mut config: tokio_postgres::Config = admin.parse().expect("an admin URL");
         let name = format!("writer_test_{}", uuid::Uuid::new_v4().simple());
         config.application_name(&name);
+        Some((pool_on(config, POOL), name))
+    }
+
+    const POOL: usize = 4;
+
+    /// A pool of at most `size` connections made with `config`.
+    fn pool_on(config: tokio_postgres::Config, size: usize) -> Pool {
         let manager = deadpool_postgres::Manager::from_config(
             config,
             tokio_postgres::NoTls,
@@ -349,15 +365,12 @@ mod tests {
                 recycling_method: deadpool_postgres::RecyclingMethod::Fast,
             },
         );
-        let pool = Pool::builder(manager)
-            .max_size(POOL)
+        Pool::builder(manager)
+            .max_size(size)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
-            .expect("a pool");
-        Some((pool, name))
+            .expect("a pool")
     }
-
-    const POOL: usize = 4;
 
     /// The test's table (in the admin database; dropped at the end).
     const TABLE: &str = "writer_panic_test";
@@ -367,6 +380,30 @@ mod tests {
             format!("INSERT INTO {TABLE} (x) VALUES ($1) RETURNING 1"),
             vec![x],
         )
+    }
+
+    #[tokio::test]
+    async fn a_group_that_cannot_get_a_connection_fails_each_write_with_the_pools_error() {
+        // Nothing listens on port 1: every connection is refused.
+        let config: tokio_postgres::Config =
+            "postgres://nobody@127.0.0.1:1/none".parse().expect("a URL");
+        let writer = Writer::start(pool_on(config, 2));
+        let (a, b) = tokio::join!(
+            writer.write(insert(Box::new(1_i32))),
+            writer.write(insert(Box::new(2_i32)))
+        );
+        for r in [a, b] {
+            // The pool's own error, typed (the refused connection), not a string.
+            let Err(StoreError::Group(e)) = &r else {
+                panic!("{r:?}")
+            };
+            assert!(matches!(&**e, StoreError::Postgres(_)), "{e:?}");
+        }
+        // The writer is still there for the next group.
+        assert!(matches!(
+            writer.write(insert(Box::new(3_i32))).await,
+            Err(StoreError::Group(_))
+        ));
     }
 
     #[tokio::test]

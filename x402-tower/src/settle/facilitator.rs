@@ -36,6 +36,22 @@ type HeadersHook = Arc<dyn Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync>;
 ///
 /// TLS uses rustls with the `ring` provider, installed as the process default if none is installed yet.
 ///
+/// # Connections
+///
+/// Calls go over HTTP/1.1 connections kept alive in the settler's pool (reqwest's: a connection idle for
+/// 90 s is closed, and one the facilitator closed is not used again), so a busy server pays no TCP or TLS
+/// handshake per purchase: through a facilitator on loopback without TLS, a new connection per call cost
+/// 27% more CPU per purchase (docs/bench/reference-server-licensing.md, session 17). HTTP/2 is not used:
+/// the pool already keeps one warm connection per concurrent call, every facilitator speaks HTTP/1.1, and
+/// the reference server's facilitator door serves HTTP/1.1 only. Clones share the pool.
+///
+/// A kept-alive connection can be closed by the facilitator, or a proxy in front of it, just as a request
+/// crosses it (its idle timeout fires): the request then fails with no answer. A `/verify` or `/supported`
+/// cut off so is sent once more on a new connection (asking twice changes nothing); a `/settle` never is,
+/// since the facilitator may have settled it: it is [`SettleOutcome::Unknown`], the client gets 402
+/// `settlement_pending`, and the payment is settled or confirmed by [`Settler::reconcile`] when the client
+/// resends it or the reconciler runs.
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use x402_tower::settle::FacilitatorSettler;
@@ -137,8 +153,26 @@ impl FacilitatorSettlerBuilder {
         }
         // reqwest is built with `rustls-no-provider`: make ring the default if nothing else was chosen.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let host = base
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(str::to_owned))
+            .unwrap_or_default();
         let client = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
+            // Connections are kept alive (reqwest's pool); a call the facilitator's side cut off on one is
+            // sent once more only where that is harmless (see `resend_if_cut_off`).
+            .retry(
+                reqwest::retry::for_host(host)
+                    .max_retries_per_request(1)
+                    .classify_fn(|attempt| {
+                        if resend_if_cut_off(attempt.uri(), attempt.error()) {
+                            attempt.retryable()
+                        } else {
+                            attempt.success()
+                        }
+                    }),
+            )
             .build()
             .map_err(FacilitatorConfigError::Client)?;
         Ok(FacilitatorSettler {
@@ -239,6 +273,39 @@ impl FacilitatorSettler {
             Err(_) => Err(SettleError::Timeout),
         }
     }
+}
+
+/// Whether a call that failed with `error` is sent once more: only `/verify` and `/supported` (asking them
+/// twice changes nothing), and only when the connection broke under the request (closed or reset before an
+/// answer came), which is how a kept-alive connection ends when the facilitator, or a proxy in front of it,
+/// closes it as the request crosses. Never `/settle`: a facilitator that read it may have settled, and a
+/// second one would fail with "nonce already used" for a payment that moved money; a `/settle` without an
+/// answer is [`SettleOutcome::Unknown`], asked again by [`Settler::reconcile`]. Neither a timeout (the
+/// deadline covers both attempts) nor a refused connection (a new one was just tried) is sent again.
+fn resend_if_cut_off(uri: &http::Uri, error: Option<&(dyn std::error::Error + 'static)>) -> bool {
+    let Some(error) = error else {
+        return false;
+    };
+    let idempotent = matches!(uri.path().rsplit('/').next(), Some("verify" | "supported"));
+    let fresh = error
+        .downcast_ref::<reqwest::Error>()
+        .is_some_and(|e| e.is_timeout() || e.is_connect());
+    if !idempotent || fresh {
+        return false;
+    }
+    std::iter::successors(Some(error), |e| e.source()).any(|e| {
+        e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+            || e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::BrokenPipe
+                        | std::io::ErrorKind::UnexpectedEof
+                )
+            })
+    })
 }
 
 fn map_err(e: reqwest::Error) -> SettleError {

@@ -288,3 +288,210 @@ async fn facilitator_4xx_with_a_protocol_body_is_its_verdict() {
     assert_eq!(a.error(), "insufficient_funds");
     assert_eq!(inner.calls(), 0);
 }
+
+/// What a [`tcp_facilitator`] does with the `n`th request it reads (counted from 1 over all connections).
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Answers every request.
+    Never,
+    /// Reads request `n` whole, then closes its connection without answering: a kept-alive connection the
+    /// facilitator (or a proxy in front of it) closed just as the request crossed it.
+    Request(usize),
+    /// The same, with a reset (`SO_LINGER` 0) instead of an orderly close.
+    Reset(usize),
+}
+
+/// A facilitator on 127.0.0.1 written on raw TCP, to control its connections: it counts the connections it
+/// accepts and the requests it reads, answers HTTP/1.1 with keep-alive, closes a connection left idle for
+/// `idle_close` and cuts off request `cut`. Every `/verify` is valid and every `/settle` succeeds.
+async fn tcp_facilitator(
+    idle_close: Duration,
+    cut: Cut,
+) -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<Mutex<Vec<String>>>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (c, r) = (connections.clone(), requests.clone());
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            c.fetch_add(1, Ordering::SeqCst);
+            let requests = r.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    // One request: the head, then Content-Length bytes of body.
+                    let head_end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        let n =
+                            match tokio::time::timeout(idle_close, socket.read(&mut chunk)).await {
+                                Ok(Ok(n)) if n > 0 => n,
+                                _ => return, // idle too long, or the client closed: close
+                            };
+                        buf.extend_from_slice(&chunk[..n]);
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    while buf.len() < head_end + length {
+                        let mut chunk = [0u8; 4096];
+                        let n = socket.read(&mut chunk).await.unwrap();
+                        assert!(n > 0, "the client closed mid-request");
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let path = head.split_whitespace().nth(1).unwrap().to_owned();
+                    buf.drain(..head_end + length);
+                    let n = {
+                        let mut seen = requests.lock().unwrap();
+                        seen.push(path.clone());
+                        seen.len()
+                    };
+                    match cut {
+                        Cut::Request(c) if c == n => return, // read whole, never answered: closed
+                        Cut::Reset(c) if c == n => {
+                            socket.set_zero_linger().unwrap();
+                            return; // dropped with SO_LINGER 0: reset
+                        }
+                        _ => {}
+                    }
+                    let body = if path.ends_with("/verify") {
+                        json!({"isValid": true, "payer": ACCOUNT0.to_checksum(None)})
+                    } else {
+                        json!({"success": true, "transaction": format!("0x{n:02x}"), "network": "eip155:84532", "payer": ACCOUNT0.to_checksum(None)})
+                    }
+                    .to_string();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if socket.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/fac"), connections, requests)
+}
+
+#[tokio::test]
+async fn purchases_through_a_facilitator_share_one_kept_alive_connection() {
+    let (url, connections, requests) = tcp_facilitator(Duration::from_secs(60), Cut::Never).await;
+    let (svc, _inner) = paid_route(url);
+    for nonce in 20..24 {
+        let a = send(
+            svc.clone(),
+            req("/r", &[("payment-signature", &v2_header(nonce))]),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    }
+    assert_eq!(
+        requests.lock().unwrap().len(),
+        8,
+        "a verify and a settle per purchase"
+    );
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "every call went over the first connection"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_the_facilitator_closed_while_idle_is_not_used_again() {
+    let (url, connections, _) = tcp_facilitator(Duration::from_millis(100), Cut::Never).await;
+    let (svc, _inner) = paid_route(url);
+    let a = send(
+        svc.clone(),
+        req("/r", &[("payment-signature", &v2_header(30))]),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let a = send(svc, req("/r", &[("payment-signature", &v2_header(31))])).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_verify_cut_off_on_a_kept_alive_connection_is_sent_again_on_a_new_one() {
+    // Request 3 is the second purchase's /verify, on the connection the first purchase left open; it is
+    // closed under it, or reset.
+    for cut in [Cut::Request(3), Cut::Reset(3)] {
+        verify_cut_off(cut).await;
+    }
+}
+
+async fn verify_cut_off(cut: Cut) {
+    let (url, connections, requests) = tcp_facilitator(Duration::from_secs(60), cut).await;
+    let (svc, inner) = paid_route(url);
+    let a = send(
+        svc.clone(),
+        req("/r", &[("payment-signature", &v2_header(40))]),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    let a = send(svc, req("/r", &[("payment-signature", &v2_header(41))])).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    assert_eq!(a.receipt("payment-response").transaction, "0x05");
+    assert_eq!(
+        *requests.lock().unwrap(),
+        [
+            "/fac/verify",
+            "/fac/settle",
+            "/fac/verify",
+            "/fac/verify",
+            "/fac/settle"
+        ]
+    );
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(inner.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_settle_cut_off_is_never_sent_twice_at_once_and_the_buyers_resend_is_delivered() {
+    // Request 2 is the purchase's /settle: read whole, never answered. The facilitator may have settled,
+    // so the settler must not send it again on its own (a second /settle of a spent authorization fails
+    // with "nonce already used", which would wrongly refuse a payment that moved money).
+    let (url, _connections, requests) =
+        tcp_facilitator(Duration::from_secs(60), Cut::Request(2)).await;
+    let (svc, inner) = paid_route(url);
+    let h = v2_header(50);
+    let a = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED, "{a:?}");
+    assert_eq!(
+        a.receipt("payment-response").error_reason.as_deref(),
+        Some("settlement_pending")
+    );
+    assert_eq!(*requests.lock().unwrap(), ["/fac/verify", "/fac/settle"]);
+    // The buyer sends the identical payment again: the pending record is reconciled through /settle
+    // (answered this time) and the content delivered, once.
+    let a = send(svc, req("/r", &[("payment-signature", &h)])).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    assert_eq!(
+        requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| p.ends_with("/settle"))
+            .count(),
+        2,
+        "the original /settle and the reconciliation's, never two at once"
+    );
+    // Settled after the response (the default), so the service answered both requests; the buyer paid once.
+    assert_eq!(inner.calls(), 2);
+}

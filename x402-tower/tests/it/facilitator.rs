@@ -495,3 +495,25 @@ async fn a_settle_cut_off_is_never_sent_twice_at_once_and_the_buyers_resend_is_d
     // Settled after the response (the default), so the service answered both requests; the buyer paid once.
     assert_eq!(inner.calls(), 2);
 }
+
+#[tokio::test]
+async fn a_forged_payment_is_refused_here_and_never_reaches_the_facilitator() {
+    // Signed by a key that is not the payer's: anyone can make one, without a key or funds.
+    let (url, connections, requests) = tcp_facilitator(Duration::from_secs(60), Cut::Never).await;
+    let (svc, inner) = paid_route(url);
+    let a = Auth::v2(60);
+    let other: alloy_signer_local::PrivateKeySigner =
+        "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+            .parse()
+            .unwrap();
+    let forged = payload_v2(&a, &a.sign(&other, &domain_base_sepolia()));
+    let header = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(forged.to_string())
+    };
+    let r = send(svc, req("/r", &[("payment-signature", &header)])).await;
+    assert_eq!(r.error(), "invalid_exact_evm_payload_signature");
+    assert!(requests.lock().unwrap().is_empty());
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(inner.calls(), 0);
+}

@@ -7,7 +7,7 @@ use http::HeaderMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use crate::BoxFuture;
@@ -26,6 +26,28 @@ pub enum FacilitatorEndpoint {
     Supported,
 }
 
+impl FacilitatorEndpoint {
+    /// Its method and path below the facilitator's base URL.
+    fn route(self) -> (reqwest::Method, &'static str) {
+        match self {
+            FacilitatorEndpoint::Verify => (reqwest::Method::POST, "verify"),
+            FacilitatorEndpoint::Settle => (reqwest::Method::POST, "settle"),
+            FacilitatorEndpoint::Supported => (reqwest::Method::GET, "supported"),
+        }
+    }
+
+    /// Whether asking twice changes nothing, so that a call cut off before its answer may be sent again:
+    /// `/verify` and `/supported`. Never `/settle`: a facilitator that read it may have settled, and a
+    /// second one would fail with "nonce already used" for a payment that moved money; a `/settle` without
+    /// an answer is [`SettleOutcome::Unknown`], asked again by [`Settler::reconcile`].
+    fn idempotent(self) -> bool {
+        !matches!(self, FacilitatorEndpoint::Settle)
+    }
+}
+
+/// How long a kept-alive connection to the facilitator may sit idle in the pool before it is closed.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
 type HeadersHook = Arc<dyn Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync>;
 
 /// A [`Settler`] that calls a remote facilitator (`POST {base}/verify`, `POST {base}/settle`,
@@ -42,15 +64,15 @@ type HeadersHook = Arc<dyn Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync>;
 /// 90 s is closed, and one the facilitator closed is not used again), so a busy server pays no TCP or TLS
 /// handshake per purchase: through a facilitator on loopback without TLS, a new connection per call cost
 /// 27% more CPU per purchase (docs/bench/reference-server-licensing.md, session 17). HTTP/2 is not used:
-/// the pool already keeps one warm connection per concurrent call, every facilitator speaks HTTP/1.1, and
-/// the reference server's facilitator door serves HTTP/1.1 only. Clones share the pool.
+/// the pool already keeps one warm connection per concurrent call, and the reference server's facilitator
+/// door serves HTTP/1.1 only. Clones share the pool.
 ///
 /// A kept-alive connection can be closed by the facilitator, or a proxy in front of it, just as a request
 /// crosses it (its idle timeout fires): the request then fails with no answer. A `/verify` or `/supported`
-/// cut off so is sent once more on a new connection (asking twice changes nothing); a `/settle` never is,
-/// since the facilitator may have settled it: it is [`SettleOutcome::Unknown`], the client gets 402
-/// `settlement_pending`, and the payment is settled or confirmed by [`Settler::reconcile`] when the client
-/// resends it or the reconciler runs.
+/// cut off so is sent once more, within the same timeout, on a new connection (asking twice changes nothing);
+/// a timeout or a refused connection is not sent again. A `/settle` never is, since the facilitator may have
+/// settled it: it is [`SettleOutcome::Unknown`], the client gets 402 `settlement_pending`, and the payment
+/// is settled or confirmed by [`Settler::reconcile`] when the client resends it or the reconciler runs.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -153,26 +175,9 @@ impl FacilitatorSettlerBuilder {
         }
         // reqwest is built with `rustls-no-provider`: make ring the default if nothing else was chosen.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let host = base
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.host().map(str::to_owned))
-            .unwrap_or_default();
         let client = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
-            // Connections are kept alive (reqwest's pool); a call the facilitator's side cut off on one is
-            // sent once more only where that is harmless (see `resend_if_cut_off`).
-            .retry(
-                reqwest::retry::for_host(host)
-                    .max_retries_per_request(1)
-                    .classify_fn(|attempt| {
-                        if resend_if_cut_off(attempt.uri(), attempt.error()) {
-                            attempt.retryable()
-                        } else {
-                            attempt.success()
-                        }
-                    }),
-            )
+            .pool_idle_timeout(POOL_IDLE)
             .build()
             .map_err(FacilitatorConfigError::Client)?;
         Ok(FacilitatorSettler {
@@ -226,11 +231,7 @@ impl FacilitatorSettler {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<T, SettleError> {
-        let (method, path) = match endpoint {
-            FacilitatorEndpoint::Verify => (reqwest::Method::POST, "verify"),
-            FacilitatorEndpoint::Settle => (reqwest::Method::POST, "settle"),
-            FacilitatorEndpoint::Supported => (reqwest::Method::GET, "supported"),
-        };
+        let (method, path) = endpoint.route();
         let mut rb = self
             .client
             .request(method, format!("{}/{path}", self.base))
@@ -243,8 +244,18 @@ impl FacilitatorSettler {
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(b);
         }
+        // The resend of a call cut off on a kept-alive connection (see the type's docs); only the endpoint
+        // knows whether it may be sent twice, which reqwest's retry policy cannot see.
+        let again = endpoint.idempotent().then(|| rb.try_clone()).flatten();
         let fut = async {
-            let resp = rb.send().await.map_err(map_err)?;
+            let resp = match (rb.send().await, again) {
+                (Err(e), Some(again)) if cut_off(&e) => {
+                    debug!(error = %e, "facilitator call cut off on a kept-alive connection: sent again");
+                    again.send().await
+                }
+                (sent, _) => sent,
+            }
+            .map_err(map_err)?;
             let status = resp.status();
             if resp.content_length().is_some_and(|l| l > MAX_ANSWER as u64) {
                 return Err(SettleError::BadResponse("answer too large".into()));
@@ -275,24 +286,15 @@ impl FacilitatorSettler {
     }
 }
 
-/// Whether a call that failed with `error` is sent once more: only `/verify` and `/supported` (asking them
-/// twice changes nothing), and only when the connection broke under the request (closed or reset before an
-/// answer came), which is how a kept-alive connection ends when the facilitator, or a proxy in front of it,
-/// closes it as the request crosses. Never `/settle`: a facilitator that read it may have settled, and a
-/// second one would fail with "nonce already used" for a payment that moved money; a `/settle` without an
-/// answer is [`SettleOutcome::Unknown`], asked again by [`Settler::reconcile`]. Neither a timeout (the
-/// deadline covers both attempts) nor a refused connection (a new one was just tried) is sent again.
-fn resend_if_cut_off(uri: &http::Uri, error: Option<&(dyn std::error::Error + 'static)>) -> bool {
-    let Some(error) = error else {
-        return false;
-    };
-    let idempotent = matches!(uri.path().rsplit('/').next(), Some("verify" | "supported"));
-    let fresh = error
-        .downcast_ref::<reqwest::Error>()
-        .is_some_and(|e| e.is_timeout() || e.is_connect());
-    if !idempotent || fresh {
+/// Whether the connection broke under the request (closed or reset before an answer came), which is how a
+/// kept-alive connection ends when the facilitator, or a proxy in front of it, closes it as the request
+/// crosses. Not a timeout (the deadline covers both attempts), nor a refused connection (a new one was just
+/// tried).
+fn cut_off(error: &reqwest::Error) -> bool {
+    if error.is_timeout() || error.is_connect() {
         return false;
     }
+    let error: &(dyn std::error::Error + 'static) = error;
     std::iter::successors(Some(error), |e| e.source()).any(|e| {
         e.downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_incomplete_message)
@@ -441,5 +443,38 @@ impl Settler for FacilitatorSettler {
                 other => other,
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn neither_a_refused_connection_nor_a_timeout_counts_as_cut_off() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+        // Nothing listens on port 1: refused.
+        let refused = client.get("http://127.0.0.1:1/verify").send().await;
+        let e = refused.expect_err("refused");
+        assert!(e.is_connect() && !cut_off(&e), "{e:?}");
+        // Accepted, never answered.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/verify", listener.local_addr().unwrap());
+        let _held = tokio::spawn(async move { listener.accept().await });
+        let late = client
+            .get(url)
+            .timeout(Duration::from_millis(100))
+            .send()
+            .await;
+        let e = late.expect_err("timed out");
+        assert!(e.is_timeout() && !cut_off(&e), "{e:?}");
+    }
+
+    #[test]
+    fn only_settle_is_never_sent_twice() {
+        assert!(FacilitatorEndpoint::Verify.idempotent());
+        assert!(FacilitatorEndpoint::Supported.idempotent());
+        assert!(!FacilitatorEndpoint::Settle.idempotent());
     }
 }

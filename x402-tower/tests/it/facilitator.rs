@@ -233,7 +233,7 @@ async fn facilitator_v1_gets_v1_requirements() {
 
 #[tokio::test]
 async fn hanging_facilitator_times_out_with_502() {
-    let (url, _fake) = fake_facilitator(Mode::Hang).await;
+    let (url, fake) = fake_facilitator(Mode::Hang).await;
     let (svc, inner) = paid_route(url.clone());
     let h = v2_header(3);
     let a = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
@@ -242,6 +242,8 @@ async fn hanging_facilitator_times_out_with_502() {
     // Verify failed before anything was broadcast: the key was released, the client may retry.
     let a = send(svc, req("/r", &[("payment-signature", &h)])).await;
     assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+    // A /verify that timed out is not sent again: one per request.
+    assert_eq!(fake.seen.lock().unwrap().len(), 2);
 }
 
 #[tokio::test]

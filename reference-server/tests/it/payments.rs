@@ -317,11 +317,7 @@ impl Instance {
         let first = first.expect("utf-8");
         // Keep reading: a closed pipe would kill the server at its next line of output.
         std::thread::spawn(move || lines.for_each(drop));
-        let base = first
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .expect("listen URL in the banner")
-            .to_owned();
+        let base = banner_url(&first);
         Instance { child, base }
     }
 }

@@ -94,6 +94,24 @@ impl std::fmt::Debug for Pg {
     }
 }
 
+/// A pool of at most `size` connections made with `config`, waiting at most [`WAIT`] for one.
+pub(crate) fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, StoreError> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(WAIT))
+        .create_timeout(Some(WAIT))
+        .build()
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
+}
+
 impl Pg {
     /// Connects to `url`, checks the database answers and applies pending migrations.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -112,20 +130,7 @@ impl Pg {
         if config.get_application_name().is_none() {
             config.application_name("reference-server");
         }
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(WAIT))
-            .create_timeout(Some(WAIT))
-            .build()
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let pool = pool(config, POOL_SIZE)?;
         let pg = Self {
             writer: writer::Writer::start(pool.clone()),
             pool,

@@ -351,26 +351,13 @@ mod tests {
         let mut config: tokio_postgres::Config = admin.parse().expect("an admin URL");
         let name = format!("writer_test_{}", uuid::Uuid::new_v4().simple());
         config.application_name(&name);
-        Some((pool_on(config, POOL), name))
+        Some((
+            crate::store::postgres::pool(config, POOL).expect("a pool"),
+            name,
+        ))
     }
 
     const POOL: usize = 4;
-
-    /// A pool of at most `size` connections made with `config`.
-    fn pool_on(config: tokio_postgres::Config, size: usize) -> Pool {
-        let manager = deadpool_postgres::Manager::from_config(
-            config,
-            tokio_postgres::NoTls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
-        Pool::builder(manager)
-            .max_size(size)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .expect("a pool")
-    }
 
     /// The test's table (in the admin database; dropped at the end).
     const TABLE: &str = "writer_panic_test";
@@ -387,7 +374,7 @@ mod tests {
         // Nothing listens on port 1: every connection is refused.
         let config: tokio_postgres::Config =
             "postgres://nobody@127.0.0.1:1/none".parse().expect("a URL");
-        let writer = Writer::start(pool_on(config, 2));
+        let writer = Writer::start(crate::store::postgres::pool(config, 2).expect("a pool"));
         let (a, b) = tokio::join!(
             writer.write(insert(Box::new(1_i32))),
             writer.write(insert(Box::new(2_i32)))

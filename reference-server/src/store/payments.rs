@@ -37,6 +37,18 @@ pub struct SqlitePaymentStore {
 pub(crate) const COLUMNS: &str = "state, resource, fingerprint, settlement, payload, requirements, expires_at, \
      updated_at, revision";
 
+/// The reconciler's query: unexpired `pending` records, and `in_flight` ones not touched since `?2`, oldest
+/// first, at most `?3`. It names the states of the partial index `payment_states_unresolved` (migration 0011),
+/// which holds only those records.
+pub(crate) fn unresolved_query() -> String {
+    format!(
+        "SELECT chain_id, asset, payer, nonce, {COLUMNS} FROM payment_states \
+         WHERE state IN ('in_flight', 'pending') AND expires_at >= ?1 \
+         AND (state = 'pending' OR updated_at < ?2) \
+         ORDER BY updated_at LIMIT ?3"
+    )
+}
+
 fn chain(key: &ReplayKey) -> Result<i64, StoreError> {
     i64::try_from(key.chain_id)
         .map_err(|_| StoreError::Invalid(format!("chain id {} too large", key.chain_id)))
@@ -315,13 +327,13 @@ impl ReplayStore for SqlitePaymentStore {
         Box::pin(async move {
             self.db
                 .read(move |c| {
-                    let mut stmt = c.prepare_cached(&format!(
-                        "SELECT chain_id, asset, payer, nonce, {COLUMNS} FROM payment_states \
-                         WHERE expires_at >= ?1 AND (state = 'pending' OR (state = 'in_flight' AND updated_at < ?2)) \
-                         ORDER BY updated_at LIMIT ?3"
-                    ))?;
+                    let mut stmt = c.prepare_cached(&unresolved_query())?;
                     let rows = stmt.query_map(
-                        params![secs(now), secs(stale_before), i64::try_from(limit).unwrap_or(i64::MAX)],
+                        params![
+                            secs(now),
+                            secs(stale_before),
+                            i64::try_from(limit).unwrap_or(i64::MAX)
+                        ],
                         |r| {
                             let key: (i64, String, String, String) =
                                 (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);

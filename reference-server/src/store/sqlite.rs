@@ -104,6 +104,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0010_purchase_pages",
         include_str!("migrations/sqlite/0010_purchase_pages.sql"),
     ),
+    (
+        "0011_unresolved_payments",
+        include_str!("migrations/sqlite/0011_unresolved_payments.sql"),
+    ),
 ];
 
 /// The page size of a new database (see `Db::open`).
@@ -1085,6 +1089,39 @@ mod tests {
         )
         .join("\n");
         assert!(plan.contains("settlements_unknown"), "{plan}");
+    }
+
+    /// 0011: the reconciler's index holds only `in_flight` and `pending` records (a settled purchase leaves
+    /// it instead of moving to its `settled` end), and the reconciler's query still reads through it.
+    #[test]
+    fn the_reconciler_reads_unresolved_payments_through_their_partial_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        configure(&conn).unwrap();
+        migrate(&conn).unwrap();
+        let partial: bool = conn
+            .query_row(
+                "SELECT partial FROM pragma_index_list('payment_states') \
+                 WHERE name = 'payment_states_unresolved'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(partial);
+        let sql = format!(
+            "EXPLAIN QUERY PLAN {}",
+            super::super::payments::unresolved_query()
+        );
+        let mut plan = conn.prepare(&sql).unwrap();
+        let plan: Vec<String> = plan
+            .query_map([0, 0, 1], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("USING INDEX payment_states_unresolved")),
+            "{plan:?}"
+        );
     }
 
     /// SQLite starts the WAL over only when a write begins with every frame copied back; a writer that never

@@ -65,6 +65,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0006_purchase_pages",
         include_str!("../migrations/postgres/0006_purchase_pages.sql"),
     ),
+    (
+        "0007_unresolved_payments",
+        include_str!("../migrations/postgres/0007_unresolved_payments.sql"),
+    ),
 ];
 
 /// Most connections one instance holds.

@@ -236,7 +236,8 @@ impl ReplayStore for PgPaymentStore {
                 let stmt = c
                     .prepare_cached(&format!(
                         "SELECT chain_id, asset, payer, nonce, {COLUMNS} FROM payment_states \
-                         WHERE expires_at >= $1 AND (state = 'pending' OR (state = 'in_flight' AND updated_at < $2)) \
+                         WHERE state IN ('in_flight', 'pending') AND expires_at >= $1 \
+                         AND (state = 'pending' OR updated_at < $2) \
                          ORDER BY updated_at LIMIT $3"
                     ))
                     .await?;

@@ -37,15 +37,16 @@ pub struct SqlitePaymentStore {
 pub(crate) const COLUMNS: &str = "state, resource, fingerprint, settlement, payload, requirements, expires_at, \
      updated_at, revision";
 
-/// The reconciler's query: unexpired `pending` records, and `in_flight` ones not touched since `?2`, oldest
-/// first, at most `?3`. It names the states of the partial index `payment_states_unresolved` (migration 0011),
-/// which holds only those records.
-pub(crate) fn unresolved_query() -> String {
+/// The reconciler's query, on both backends (their placeholders given): unexpired `pending` records, and
+/// `in_flight` ones not touched since `stale_before`, oldest first, at most `limit`. It names the states of
+/// the partial index `payment_states_unresolved` (SQLite migration 0011, PostgreSQL 0007), which holds only
+/// those records, so that it reads through it.
+pub(crate) fn unresolved_sql(now: &str, stale_before: &str, limit: &str) -> String {
     format!(
         "SELECT chain_id, asset, payer, nonce, {COLUMNS} FROM payment_states \
-         WHERE state IN ('in_flight', 'pending') AND expires_at >= ?1 \
-         AND (state = 'pending' OR updated_at < ?2) \
-         ORDER BY updated_at LIMIT ?3"
+         WHERE state IN ('in_flight', 'pending') AND expires_at >= {now} \
+         AND (state = 'pending' OR updated_at < {stale_before}) \
+         ORDER BY updated_at LIMIT {limit}"
     )
 }
 
@@ -327,7 +328,7 @@ impl ReplayStore for SqlitePaymentStore {
         Box::pin(async move {
             self.db
                 .read(move |c| {
-                    let mut stmt = c.prepare_cached(&unresolved_query())?;
+                    let mut stmt = c.prepare_cached(&unresolved_sql("?1", "?2", "?3"))?;
                     let rows = stmt.query_map(
                         params![
                             secs(now),

@@ -1109,7 +1109,7 @@ mod tests {
         assert!(partial);
         let sql = format!(
             "EXPLAIN QUERY PLAN {}",
-            super::super::payments::unresolved_query()
+            super::super::payments::unresolved_sql("?1", "?2", "?3")
         );
         let mut plan = conn.prepare(&sql).unwrap();
         let plan: Vec<String> = plan

@@ -18,6 +18,7 @@ use x402_tower::replay::{
 use super::{Param, Pg, Statement, changed, param};
 use crate::store::payments::{
     COLUMNS, PaymentStore, RawRecord, backend, decode_key, key_columns, secs, settlement_json,
+    unresolved_sql,
 };
 use crate::store::{StoreError, StoreFuture};
 
@@ -233,14 +234,7 @@ impl ReplayStore for PgPaymentStore {
         Box::pin(async move {
             let found = async {
                 let c = self.pg.client().await?;
-                let stmt = c
-                    .prepare_cached(&format!(
-                        "SELECT chain_id, asset, payer, nonce, {COLUMNS} FROM payment_states \
-                         WHERE state IN ('in_flight', 'pending') AND expires_at >= $1 \
-                         AND (state = 'pending' OR updated_at < $2) \
-                         ORDER BY updated_at LIMIT $3"
-                    ))
-                    .await?;
+                let stmt = c.prepare_cached(&unresolved_sql("$1", "$2", "$3")).await?;
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);
                 c.query(&stmt, &[&secs(now), &secs(stale_before), &limit])
                     .await?

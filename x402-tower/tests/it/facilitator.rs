@@ -137,6 +137,24 @@ fn paid_route(
     (svc, inner)
 }
 
+/// A purchase on `svc` (a clone of it) with a v2 payment of `nonce`.
+async fn pay<S, B>(svc: &S, nonce: u8) -> Answer
+where
+    S: tower::Service<
+            http::Request<http_body_util::Full<bytes::Bytes>>,
+            Response = http::Response<B>,
+        > + Clone,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    send(
+        svc.clone(),
+        req("/r", &[("payment-signature", &v2_header(nonce))]),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn facilitator_verify_and_settle() {
     let (url, fake) = fake_facilitator(Mode::Good).await;
@@ -250,7 +268,7 @@ async fn hanging_facilitator_times_out_with_502() {
 async fn garbage_facilitator_is_502() {
     let (url, _fake) = fake_facilitator(Mode::Garbage).await;
     let (svc, inner) = paid_route(url.clone());
-    let a = send(svc, req("/r", &[("payment-signature", &v2_header(4))])).await;
+    let a = pay(&svc, 4).await;
     assert_eq!(a.status, StatusCode::BAD_GATEWAY);
     assert_eq!(inner.calls(), 0);
 }
@@ -259,7 +277,7 @@ async fn garbage_facilitator_is_502() {
 async fn facilitator_settle_failure_is_402_with_its_reason() {
     let (url, _fake) = fake_facilitator(Mode::SettleFails).await;
     let (svc, inner) = paid_route(url.clone());
-    let a = send(svc, req("/r", &[("payment-signature", &v2_header(5))])).await;
+    let a = pay(&svc, 5).await;
     assert_eq!(a.error(), "invalid_transaction_state");
     assert_eq!(
         a.receipt("payment-response").error_reason.as_deref(),
@@ -286,7 +304,7 @@ async fn facilitator_supported() {
 async fn facilitator_4xx_with_a_protocol_body_is_its_verdict() {
     let (url, _fake) = fake_facilitator(Mode::Invalid400).await;
     let (svc, inner) = paid_route(url.clone());
-    let a = send(svc, req("/r", &[("payment-signature", &v2_header(8))])).await;
+    let a = pay(&svc, 8).await;
     assert_eq!(a.error(), "insufficient_funds");
     assert_eq!(inner.calls(), 0);
 }
@@ -394,11 +412,7 @@ async fn purchases_through_a_facilitator_share_one_kept_alive_connection() {
     let (url, connections, requests) = tcp_facilitator(Duration::from_secs(60), Cut::Never).await;
     let (svc, _inner) = paid_route(url);
     for nonce in 20..24 {
-        let a = send(
-            svc.clone(),
-            req("/r", &[("payment-signature", &v2_header(nonce))]),
-        )
-        .await;
+        let a = pay(&svc, nonce).await;
         assert_eq!(a.status, StatusCode::OK, "{a:?}");
     }
     assert_eq!(
@@ -417,14 +431,10 @@ async fn purchases_through_a_facilitator_share_one_kept_alive_connection() {
 async fn a_connection_the_facilitator_closed_while_idle_is_not_used_again() {
     let (url, connections, _) = tcp_facilitator(Duration::from_millis(100), Cut::Never).await;
     let (svc, _inner) = paid_route(url);
-    let a = send(
-        svc.clone(),
-        req("/r", &[("payment-signature", &v2_header(30))]),
-    )
-    .await;
+    let a = pay(&svc, 30).await;
     assert_eq!(a.status, StatusCode::OK, "{a:?}");
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let a = send(svc, req("/r", &[("payment-signature", &v2_header(31))])).await;
+    let a = pay(&svc, 31).await;
     assert_eq!(a.status, StatusCode::OK, "{a:?}");
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
@@ -441,13 +451,9 @@ async fn a_verify_cut_off_on_a_kept_alive_connection_is_sent_again_on_a_new_one(
 async fn verify_cut_off(cut: Cut) {
     let (url, connections, requests) = tcp_facilitator(Duration::from_secs(60), cut).await;
     let (svc, inner) = paid_route(url);
-    let a = send(
-        svc.clone(),
-        req("/r", &[("payment-signature", &v2_header(40))]),
-    )
-    .await;
+    let a = pay(&svc, 40).await;
     assert_eq!(a.status, StatusCode::OK, "{a:?}");
-    let a = send(svc, req("/r", &[("payment-signature", &v2_header(41))])).await;
+    let a = pay(&svc, 41).await;
     assert_eq!(a.status, StatusCode::OK, "{a:?}");
     assert_eq!(a.receipt("payment-response").transaction, "0x05");
     assert_eq!(
@@ -504,16 +510,11 @@ async fn a_forged_payment_is_refused_here_and_never_reaches_the_facilitator() {
     let (url, connections, requests) = tcp_facilitator(Duration::from_secs(60), Cut::Never).await;
     let (svc, inner) = paid_route(url);
     let a = Auth::v2(60);
-    let other: alloy_signer_local::PrivateKeySigner =
-        "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
-            .parse()
-            .unwrap();
-    let forged = payload_v2(&a, &a.sign(&other, &domain_base_sepolia()));
-    let header = {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(forged.to_string())
-    };
-    let r = send(svc, req("/r", &[("payment-signature", &header)])).await;
+    let forged = b64(&payload_v2(
+        &a,
+        &a.sign(&stranger(), &domain_base_sepolia()),
+    ));
+    let r = send(svc, req("/r", &[("payment-signature", &forged)])).await;
     assert_eq!(r.error(), "invalid_exact_evm_payload_signature");
     assert!(requests.lock().unwrap().is_empty());
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 0);

@@ -56,6 +56,13 @@ pub fn signer() -> PrivateKeySigner {
     ACCOUNT0_KEY.parse().unwrap()
 }
 
+/// A key that is not the payer's ([`signer`]): what a forger signs with (anvil's account 1).
+pub fn stranger() -> PrivateKeySigner {
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+        .parse()
+        .unwrap()
+}
+
 pub fn domain_base_sepolia() -> Eip712Domain {
     eip712_domain! {
         name: "USDC",

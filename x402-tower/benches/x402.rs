@@ -233,6 +233,32 @@ fn benches(c: &mut Criterion) {
         b.iter(|| x402_tower::verify::payload_from_str(&echoing).map(|p| p.x402_version()))
     });
 
+    // A purchase whose payment echoes the 402's declarations as an official client does (bazaar, signed
+    // offers, sign-in-with-x, terms: ~3.4 KB) with a payment-identifier: the record keeps the payment less
+    // the echoes (replay::StoredPayment).
+    let echoing_header = {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&b64.decode(&header).unwrap()).unwrap();
+        let declaration = |n: usize| serde_json::json!({"info": {"text": "d".repeat(n)}, "schema": {"type": "object"}});
+        v["extensions"] = serde_json::json!({
+            "bazaar": declaration(1000),
+            "offer-receipt": declaration(1100),
+            "sign-in-with-x": declaration(950),
+            "terms": declaration(120),
+            "payment-identifier": {"info": {"id": "pay_0123456789abcdef"}},
+        });
+        b64.encode(v.to_string())
+    };
+    assert_eq!(
+        run(&verify_only, request(Some(&echoing_header))),
+        StatusCode::OK
+    );
+    g.bench_function("paid_request_echoing_extensions", |b| {
+        b.iter(|| run(&verify_only, request(Some(&echoing_header))))
+    });
+
     // The header was used once on `paid` (in-memory store): every further identical request is a resend,
     // served again from the payment record (no settlement).
     assert_eq!(run(&paid, request(Some(&header))), StatusCode::OK);

@@ -489,6 +489,13 @@ pub(crate) fn object_members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)
     Some(members)
 }
 
+/// The byte range of `part` in `text`, when `part` is a slice of `text` (a [`RawValue`] borrowed from it).
+pub(crate) fn span_in(text: &str, part: &str) -> Option<std::ops::Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= text.len()).then_some(start..end)
+}
+
 /// Body of a facilitator's `/verify` and `/settle` requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -47,6 +47,7 @@
 pub mod redis;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -137,38 +138,52 @@ pub const ECHOED_EXTENSIONS: [&str; 4] = [
 
 impl StoredPayment {
     /// What a record keeps of a payment: `payload_text` (the client's JSON text of `payload`) less the
-    /// [`ECHOED_EXTENSIONS`] in its `extensions` (the whole member when nothing else is left), and
-    /// `requirements`. The text is shared, not copied, when there is nothing to leave out (v1, no echoes).
+    /// [`ECHOED_EXTENSIONS`] in its `extensions` (`{}` when nothing else is left; every byte outside that
+    /// object is kept as sent), and `requirements`. The text is shared, not copied, when there is nothing
+    /// to leave out (v1, no echoes).
     ///
     /// ```
     /// use std::sync::Arc;
     /// use x402_tower::replay::StoredPayment;
     ///
     /// let text: Arc<str> = Arc::from(
-    ///     r#"{"x402Version":2,"payload":{},"extensions":{"bazaar":{"info":{}},"payment-identifier":{"info":{"id":"p_1"}}}}"#,
+    ///     r#"{"x402Version":2, "payload":{}, "extensions":{"bazaar":{"info":{}},"payment-identifier":{"info":{"id":"p_1"}}}}"#,
     /// );
     /// let kept = StoredPayment::new(&text, Arc::from("{}"));
     /// assert_eq!(
     ///     &*kept.payload,
-    ///     r#"{"x402Version":2,"payload":{},"extensions":{"payment-identifier":{"info":{"id":"p_1"}}}}"#
+    ///     r#"{"x402Version":2, "payload":{}, "extensions":{"payment-identifier":{"info":{"id":"p_1"}}}}"#
     /// );
     /// ```
     pub fn new(payload_text: &Arc<str>, requirements: Arc<str>) -> Self {
+        StoredPayment::kept(payload_text, extensions_span(payload_text), requirements)
+    }
+
+    /// [`StoredPayment::new`] for a payment whose `extensions` member's value is at `extensions`
+    /// (byte range) in `payload_text`, as its decoding found it (`verify::payload_at`): the text is not
+    /// read again, only that value.
+    pub(crate) fn kept(
+        payload_text: &Arc<str>,
+        extensions: Option<Range<usize>>,
+        requirements: Arc<str>,
+    ) -> Self {
         StoredPayment {
-            payload: without_echoes(payload_text).unwrap_or_else(|| payload_text.clone()),
+            payload: extensions
+                .and_then(|at| without_echoes(payload_text, at))
+                .unwrap_or_else(|| payload_text.clone()),
             requirements,
         }
     }
 }
 
-/// `text` less its echoed extensions, or `None` when there are none to leave out (or `text` is not a JSON
-/// object: then it is kept as it is).
-fn without_echoes(text: &Arc<str>) -> Option<Arc<str>> {
+/// Where the value of the single `extensions` member of the JSON object `text` is, or `None` (no such
+/// member, several, or `text` is not a JSON object: then it is kept as it is).
+fn extensions_span(text: &str) -> Option<Range<usize>> {
     use crate::proto::object_members;
 
     // Cheap refusal first: a payment that echoes nothing says none of these keys anywhere (a key could
     // also be written with escapes).
-    if !text.contains('\\') && !ECHOED_EXTENSIONS.iter().any(|k| text.contains(k)) {
+    if !may_echo(text) {
         return None;
     }
     let members = object_members(text)?;
@@ -177,7 +192,25 @@ fn without_echoes(text: &Arc<str>) -> Option<Arc<str>> {
     if named.next().is_some() {
         return None; // Not a payment any door accepts: kept as it came.
     }
-    let entries = object_members(extensions.get())?;
+    crate::proto::span_in(text, extensions.get())
+}
+
+/// Whether `text` may hold one of the [`ECHOED_EXTENSIONS`] (by name, or by a name written with escapes).
+fn may_echo(text: &str) -> bool {
+    text.contains('\\') || ECHOED_EXTENSIONS.iter().any(|k| text.contains(k))
+}
+
+/// `text` less the echoed extensions in its `extensions` object at `at` (replaced by the object of the
+/// entries left, `{}` when none is), or `None` when there are none to leave out (or the value at `at` is
+/// not a JSON object). Everything outside that object stays byte for byte.
+fn without_echoes(text: &str, at: Range<usize>) -> Option<Arc<str>> {
+    use crate::proto::object_members;
+
+    let extensions = text.get(at.clone())?;
+    if !may_echo(extensions) {
+        return None;
+    }
+    let entries = object_members(extensions)?;
     let kept: Vec<(&str, &str)> = entries
         .iter()
         .filter(|(k, _)| !ECHOED_EXTENSIONS.contains(&k.as_ref()))
@@ -186,15 +219,12 @@ fn without_echoes(text: &Arc<str>) -> Option<Arc<str>> {
     if kept.len() == entries.len() {
         return None;
     }
-    let extensions = (!kept.is_empty()).then(|| json_object(kept));
-    let members = members.iter().filter_map(|(k, v)| {
-        if k == "extensions" {
-            extensions.as_deref().map(|e| (k.as_ref(), e))
-        } else {
-            Some((k.as_ref(), v.get()))
-        }
-    });
-    Some(json_object(members).into())
+    let kept = json_object(kept);
+    let mut out = String::with_capacity(text.len() - extensions.len() + kept.len());
+    out.push_str(&text[..at.start]);
+    out.push_str(&kept);
+    out.push_str(&text[at.end..]);
+    Some(out.into())
 }
 
 /// A JSON object of `members`, each value the JSON text given; keys are written with the escapes they need.
@@ -677,14 +707,14 @@ mod tests {
             &*stored(
                 r#"{"x402Version": 2, "accepted": {"a" : 1}, "extensions": {"bazaar": {"x": [1]}, "payment-identifier": {"info": {"id": "p\u0031"}}, "terms": {}, "b": null}, "payload": {"s": "0x"}}"#
             ),
-            r#"{"x402Version":2,"accepted":{"a" : 1},"extensions":{"payment-identifier":{"info": {"id": "p\u0031"}},"b":null},"payload":{"s": "0x"}}"#
+            r#"{"x402Version": 2, "accepted": {"a" : 1}, "extensions": {"payment-identifier":{"info": {"id": "p\u0031"}},"b":null}, "payload": {"s": "0x"}}"#
         );
-        // Nothing left: the member goes.
+        // Nothing left: an empty object.
         assert_eq!(
             &*stored(
                 r#"{"extensions":{"bazaar":1,"offer-receipt":2,"sign-in-with-x":3,"terms":4},"x402Version":2}"#
             ),
-            r#"{"x402Version":2}"#
+            r#"{"extensions":{},"x402Version":2}"#
         );
         // A key written with an escape is the same key; a key needing one is written with it.
         assert_eq!(

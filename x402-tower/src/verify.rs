@@ -4,18 +4,20 @@
 //! settler (or a facilitator) can reuse them, and [`TransferWithAuthorization`] (the typed EIP-712 message)
 //! so a client or a test can sign payments the layer accepts.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use alloy_primitives::{B256, Bytes, Signature, U256, keccak256};
 use alloy_sol_types::{Eip712Domain, SolStruct};
 use base64::Engine as _;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::network::{Network, Token};
 use crate::offer::PaymentOffer;
 use crate::proto::{
-    Authorization, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequirementsV1,
-    PaymentRequirementsV2, SCHEME_EXACT,
+    Authorization, ExactEvmPayload, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2,
+    PaymentRequirementsV1, PaymentRequirementsV2, ResourceInfo, SCHEME_EXACT,
 };
 
 #[allow(missing_docs, unreachable_pub)]
@@ -260,6 +262,8 @@ pub(crate) struct LocallyVerified {
     pub(crate) digest: B256,
     /// The decoded header as the client sent it.
     pub(crate) payload_text: Arc<str>,
+    /// Where the value of its `extensions` member is in `payload_text` ([`payload_at`]).
+    pub(crate) extensions_at: Option<Range<usize>>,
 }
 
 /// Base64 decoder: standard alphabet, padding optional.
@@ -283,7 +287,7 @@ fn reject(reason: RejectReason, detail: &'static str) -> Rejection {
 }
 
 /// Decodes a payment header (already length-capped) into its typed form and its JSON text as sent.
-pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Arc<str>), Rejection> {
+pub(crate) fn decode(header: &[u8]) -> Result<Decoded, Rejection> {
     let trimmed = header.trim_ascii();
     let bytes = B64
         .decode(trimmed)
@@ -291,8 +295,22 @@ pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Arc<str>), Reject
     // JSON is UTF-8: the text is kept as sent (a payment record stores it, a facilitator receives it).
     let text = String::from_utf8(bytes)
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
-    let payload = payload_from_str(&text)?;
-    Ok((payload, text.into()))
+    let (payload, extensions_at) = payload_at(&text)?;
+    Ok(Decoded {
+        payload,
+        text: text.into(),
+        extensions_at,
+    })
+}
+
+/// A decoded payment header.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub(crate) payload: PaymentPayload,
+    /// The JSON text as the client sent it.
+    pub(crate) text: Arc<str>,
+    /// Where the value of its `extensions` member is in `text` ([`payload_at`]).
+    pub(crate) extensions_at: Option<Range<usize>>,
 }
 
 /// Reads a `PaymentPayload` from its JSON text, dispatching on its `x402Version` (not on the header it came
@@ -308,12 +326,46 @@ pub(crate) fn decode(header: &[u8]) -> Result<(PaymentPayload, Arc<str>), Reject
 /// assert!(payload_from_str("[2]").is_err());
 /// ```
 pub fn payload_from_str(text: &str) -> Result<PaymentPayload, Rejection> {
+    payload_at(text).map(|(payload, _)| payload)
+}
+
+/// [`payload_from_str`], and where the value of a v2 payment's `extensions` member is in `text` (a byte
+/// range), for [`StoredPayment::kept`](crate::replay::StoredPayment::kept) to leave the echoed extensions
+/// out without reading the text again.
+pub(crate) fn payload_at(text: &str) -> Result<(PaymentPayload, Option<Range<usize>>), Rejection> {
     /// The version alone (any JSON value: a wrong type is a wrong version, not bad JSON); every other
     /// member is skipped without being built.
     #[derive(Deserialize)]
     struct Version {
         #[serde(rename = "x402Version", default)]
         version: serde_json::Value,
+    }
+    /// A v2 payment with its extensions borrowed from the text (where they are is then known).
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct V2<'a> {
+        x402_version: u8,
+        #[serde(default)]
+        resource: Option<ResourceInfo>,
+        accepted: PaymentRequirementsV2,
+        payload: ExactEvmPayload,
+        #[serde(default, borrow)]
+        extensions: Option<&'a RawValue>,
+    }
+    impl V2<'_> {
+        fn into_payload(self, text: &str) -> (PaymentPayload, Option<Range<usize>>) {
+            let at = self
+                .extensions
+                .and_then(|e| crate::proto::span_in(text, e.get()));
+            let payload = PaymentPayloadV2 {
+                x402_version: self.x402_version,
+                resource: self.resource,
+                accepted: self.accepted,
+                payload: self.payload,
+                extensions: self.extensions.map(RawValue::to_owned),
+            };
+            (PaymentPayload::V2(payload), at)
+        }
     }
     // A struct also deserialises from a JSON array (by position): a payload is an object.
     if !text.trim_start().starts_with('{') {
@@ -324,24 +376,24 @@ pub fn payload_from_str(text: &str) -> Result<PaymentPayload, Rejection> {
     }
     // The common case in one pass: a v2 payment. Anything else (v1, another version, not a payment) is
     // decided by its version below, with the same answers as if this attempt had not been made.
-    if let Ok(payload) = serde_json::from_str::<PaymentPayloadV2>(text)
+    if let Ok(payload) = serde_json::from_str::<V2<'_>>(text)
         && payload.x402_version == 2
     {
-        return Ok(PaymentPayload::V2(payload));
+        return Ok(payload.into_payload(text));
     }
     let version = serde_json::from_str::<Version>(text)
         .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
     match version.version.as_u64() {
         Some(1) => serde_json::from_str::<PaymentPayloadV1>(text)
-            .map(PaymentPayload::V1)
+            .map(|p| (PaymentPayload::V1(p), None))
             .map_err(|_| {
                 reject(
                     RejectReason::InvalidPayload,
                     "not a v1 exact/EVM PaymentPayload",
                 )
             }),
-        Some(2) => serde_json::from_str::<PaymentPayloadV2>(text)
-            .map(PaymentPayload::V2)
+        Some(2) => serde_json::from_str::<V2<'_>>(text)
+            .map(|p| p.into_payload(text))
             .map_err(|_| {
                 reject(
                     RejectReason::InvalidPayload,
@@ -381,11 +433,15 @@ pub fn parse_signature_hex(s: &str) -> Option<Vec<u8>> {
 
 /// Verifies a decoded payment against the offers, in the spec's order. `now` is unix seconds.
 pub(crate) fn verify(
-    payload: PaymentPayload,
-    payload_text: Arc<str>,
+    decoded: Decoded,
     offers: &[CompiledOffer],
     now: u64,
 ) -> Result<LocallyVerified, Rejection> {
+    let Decoded {
+        payload,
+        text: payload_text,
+        extensions_at,
+    } = decoded;
     // 1. scheme, network, offer match.
     let offer_index = match &payload {
         PaymentPayload::V1(p) => {
@@ -433,6 +489,7 @@ pub(crate) fn verify(
         signature: Bytes::from(signature),
         digest,
         payload_text,
+        extensions_at,
     })
 }
 
@@ -560,6 +617,56 @@ mod tests {
         parse_signature_hex(s).unwrap()
     }
     const SIG_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
+
+    /// A v2 payment whose `extensions` member is written as `extensions` (JSON text) and placed `where`.
+    fn v2_text(extensions: &str, first: bool) -> String {
+        let rest = r#""x402Version" : 2, "accepted":{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}},"payload":{"signature":"0x00","authorization":{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"0","validBefore":"9","nonce":"0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"}}"#;
+        if first {
+            format!(r#"{{ "extensions" :{extensions}, {rest}}}"#)
+        } else {
+            format!(r#"{{{rest},"extensions": {extensions} }}"#)
+        }
+    }
+
+    #[test]
+    fn a_decoded_payment_locates_its_extensions_for_the_record() {
+        use crate::replay::StoredPayment;
+        for extensions in [
+            r#"{"bazaar":{"info":{"a":[1,"}"]}},"payment-identifier":{"info":{"id":"p_1"}}}"#,
+            r#"{"baz\u0061ar":{},"terms":{"v":"1"},"offer-receipt":{},"sign-in-with-x":{}}"#,
+            r#"{"payment-identifier":{"info":{"id":"p_1"}}}"#,
+            "{}",
+            "null",
+        ] {
+            for first in [true, false] {
+                let text: Arc<str> = v2_text(extensions, first).into();
+                let (payload, at) = payload_at(&text).unwrap();
+                let PaymentPayload::V2(v2) = payload else {
+                    panic!("a v2 payment");
+                };
+                if extensions == "null" {
+                    assert_eq!((at.clone(), v2.extensions.is_none()), (None, true));
+                } else {
+                    let at = at.clone().unwrap();
+                    assert_eq!(&text[at], extensions);
+                    assert_eq!(v2.extensions.unwrap().get(), extensions);
+                }
+                // The record made from the located member is the one a full re-read makes.
+                let by_span = StoredPayment::kept(&text, at, Arc::from("{}"));
+                assert_eq!(
+                    by_span,
+                    StoredPayment::new(&text, Arc::from("{}")),
+                    "{text}"
+                );
+            }
+        }
+        // v1 has no extensions member to locate.
+        let v1 = r#"{"x402Version":1,"scheme":"exact","network":"base-sepolia","payload":{"signature":"0x00","authorization":{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"0","validBefore":"9","nonce":"0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"}}}"#;
+        assert!(matches!(payload_at(v1), Ok((PaymentPayload::V1(_), None))));
+        // Two `extensions` members: not a payment.
+        let twice = v2_text(r#"{"bazaar":1},"extensions":{}"#, false);
+        assert!(payload_at(&twice).is_err());
+    }
 
     #[test]
     fn vectors_domains_and_digests() {

@@ -28,6 +28,7 @@
 //! # }
 //! ```
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use alloy_primitives::{Address, B256, Bytes, U256};
@@ -46,7 +47,7 @@ use crate::proto::{
 use crate::replay::{PaymentState, StoredPayment};
 use crate::settle::{SettleRequest, VerifyOutcome};
 use crate::verify::{
-    RejectReason, checked_authorization, domain_separator, parse_signature_hex, payload_from_str,
+    RejectReason, checked_authorization, domain_separator, parse_signature_hex, payload_at,
 };
 
 /// Default of [`FacilitatorPolicy::max_timeout_seconds`].
@@ -146,8 +147,17 @@ pub fn settle_request(
     payload_text: Arc<str>,
     requirements_json: &str,
 ) -> Result<SettleRequest, Invalid> {
-    let payload = payload_from_str(&payload_text)
-        .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, None))?;
+    settle_request_at(payload_text, requirements_json).map(|(request, _)| request)
+}
+
+/// [`settle_request`], and where the value of the payload's `extensions` member is in its text
+/// ([`payload_at`]).
+fn settle_request_at(
+    payload_text: Arc<str>,
+    requirements_json: &str,
+) -> Result<(SettleRequest, Option<Range<usize>>), Invalid> {
+    let (payload, extensions_at) =
+        payload_at(&payload_text).map_err(|r| Invalid::new(r.reason.as_str(), r.detail, None))?;
     let payer = Some(payload.exact().authorization.from);
     let invalid = |r: RejectReason, m: &str| Invalid::new(r.as_str(), m, payer);
     let bad_requirements = |e: serde_json::Error| {
@@ -211,13 +221,14 @@ pub fn settle_request(
     };
     let signature = parse_signature_hex(&payload.exact().signature)
         .ok_or_else(|| invalid(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
-    Ok(SettleRequest {
+    let request = SettleRequest {
         payload,
         payload_text,
         requirements,
         offer,
         signature: Bytes::from(signature),
-    })
+    };
+    Ok((request, extensions_at))
 }
 
 /// The settle request of a stored payment (for reconciliation).
@@ -275,7 +286,7 @@ impl PaymentEngine {
     ) -> Result<Checked, Invalid> {
         let payload: Arc<str> = body.payload.map_or("null", RawValue::get).into();
         let requirements = body.requirements.map_or("null", RawValue::get);
-        settle_request(payload, requirements).and_then(|mut request| {
+        settle_request_at(payload, requirements).and_then(|(mut request, extensions_at)| {
             let payer = Some(request.payer());
             if let Some(allowed) = &policy.pay_to
                 && !allowed.contains(&request.offer.pay_to)
@@ -300,8 +311,9 @@ impl PaymentEngine {
             };
             // Only a payment that passed every check is remembered, both parts as the caller sent them
             // (less the extensions echoed from the 402: `StoredPayment::new`).
-            let stored = Arc::new(StoredPayment::new(
+            let stored = Arc::new(StoredPayment::kept(
                 &request.payload_text,
+                extensions_at,
                 requirements.into(),
             ));
             Ok(Checked {

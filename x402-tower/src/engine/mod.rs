@@ -505,7 +505,7 @@ impl PaymentEngine {
                     let _d = info_span!("x402.decode").entered();
                     verify::decode(header)
                 };
-                decoded.and_then(|(payload, text)| verify::verify(payload, text, offers, now))
+                decoded.and_then(|decoded| verify::verify(decoded, offers, now))
             }
         };
         let local = match local {
@@ -538,7 +538,11 @@ impl PaymentEngine {
             ),
         };
         let fingerprint = local.digest;
-        let stored = Arc::new(StoredPayment::new(&local.payload_text, requirements_json));
+        let stored = Arc::new(StoredPayment::kept(
+            &local.payload_text,
+            local.extensions_at,
+            requirements_json,
+        ));
         let request = SettleRequest {
             payload: local.payload,
             payload_text: local.payload_text,

@@ -253,6 +253,15 @@ pub trait LicensingStore: Send + Sync + std::fmt::Debug {
     ) -> StoreFuture<'_, (Vec<DailyPurchases>, Vec<DailyInterest>)>;
 }
 
+/// The query of [`LicensingStore::receipt_of`] (both backends: `payer` and `article` their placeholders): the
+/// latest receipt of a payer for an article, through the index `receipts_article_payer`.
+pub(crate) fn receipt_of_sql(payer: &str, article: &str) -> String {
+    format!(
+        "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE payer = {payer} AND article_id = {article} \
+         ORDER BY created_at DESC LIMIT 1"
+    )
+}
+
 /// The purchases query of [`LicensingStore::licensing_activity`] (`placeholder`: `?1`/`$1`, the first day;
 /// `sum`: the backend's integer sum of `amount_atomic`).
 pub(crate) fn activity_purchases_sql(placeholder: &str, sum: &str) -> String {
@@ -454,10 +463,7 @@ impl LicensingStore for SqliteLicensingStore {
     ) -> StoreFuture<'a, Option<Receipt>> {
         let (payer, article_id) = (payer.to_owned(), article_id.to_owned());
         Box::pin(self.db.read(move |c| {
-            let mut stmt = c.prepare_cached(&format!(
-                "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE payer = ?1 AND article_id = ?2 \
-                 ORDER BY created_at DESC LIMIT 1"
-            ))?;
+            let mut stmt = c.prepare_cached(&receipt_of_sql("?1", "?2"))?;
             Ok(stmt
                 .query_row([payer, article_id], receipt_from_row)
                 .optional()?)

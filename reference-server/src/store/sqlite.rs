@@ -108,6 +108,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0011_unresolved_payments",
         include_str!("migrations/sqlite/0011_unresolved_payments.sql"),
     ),
+    (
+        "0012_receipt_lookup",
+        include_str!("migrations/sqlite/0012_receipt_lookup.sql"),
+    ),
 ];
 
 /// The page size of a new database (see `Db::open`).
@@ -1068,7 +1072,7 @@ mod tests {
             conn.execute("INSERT INTO receipt_reads VALUES ('33', 'r4')", [])
                 .is_err()
         );
-        // receipts: the key and the two lookups, no unique key on the payment identity.
+        // receipts: the key and one lookup (0012), no unique key on the payment identity.
         let indexes = dump(
             &conn,
             "SELECT name FROM pragma_index_list('receipts') ORDER BY name",
@@ -1076,11 +1080,20 @@ mod tests {
         assert_eq!(
             indexes,
             [
-                "Text(\"receipts_article\")",
-                "Text(\"receipts_payer_article\")",
+                "Text(\"receipts_article_payer\")",
                 "Text(\"sqlite_autoindex_receipts_1\")"
             ]
         );
+        // The lookup by payer and article reads through it.
+        let plan = dump(
+            &conn,
+            &format!(
+                "EXPLAIN QUERY PLAN {}",
+                super::super::articles::receipt_of_sql("'p'", "'a'")
+            ),
+        )
+        .join("\n");
+        assert!(plan.contains("receipts_article_payer"), "{plan}");
         // Resolving an unknown settlement still finds it through an index (the partial one).
         let plan = dump(
             &conn,

@@ -8,7 +8,7 @@ use super::{Pg, Statement, big, changed, param, unsigned};
 use crate::store::articles::{
     Article, DailyInterest, DailyPurchases, LicenseMint, LicensingStore, LlmsTxtInterest,
     LlmsTxtStats, MINT_COLUMNS, RECEIPT_COLUMNS, Receipt, UserAgentCount, activity_interest_sql,
-    activity_purchases_sql, already_issued, price, queue_mints_sql,
+    activity_purchases_sql, already_issued, price, queue_mints_sql, receipt_of_sql,
 };
 use crate::store::{StoreError, StoreFuture};
 
@@ -226,12 +226,7 @@ impl LicensingStore for PgLicensingStore {
     ) -> StoreFuture<'a, Option<Receipt>> {
         Box::pin(async move {
             let c = self.pg.client().await?;
-            let stmt = c
-                .prepare_cached(&format!(
-                    "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE payer = $1 AND article_id = $2 \
-                     ORDER BY created_at DESC LIMIT 1"
-                ))
-                .await?;
+            let stmt = c.prepare_cached(&receipt_of_sql("$1", "$2")).await?;
             c.query_opt(&stmt, &[&payer, &article_id])
                 .await?
                 .as_ref()

@@ -69,6 +69,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0007_unresolved_payments",
         include_str!("../migrations/postgres/0007_unresolved_payments.sql"),
     ),
+    (
+        "0008_receipt_lookup",
+        include_str!("../migrations/postgres/0008_receipt_lookup.sql"),
+    ),
 ];
 
 /// Most connections one instance holds.

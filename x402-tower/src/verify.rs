@@ -255,15 +255,12 @@ impl CompiledOffer {
 /// A payment that passed local verification.
 #[derive(Debug, Clone)]
 pub(crate) struct LocallyVerified {
-    pub(crate) payload: PaymentPayload,
+    /// The payment as decoded.
+    pub(crate) decoded: Decoded,
     pub(crate) offer_index: usize,
     pub(crate) signature: Bytes,
     /// The authorization's EIP-712 digest: identical payments have the same one.
     pub(crate) digest: B256,
-    /// The decoded header as the client sent it.
-    pub(crate) payload_text: Arc<str>,
-    /// Where the value of its `extensions` member is in `payload_text` ([`payload_at`]).
-    pub(crate) extensions_at: Option<Range<usize>>,
 }
 
 /// Base64 decoder: standard alphabet, padding optional.
@@ -304,7 +301,7 @@ pub(crate) fn decode(header: &[u8]) -> Result<Decoded, Rejection> {
 }
 
 /// A decoded payment header.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Decoded {
     pub(crate) payload: PaymentPayload,
     /// The JSON text as the client sent it.
@@ -437,13 +434,9 @@ pub(crate) fn verify(
     offers: &[CompiledOffer],
     now: u64,
 ) -> Result<LocallyVerified, Rejection> {
-    let Decoded {
-        payload,
-        text: payload_text,
-        extensions_at,
-    } = decoded;
+    let payload = &decoded.payload;
     // 1. scheme, network, offer match.
-    let offer_index = match &payload {
+    let offer_index = match payload {
         PaymentPayload::V1(p) => {
             if p.scheme != SCHEME_EXACT {
                 return Err(reject(RejectReason::InvalidScheme, "scheme is not exact"));
@@ -482,14 +475,12 @@ pub(crate) fn verify(
     })?;
     let compiled = &offers[offer_index];
     let (signature, digest) =
-        checked_authorization(&payload, &compiled.offer, &compiled.domain_separator, now)?;
+        checked_authorization(payload, &compiled.offer, &compiled.domain_separator, now)?;
     Ok(LocallyVerified {
-        payload,
+        decoded,
         offer_index,
         signature: Bytes::from(signature),
         digest,
-        payload_text,
-        extensions_at,
     })
 }
 
@@ -644,6 +635,12 @@ mod tests {
                 let PaymentPayload::V2(v2) = payload else {
                     panic!("a v2 payment");
                 };
+                // The borrowing decoder reads what the public type's own decoder reads.
+                let public: PaymentPayloadV2 = serde_json::from_str(&text).unwrap();
+                assert_eq!(
+                    serde_json::to_string(&v2).unwrap(),
+                    serde_json::to_string(&public).unwrap()
+                );
                 if extensions == "null" {
                     assert_eq!((at.clone(), v2.extensions.is_none()), (None, true));
                 } else {

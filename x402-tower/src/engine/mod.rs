@@ -521,7 +521,8 @@ impl PaymentEngine {
         };
         let offer_index = local.offer_index;
         let compiled = &offers[offer_index];
-        let (requirements, requirements_json) = match &local.payload {
+        let decoded = local.decoded;
+        let (requirements, requirements_json) = match &decoded.payload {
             PaymentPayload::V1(_) => match compiled.v1_requirements(resource_url) {
                 Some(r) => {
                     let json: Arc<str> = serde_json::to_string(&r).unwrap_or_default().into();
@@ -539,13 +540,13 @@ impl PaymentEngine {
         };
         let fingerprint = local.digest;
         let stored = Arc::new(StoredPayment::kept(
-            &local.payload_text,
-            local.extensions_at,
+            &decoded.text,
+            decoded.extensions_at,
             requirements_json,
         ));
         let request = SettleRequest {
-            payload: local.payload,
-            payload_text: local.payload_text,
+            payload: decoded.payload,
+            payload_text: decoded.text,
             requirements,
             offer: compiled.offer.clone(),
             signature: local.signature,

@@ -264,24 +264,33 @@ async fn a_pending_payment_found_unsettled_and_usable_is_settled_anew() {
 /// still settles it from the record alone (what it keeps is what a settlement reads).
 #[tokio::test]
 async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
-    let s = unknown_outcome();
-    let store = Arc::new(InMemoryReplayStore::default());
-    let e = engine(s.clone(), store.clone());
-    let payload = payload_v2_echoing(0x32);
-    let body = json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload});
-    let r = e
-        .facilitator_settle(&FacilitatorPolicy::default(), body.to_string().as_bytes())
-        .await
-        .unwrap();
-    assert_eq!(r.error_reason.as_deref(), Some("settlement_pending"));
-    let key = replay_key(0x32);
-    let record = store.get(&key, now()).await.unwrap().unwrap();
-    let kept: Value = serde_json::from_str(&record.payment.payload).unwrap();
-    assert_eq!(kept, without_echoed(&payload));
-    s.reconcile_to(settled_outcome());
-    let report = e.reconcile_unresolved(100).await.unwrap();
-    assert_eq!((report.examined, report.settled, report.skipped), (1, 1, 0));
-    assert_eq!(state(&store), Some(PaymentState::Settled));
+    // With other extensions kept, and with nothing but echoes (recorded as `"extensions":{}`).
+    for (nonce, payload) in [
+        (0x32, payload_v2_echoing(0x32)),
+        (0x34, payload_v2_echoing_only(0x34)),
+    ] {
+        let s = unknown_outcome();
+        let store = Arc::new(InMemoryReplayStore::default());
+        let e = engine(s.clone(), store.clone());
+        let body = json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload});
+        let r = e
+            .facilitator_settle(&FacilitatorPolicy::default(), body.to_string().as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(r.error_reason.as_deref(), Some("settlement_pending"));
+        let key = replay_key(nonce);
+        let record = store.get(&key, now()).await.unwrap().unwrap();
+        let kept: Value = serde_json::from_str(&record.payment.payload).unwrap();
+        assert_eq!(kept, without_echoed(&payload));
+        s.reconcile_to(settled_outcome());
+        let report = e.reconcile_unresolved(100).await.unwrap();
+        assert_eq!((report.examined, report.settled, report.skipped), (1, 1, 0));
+        assert_eq!(state(&store), Some(PaymentState::Settled));
+    }
+    assert_eq!(
+        without_echoed(&payload_v2_echoing_only(0x34))["extensions"],
+        json!({})
+    );
 }
 
 #[tokio::test]

@@ -294,28 +294,31 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
 /// settlement (a resend is recognised by the authorization's digest, never by the stored text).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_echoing_payment_copied_resent_and_sent_to_another_instance_settles_once() {
-    let store = std::sync::Arc::new(x402_tower::InMemoryReplayStore::default());
-    let settler = Scripted::new(settled_outcome());
-    let instance = || {
-        config()
-            .settler(settler.clone())
-            .replay_store(store.clone())
-            .build()
-            .unwrap()
-            .layer(Inner::new().service(StatusCode::OK))
-    };
-    let (a, b) = (instance(), instance());
-    let header = b64(&payload_v2_echoing(0x33));
-    let mut receipts = concurrent_copies(&[a.clone(), b.clone()], &header, 8).await;
-    for svc in [a, b] {
-        let again = send(svc, req("/r", &[("payment-signature", &header)])).await;
-        assert_eq!(again.status, StatusCode::OK);
-        receipts.push(again.receipt("payment-response"));
+    // With other extensions kept, and with nothing but echoes (recorded as `"extensions":{}`).
+    for payload in [payload_v2_echoing(0x33), payload_v2_echoing_only(0x35)] {
+        let store = std::sync::Arc::new(x402_tower::InMemoryReplayStore::default());
+        let settler = Scripted::new(settled_outcome());
+        let instance = || {
+            config()
+                .settler(settler.clone())
+                .replay_store(store.clone())
+                .build()
+                .unwrap()
+                .layer(Inner::new().service(StatusCode::OK))
+        };
+        let (a, b) = (instance(), instance());
+        let header = b64(&payload);
+        let mut receipts = concurrent_copies(&[a.clone(), b.clone()], &header, 8).await;
+        for svc in [a, b] {
+            let again = send(svc, req("/r", &[("payment-signature", &header)])).await;
+            assert_eq!(again.status, StatusCode::OK);
+            receipts.push(again.receipt("payment-response"));
+        }
+        assert_eq!(
+            settler.settles(),
+            1,
+            "one settlement across copies, resends and instances"
+        );
+        assert!(receipts.iter().all(|r| *r == receipts[0]), "one receipt");
     }
-    assert_eq!(
-        settler.settles(),
-        1,
-        "one settlement across copies, resends and instances"
-    );
-    assert!(receipts.iter().all(|r| *r == receipts[0]), "one receipt");
 }

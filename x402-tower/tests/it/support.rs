@@ -413,6 +413,15 @@ pub fn payload_v2_echoing(nonce: u8) -> Value {
     payload
 }
 
+/// A v2 payment whose extensions are only the 402's echoed declarations (as the official clients pay for
+/// the reference server's articles): its record keeps `"extensions":{}`.
+pub fn payload_v2_echoing_only(nonce: u8) -> Value {
+    let mut payload = payload_v2_echoing(nonce);
+    let ext = payload["extensions"].as_object_mut().expect("extensions");
+    ext.retain(|k, _| x402_tower::replay::ECHOED_EXTENSIONS.contains(&k.as_str()));
+    payload
+}
+
 /// `payload` without the extensions a payment record leaves out (`x402_tower::replay::ECHOED_EXTENSIONS`).
 pub fn without_echoed(payload: &Value) -> Value {
     let mut kept = payload.clone();

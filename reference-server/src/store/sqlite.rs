@@ -1094,6 +1094,16 @@ mod tests {
         )
         .join("\n");
         assert!(plan.contains("receipts_article_payer"), "{plan}");
+        // So does the foreign key's check of an article deleted (the server deletes none).
+        let plan = dump(
+            &conn,
+            "EXPLAIN QUERY PLAN DELETE FROM articles WHERE id = 'a'",
+        )
+        .join("\n");
+        assert!(
+            plan.contains("SEARCH receipts USING COVERING INDEX receipts_article_payer"),
+            "{plan}"
+        );
         // Resolving an unknown settlement still finds it through an index (the partial one).
         let plan = dump(
             &conn,

@@ -2,7 +2,9 @@
 //! mode needs: a facilitator instance, anvil with Circle's USDC), pre-signs distinct payments with the
 //! workspace's signer, drives the server over keep-alive connections on 127.0.0.1, and reports requests/s,
 //! p50/p99 latency and the server's CPU per request (user + system time from `/proc/<pid>/stat`, the
-//! facilitator's added in facilitator mode), with the load average beside it.
+//! facilitator's added in facilitator mode), with the load average beside it; then the bytes written and,
+//! from each instance's `/metrics`, the SQLite writer's commits per request and writes per commit (what a
+//! durable purchase's CPU follows, docs/bench/reference-server-licensing.md, session 20).
 //!
 //! ```text
 //! cargo build --release -p reference-server
@@ -235,6 +237,25 @@ fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// The SQLite writer's group commits and the writes they carried so far, from a server's `/metrics`
+/// (`sqlite_group_commits_total`, `sqlite_group_commit_writes_total`); zero on another backend.
+async fn group_commits(client: &reqwest::Client, server: &str) -> (u64, u64) {
+    let text = match client.get(format!("{server}/metrics")).send().await {
+        Ok(resp) if resp.status().is_success() => resp.text().await.unwrap_or_default(),
+        _ => String::new(),
+    };
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    (
+        value("sqlite_group_commits_total"),
+        value("sqlite_group_commit_writes_total"),
+    )
+}
+
 /// The article's PaymentRequired (v2), from an unpaid request.
 async fn payment_required(client: &reqwest::Client, url: &str) -> Value {
     let resp = client.get(url).send().await.expect("GET");
@@ -427,6 +448,14 @@ async fn run(mode: &str, o: &Options) {
     };
     let cpu = || server.cpu() + facilitator.as_ref().map_or(Duration::ZERO, Process::cpu);
     let written = || server.written() + facilitator.as_ref().map_or(0, Process::written);
+    let http = client();
+    let servers: Vec<&str> = std::iter::once(server.url.as_str())
+        .chain(facilitator.as_ref().map(|f| f.url.as_str()))
+        .collect();
+    let mut commits_before = Vec::new();
+    for s in &servers {
+        commits_before.push(group_commits(&http, s).await);
+    }
     let (before, written_before) = (cpu(), written());
     let outcome = drive(
         std::slice::from_ref(&url),
@@ -442,6 +471,20 @@ async fn run(mode: &str, o: &Options) {
         "",
         (written() - written_before) as f64 / 1024.0 / (outcome.ok + outcome.other).max(1) as f64
     );
+    let (mut commits, mut writes) = (0, 0);
+    for (s, (c, w)) in servers.iter().zip(commits_before) {
+        let (c2, w2) = group_commits(&http, s).await;
+        commits += c2.saturating_sub(c);
+        writes += w2.saturating_sub(w);
+    }
+    if commits > 0 {
+        println!(
+            "{:>12}  {:.2} SQLite commits/request, {:.1} writes per commit (every instance)",
+            "",
+            commits as f64 / (outcome.ok + outcome.other).max(1) as f64,
+            writes as f64 / commits as f64
+        );
+    }
     drop(server);
     drop(facilitator);
     drop(chain);

@@ -68,9 +68,7 @@ async fn v2_client_purchase_moves_exactly_the_price_on_chain_and_a_replay_is_ref
 /// The layer's count of payments passed to the handler, from the server's `/metrics`.
 async fn accepted_payments(server: &RefServer) -> u64 {
     let text = crate::common::metrics_text(&server.url).await;
-    text.lines()
-        .find_map(|l| l.strip_prefix("x402_payments_total{outcome=\"accepted\"} "))
-        .and_then(|n| n.trim().parse().ok())
+    workspace_tests::metrics::value(&text, "x402_payments_total{outcome=\"accepted\"}")
         .unwrap_or_else(|| panic!("no accepted counter in /metrics:\n{text}"))
 }
 

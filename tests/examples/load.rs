@@ -3,8 +3,8 @@
 //! workspace's signer, drives the server over keep-alive connections on 127.0.0.1, and reports requests/s,
 //! p50/p99 latency and the server's CPU per request (user + system time from `/proc/<pid>/stat`, the
 //! facilitator's added in facilitator mode), with the load average beside it; then the bytes written and,
-//! from each instance's `/metrics`, the SQLite writer's commits per request and writes per commit (what a
-//! durable purchase's CPU follows, docs/bench/reference-server-licensing.md, session 20).
+//! from each instance's `/metrics`, the SQLite writer's commits per request and writes per commit (how many
+//! writes share a commit: docs/bench/reference-server-licensing.md, session 20).
 //!
 //! ```text
 //! cargo build --release -p reference-server
@@ -244,12 +244,7 @@ async fn group_commits(client: &reqwest::Client, server: &str) -> (u64, u64) {
         Ok(resp) if resp.status().is_success() => resp.text().await.unwrap_or_default(),
         _ => String::new(),
     };
-    let value = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map_or(0, |v| v as u64)
-    };
+    let value = |name| workspace_tests::metrics::value(&text, name).unwrap_or(0);
     (
         value("sqlite_group_commits_total"),
         value("sqlite_group_commit_writes_total"),

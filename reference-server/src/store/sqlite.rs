@@ -23,10 +23,10 @@
 //!   [`MAX_YIELDS`] times). A purchase's last writes (its settled record, its settlement row, its receipt) come
 //!   from tasks that run at once on a busy core; committing the first alone would cost a commit, its fsync
 //!   and a rewrite of the same pages for the others. When nothing else is runnable a yield returns at once,
-//!   so an idle server pays a system call, never a wait. Measured on one core (session 20 in
-//!   `docs/bench/reference-server-licensing.md`): a fifth fewer bytes written and 5–13% less CPU per
-//!   durable purchase at 1 and 4 connections (4% at 32, within the noise), 15% less through a facilitator,
-//!   27% less with an in-memory database.
+//!   so an idle server pays a system call, never a wait (at 1 connection the p50 fell). Measured on one core
+//!   (session 20 in `docs/bench/reference-server-licensing.md`): per durable purchase 5–13% less CPU at 1
+//!   and 4 connections, and at 32 a third as many commits and a fifth fewer bytes written for 4% less CPU
+//!   (within the noise); 15% less CPU through a facilitator, 29% less with an in-memory database.
 //! - Reads run on Tokio's blocking pool ([`tokio::task::spawn_blocking`]), so a slow query never stalls the
 //!   async workers.
 //! - `synchronous = FULL`: a committed write (a license receipt) survives a power cut, not only a crash.

@@ -13,7 +13,7 @@
 //!    (WAL, 8 KiB pages, `synchronous = FULL`, `fdatasync`, SQLite's own checkpoints every 1,000 pages),
 //!    the client answered after its commit. `FLOOR_WRITES` writes more, to price the reference server's
 //!    pattern piece by piece: `receipt` adds a receipts row under a second random key (its token id) in the
-//!    same commit; `2` reserves the payment in a table with the reference server's two more indexes,
+//!    same commit (`receipt-ordered`: under a token id that sorts by issue time); `2` reserves the payment in a table with the reference server's two more indexes,
 //!    commits, then marks it settled in a second commit; `4` is `2` plus a settlements row and the receipts
 //!    row in the second commit (the reference server's four writes);
 //! 5. the answer: an article body and `PAYMENT-RESPONSE`, 3.6 KB in all like the reference server's.
@@ -93,7 +93,8 @@ enum Write {
         receipt: String,
         rows: bool,
     },
-    /// `FLOOR_WRITES=receipt`: the one row and a receipts row (a second random key), one commit.
+    /// `FLOOR_WRITES=receipt`: the one row and a receipts row (a second random key), one commit;
+    /// `receipt-ordered`: the same with a token id that sorts by issue time.
     Receipt {
         key: String,
         token: String,
@@ -248,7 +249,15 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         let Ok(record) = serde_json::to_string(payload.exact()) else {
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         };
-        let token = alloy_primitives::U256::from_be_bytes(keccak256(key.as_bytes()).0).to_string();
+        let token = if app.writes == "receipt-ordered" {
+            // A token id that sorts by issue time (nanoseconds, then the hash): its index grows at one end.
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            format!("{nanos:020}{}", keccak256(key.as_bytes()))
+        } else {
+            alloy_primitives::U256::from_be_bytes(keccak256(key.as_bytes()).0).to_string()
+        };
         let writes = match app.writes.as_str() {
             "2" | "4" => {
                 let Ok(requirements) = serde_json::to_string(&app.requirements) else {
@@ -269,7 +278,7 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
                     },
                 ]
             }
-            "receipt" => vec![
+            "receipt" | "receipt-ordered" => vec![
                 Write::Purchase {
                     key: key.clone(),
                     payment: record,
@@ -288,7 +297,7 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
             }],
         };
         // Writes of one commit go together; a reservation is committed before the settlement is written.
-        let batches: Vec<Vec<Write>> = if app.writes == "receipt" {
+        let batches: Vec<Vec<Write>> = if app.writes.starts_with("receipt") {
             vec![writes]
         } else {
             writes.into_iter().map(|w| vec![w]).collect()

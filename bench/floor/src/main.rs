@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use alloy_primitives::{Address, B256, address, keccak256};
+use alloy_primitives::{Address, B256, U256, address, b256, keccak256};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -39,11 +39,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use secp256k1::{Message, Secp256k1, SecretKey, SignOnly};
 use serde_json::json;
 use tokio::sync::oneshot;
 use x402_tower::network::{Network, Token};
 use x402_tower::offer::PaymentOffer;
+use x402_tower::offer_receipt::OfferReceipt;
 use x402_tower::price::Price;
 use x402_tower::proto::{PaymentPayload, PaymentRequirementsV2};
 use x402_tower::verify::{check_authorization, domain_separator, payload_from_str};
@@ -56,62 +56,101 @@ const USDC: Address = address!("0x036CbD53842c5426634e7929541eC2318f3dCF7e");
 const CHAIN_ID: u64 = 84532;
 const AMOUNT: u64 = 10_000;
 /// A fixed receipt key (a well-known anvil development key; this binary signs nothing of value).
-const RECEIPT_KEY: [u8; 32] = [
-    0x59, 0xc6, 0x99, 0x5e, 0x99, 0x8f, 0x97, 0xa5, 0xa0, 0x04, 0x49, 0x66, 0xf0, 0x94, 0x53, 0x89,
-    0xdc, 0x9e, 0x86, 0xda, 0xe8, 0x8c, 0x7a, 0x84, 0x12, 0xf4, 0x60, 0x3b, 0x6b, 0x78, 0x69, 0x0d,
-];
+const RECEIPT_KEY: B256 =
+    b256!("0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d");
 /// The reference server's paid answer is 3.6 KB (its article, links and `PAYMENT-RESPONSE`).
 const BODY_LEN: usize = 2_600;
 /// The reference server's 402 declares 3.6 KB of extensions, which a client echoes in its payment: the
 /// same size is declared here so that requests are as large.
 const ECHOED_LEN: usize = 3_600;
 
-/// A write and where to say whether it took (`false`: the authorization was used).
+/// A write and where to say whether it took (`false`: the authorization was used). Each is one job of
+/// the writer, so everything in it is in one commit.
 type Job = (Write, oneshot::Sender<Result<bool, String>>);
+
+/// A receipts row: its token id and the signed receipt.
+struct ReceiptRow {
+    token: String,
+    receipt: String,
+}
 
 /// The writes of a purchase.
 enum Write {
-    /// `FLOOR_WRITES=1` (default): the purchase's one row, under its key.
+    /// The purchase's one row under its key, and with `FLOOR_WRITES=receipt` a receipts row.
     Purchase {
         key: String,
         payment: String,
-        receipt: String,
+        settlement: String,
+        receipt_row: Option<ReceiptRow>,
     },
-    /// `FLOOR_WRITES=2` or `4` (the reference server's pattern), first commit: the payment reserved (its row in a
-    /// table with two more indexes) before it is settled.
+    /// `FLOOR_WRITES=2` or `4`, first commit: the payment reserved (its row in a table with two more indexes,
+    /// as the reference server's `payment_states`) before it is settled.
     Reserve {
         key: String,
         payment: String,
-        requirements: String,
+        requirements: Arc<str>,
     },
-    /// `FLOOR_WRITES=2` or `4`, second commit: the row marked settled with the settlement; with `4` (`rows`)
-    /// also a settlements row and a receipts row under a second random key.
+    /// `FLOOR_WRITES=2` or `4`, second commit: the row marked settled with the settlement; with `4` also a
+    /// settlements row and a receipts row.
     Settle {
         key: String,
         settlement: String,
-        token: String,
-        receipt: String,
-        rows: bool,
+        rows: Option<ReceiptRow>,
     },
-    /// `FLOOR_WRITES=receipt`: the one row and a receipts row (a second random key), one commit;
-    /// `receipt-ordered`: the same with a token id that sorts by issue time.
-    Receipt {
-        key: String,
-        token: String,
-        receipt: String,
-    },
+}
+
+/// `FLOOR_WRITES`, read once at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// `1` (default): one row per purchase.
+    One,
+    /// `receipt`: also a receipts row under a second random key (its token id), in the same commit;
+    /// `receipt-ordered`: under a token id that sorts by issue time.
+    Receipt { ordered: bool },
+    /// `2`: reserved, committed, then marked settled; `4`: and a settlements and a receipts row with it (the
+    /// reference server's four writes).
+    Reserved { rows: bool },
+}
+
+impl Writes {
+    fn from_env() -> Result<Self, String> {
+        match std::env::var("FLOOR_WRITES").as_deref() {
+            Err(_) | Ok("1") => Ok(Writes::One),
+            Ok("receipt") => Ok(Writes::Receipt { ordered: false }),
+            Ok("receipt-ordered") => Ok(Writes::Receipt { ordered: true }),
+            Ok("2") => Ok(Writes::Reserved { rows: false }),
+            Ok("4") => Ok(Writes::Reserved { rows: true }),
+            Ok(other) => Err(format!(
+                "FLOOR_WRITES={other:?}: expected 1, receipt, receipt-ordered, 2 or 4"
+            )),
+        }
+    }
+}
+
+/// Whether an on/off variable is on: unset is `default`; anything but the two spellings is an error, so
+/// a typo never measures the wrong server.
+fn switch(name: &str, on: &str, off: &str, default: bool) -> Result<bool, String> {
+    match std::env::var(name).as_deref() {
+        Err(_) => Ok(default),
+        Ok(v) if v == on => Ok(true),
+        Ok(v) if v == off => Ok(false),
+        Ok(v) => Err(format!("{name}={v:?}: expected {on} or {off}")),
+    }
 }
 
 struct App {
     required: HeaderValue,
     requirements: PaymentRequirementsV2,
+    /// `requirements` as JSON, for a reservation's row.
+    requirements_json: Arc<str>,
     offer: PaymentOffer,
     domain: B256,
-    receipt: Option<(Secp256k1<SignOnly>, SecretKey)>,
+    /// The article's URL and CAIP-2 network, as a receipt names them.
+    resource_url: String,
+    network: String,
+    receipt: Option<OfferReceipt>,
     store: Option<mpsc::Sender<Job>>,
-    /// `FLOOR_WRITES`: `1` (default), `receipt`, `2` (reserve, then mark settled) or `4` (the reference
-    /// server's four writes).
-    writes: String,
+    writes: Writes,
     body: String,
 }
 
@@ -127,18 +166,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ => {}
         }
     }
-    let store = match (std::env::var("FLOOR_STORE").as_deref(), database) {
-        (Ok("none"), _) | (_, None) => None,
-        (_, Some(d)) if d == ":memory:" => None,
-        (_, Some(path)) => Some(writer(path)?),
+    let writes = Writes::from_env()?;
+    let store = match (switch("FLOOR_STORE", "sqlite", "none", true)?, database) {
+        (true, Some(path)) if path != ":memory:" => Some(writer(path)?),
+        _ => None,
     };
-    let receipt = (std::env::var("FLOOR_RECEIPT").as_deref() != Ok("0"))
-        .then(|| {
-            Ok::<_, secp256k1::Error>((
-                Secp256k1::signing_only(),
-                SecretKey::from_byte_array(RECEIPT_KEY)?,
-            ))
-        })
+    let receipt = switch("FLOOR_RECEIPT", "1", "0", true)?
+        .then(|| OfferReceipt::from_secret(RECEIPT_KEY))
         .transpose()?;
 
     let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -152,10 +186,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "maxTimeoutSeconds": 300,
         "extra": {"name": "USDC", "version": "2"},
     }))?;
+    let resource_url = format!("{url}/x402Article");
     let required = json!({
         "x402Version": 2,
         "error": "PAYMENT-SIGNATURE header is required",
-        "resource": {"url": format!("{url}/x402Article"), "description": "", "mimeType": "application/json"},
+        "resource": {"url": resource_url, "description": "", "mimeType": "application/json"},
         "accepts": [requirements],
         "extensions": {"echoed": {"info": "x".repeat(ECHOED_LEN)}},
     });
@@ -164,16 +199,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Arc::new(App {
         required: HeaderValue::from_str(&STANDARD.encode(required.to_string()))?,
         domain: domain_separator(CHAIN_ID, &token),
-        offer: PaymentOffer::new(
-            network,
-            token,
-            PAY_TO,
-            Price::from(alloy_primitives::U256::from(AMOUNT)),
-        ),
+        offer: PaymentOffer::new(network, token, PAY_TO, Price::from(U256::from(AMOUNT))),
+        requirements_json: serde_json::to_string(&requirements)?.into(),
         requirements,
+        resource_url,
+        network: format!("eip155:{CHAIN_ID}"),
         receipt,
         store,
-        writes: std::env::var("FLOOR_WRITES").unwrap_or_else(|_| "1".into()),
+        writes,
         body: format!(
             r#"{{"id":"c2pa-explained","content":"{}"}}"#,
             "x".repeat(BODY_LEN)
@@ -191,10 +224,11 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let Some(header) = headers.get("payment-signature") else {
         return refused(&app, "PAYMENT-SIGNATURE header is required");
     };
-    let Ok(text) = STANDARD.decode(header.as_bytes()).map(String::from_utf8) else {
-        return refused(&app, "invalid_payload");
-    };
-    let Ok(text) = text else {
+    let Some(text) = STANDARD
+        .decode(header.as_bytes())
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+    else {
         return refused(&app, "invalid_payload");
     };
     let payload = match payload_from_str(&text) {
@@ -210,121 +244,83 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let auth = &payload.exact().authorization;
     let payer = auth.from.to_checksum(None);
 
-    // The receipt: a typed-data digest (struct hash, then domain and struct), signed recoverably.
-    let mut receipt = json!({
-        "payer": payer,
-        "payTo": PAY_TO.to_checksum(None),
-        "amount": auth.value.to_string(),
-        "network": format!("eip155:{CHAIN_ID}"),
-        "nonce": auth.nonce.to_string(),
-        "issuedAt": now,
-    });
-    if let Some((secp, key)) = &app.receipt {
-        let mut data = Vec::with_capacity(160);
-        data.extend_from_slice(auth.from.as_slice());
-        data.extend_from_slice(&auth.value.to_be_bytes::<32>());
-        data.extend_from_slice(auth.nonce.as_slice());
-        data.extend_from_slice(&now.to_be_bytes());
-        let mut typed = [0u8; 66];
-        typed[..2].copy_from_slice(&[0x19, 0x01]);
-        typed[2..34].copy_from_slice(app.domain.as_slice());
-        typed[34..].copy_from_slice(keccak256(&data).as_slice());
-        let digest = Message::from_digest(keccak256(typed).0);
-        let (id, sig) = secp.sign_ecdsa_recoverable(digest, key).serialize_compact();
-        let mut bytes = sig.to_vec();
-        bytes.push(27 + i32::from(id) as u8);
-        receipt["signature"] = json!(alloy_primitives::hex::encode_prefixed(bytes));
-    }
-    let settlement = json!({
+    // The receipt, signed by x402-tower's issuer as the reference server signs its receipts.
+    let receipt = match &app.receipt {
+        Some(issuer) => {
+            match issuer.sign_receipt(&app.resource_url, &payer, &app.network, "verify-only", now) {
+                Ok(signed) => Some(json!(signed)),
+                Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+        None => None,
+    };
+    let mut settlement = json!({
         "success": true,
         "transaction": "verify-only",
-        "network": format!("eip155:{CHAIN_ID}"),
+        "network": app.network,
         "payer": payer,
-        "extensions": {"offer-receipt": {"receipt": receipt}},
-    })
-    .to_string();
+    });
+    if let Some(receipt) = &receipt {
+        settlement["extensions"] = json!({"offer-receipt": {"info": {"receipt": receipt}}});
+    }
+    let settlement = settlement.to_string();
+    let Ok(response) = HeaderValue::from_str(&STANDARD.encode(&settlement)) else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
 
     if let Some(store) = &app.store {
-        let key = format!("84532:{USDC}:{payer}:{}", auth.nonce);
-        let Ok(record) = serde_json::to_string(payload.exact()) else {
+        let key = format!("{CHAIN_ID}:{USDC}:{payer}:{}", auth.nonce);
+        let Ok(payment) = serde_json::to_string(payload.exact()) else {
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         };
-        let token = if app.writes == "receipt-ordered" {
-            // A token id that sorts by issue time (nanoseconds, then the hash): its index grows at one end.
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            format!("{nanos:020}{}", keccak256(key.as_bytes()))
-        } else {
-            alloy_primitives::U256::from_be_bytes(keccak256(key.as_bytes()).0).to_string()
+        let receipt_row = |ordered: bool| ReceiptRow {
+            token: token_id(&key, ordered),
+            receipt: receipt
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
         };
-        let writes = match app.writes.as_str() {
-            "2" | "4" => {
-                let Ok(requirements) = serde_json::to_string(&app.requirements) else {
-                    return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-                };
-                vec![
-                    Write::Reserve {
-                        key: key.clone(),
-                        payment: record,
-                        requirements,
-                    },
-                    Write::Settle {
-                        key,
-                        settlement: settlement.clone(),
-                        token,
-                        receipt: receipt.to_string(),
-                        rows: app.writes == "4",
-                    },
-                ]
-            }
-            "receipt" | "receipt-ordered" => vec![
-                Write::Purchase {
+        let writes = match app.writes {
+            Writes::One => vec![Write::Purchase {
+                receipt_row: None,
+                key,
+                payment,
+                settlement,
+            }],
+            Writes::Receipt { ordered } => vec![Write::Purchase {
+                receipt_row: Some(receipt_row(ordered)),
+                key,
+                payment,
+                settlement,
+            }],
+            Writes::Reserved { rows } => vec![
+                Write::Reserve {
                     key: key.clone(),
-                    payment: record,
-                    receipt: settlement.clone(),
+                    payment,
+                    requirements: app.requirements_json.clone(),
                 },
-                Write::Receipt {
+                Write::Settle {
+                    rows: rows.then(|| receipt_row(false)),
                     key,
-                    token,
-                    receipt: receipt.to_string(),
+                    settlement,
                 },
             ],
-            _ => vec![Write::Purchase {
-                key,
-                payment: record,
-                receipt: settlement.clone(),
-            }],
         };
-        // Writes of one commit go together; a reservation is committed before the settlement is written.
-        let batches: Vec<Vec<Write>> = if app.writes.starts_with("receipt") {
-            vec![writes]
-        } else {
-            writes.into_iter().map(|w| vec![w]).collect()
-        };
-        for batch in batches {
-            let mut replies = Vec::new();
-            for write in batch {
-                let (tx, rx) = oneshot::channel();
-                if store.send((write, tx)).is_err() {
-                    return StatusCode::SERVICE_UNAVAILABLE.into_response();
-                }
-                replies.push(rx);
+        // In order (a reservation's commit before the settlement's), each answered before the next.
+        for write in writes {
+            let (tx, rx) = oneshot::channel();
+            if store.send((write, tx)).is_err() {
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
-            for rx in replies {
-                match rx.await {
-                    Ok(Ok(true)) => {}
-                    Ok(Ok(false)) => {
-                        return refused(&app, "invalid_exact_evm_payload_authorization_nonce_used");
-                    }
-                    _ => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+            match rx.await {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => {
+                    return refused(&app, "invalid_exact_evm_payload_authorization_nonce_used");
                 }
+                _ => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
             }
         }
     }
-    let Ok(response) = HeaderValue::from_str(&STANDARD.encode(settlement)) else {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    };
     (
         [
             (
@@ -341,6 +337,20 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         .into_response()
 }
 
+/// A receipt's token id: today's shape (a hash of the payment identity as a decimal number), or one that
+/// sorts by issue time (nanoseconds, then the hash), whose index grows at one end.
+fn token_id(key: &str, ordered: bool) -> String {
+    let hash = keccak256(key.as_bytes());
+    if ordered {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{nanos:020}{hash}")
+    } else {
+        U256::from_be_bytes(hash.0).to_string()
+    }
+}
+
 fn refused(app: &App, error: &'static str) -> Response {
     (
         StatusCode::PAYMENT_REQUIRED,
@@ -354,8 +364,11 @@ fn refused(app: &App, error: &'static str) -> Response {
 }
 
 /// The one writer: commits whatever has arrived, then answers each purchase. A used key is not inserted
-/// (`INSERT OR IGNORE`), so one refused purchase never rolls back the others of its commit.
-fn writer(path: String) -> Result<mpsc::Sender<Job>, rusqlite::Error> {
+/// (`INSERT OR IGNORE`), so one refused purchase never rolls back the others of its commit. It is its own
+/// minimal copy of the reference server's group commit (`store::sqlite`, whose yields it repeats), without
+/// its savepoints, boxed jobs, metrics, checkpoint thread and reads: the floor measures the least a
+/// durable row costs, not that writer.
+fn writer(path: String) -> Result<mpsc::Sender<Job>, Box<dyn std::error::Error>> {
     let conn = rusqlite::Connection::open(path)?;
     conn.pragma_update(None, "page_size", 8192)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -402,7 +415,8 @@ fn writer(path: String) -> Result<mpsc::Sender<Job>, rusqlite::Error> {
         .spawn(move || {
             while let Ok(first) = rx.recv() {
                 let mut batch = vec![first];
-                // Let the other tasks of this instant reach the queue, as the reference server's writer does.
+                // Let the other tasks of this instant reach the queue, as the reference server's writer does
+                // (its `MAX_YIELDS`).
                 for _ in 0..4 {
                     let before = batch.len();
                     std::thread::yield_now();
@@ -416,8 +430,7 @@ fn writer(path: String) -> Result<mpsc::Sender<Job>, rusqlite::Error> {
                     let _ = reply.send(r);
                 }
             }
-        })
-        .map_err(|_| rusqlite::Error::InvalidQuery)?;
+        })?;
     Ok(tx)
 }
 
@@ -427,40 +440,58 @@ fn commit(conn: &rusqlite::Connection, batch: &[Job]) -> Vec<Result<bool, String
         let mut inserted = Vec::with_capacity(batch.len());
         for (write, _) in batch {
             inserted.push(match write {
-                Write::Purchase { key, payment, receipt } => {
-                    conn.prepare_cached(
-                        "INSERT OR IGNORE INTO purchases (key, payment, receipt, at) \
-                         VALUES (?1, ?2, ?3, unixepoch())",
-                    )?
-                    .execute((key, payment, receipt))?
-                        == 1
+                Write::Purchase {
+                    key,
+                    payment,
+                    settlement,
+                    receipt_row,
+                } => {
+                    let new = conn
+                        .prepare_cached(
+                            "INSERT OR IGNORE INTO purchases (key, payment, receipt, at) \
+                             VALUES (?1, ?2, ?3, unixepoch())",
+                        )?
+                        .execute((key, payment, settlement))?
+                        == 1;
+                    if new && let Some(row) = receipt_row {
+                        insert_receipt(conn, row, key)?;
+                    }
+                    new
                 }
-                Write::Reserve { key, payment, requirements } => {
+                Write::Reserve {
+                    key,
+                    payment,
+                    requirements,
+                } => {
                     conn.prepare_cached(
                         "INSERT OR IGNORE INTO payments (key, state, payment, requirements, expires_at, \
                          updated_at) VALUES (?1, 'in_flight', ?2, ?3, unixepoch() + 300, unixepoch())",
                     )?
-                    .execute((key, payment, requirements))?
+                    .execute((key, payment, &**requirements))?
                         == 1
                 }
-                Write::Settle { key, settlement, token, receipt, rows } => {
-                    let updated = conn
+                Write::Settle {
+                    key,
+                    settlement,
+                    rows,
+                } => {
+                    let settled = conn
                         .prepare_cached(
                             "UPDATE payments SET state = 'settled', settlement = ?2, updated_at = unixepoch() \
                              WHERE key = ?1 AND state = 'in_flight'",
                         )?
-                        .execute((key, settlement))?;
-                    if *rows {
+                        .execute((key, settlement))?
+                        == 1;
+                    if settled && let Some(row) = rows {
                         conn.prepare_cached(
                             "INSERT INTO settlements (at, outcome, key) \
                              VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 'settled', ?1)",
                         )?
                         .execute([key])?;
-                        insert_receipt(conn, token, key, receipt)?;
+                        insert_receipt(conn, row, key)?;
                     }
-                    updated == 1
+                    settled
                 }
-                Write::Receipt { key, token, receipt } => insert_receipt(conn, token, key, receipt)? == 1,
             });
         }
         conn.execute_batch("COMMIT")?;
@@ -477,13 +508,12 @@ fn commit(conn: &rusqlite::Connection, batch: &[Job]) -> Vec<Result<bool, String
 
 fn insert_receipt(
     conn: &rusqlite::Connection,
-    token: &str,
+    row: &ReceiptRow,
     key: &str,
-    receipt: &str,
 ) -> Result<usize, rusqlite::Error> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO receipts (token_id, article_id, payer, receipt, created_at) \
          VALUES (?1, 'c2pa-explained', substr(?2, 1, 42), ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
     )?
-    .execute((token, key, receipt))
+    .execute((&row.token, key, &row.receipt))
 }

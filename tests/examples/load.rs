@@ -9,7 +9,7 @@
 //! ```text
 //! cargo build --release -p reference-server
 //! source scripts/test-deps.sh    # only for the onchain mode (anvil, USDC artifacts)
-//! cargo run --release -p workspace-tests --example load -- [MODE ...] [--seconds 8] [--connections 32] [--pin]
+//! cargo run --release -p workspace-tests --example load -- [MODE ...] [--seconds 8] [--connections 32] [--payers 1] [--pin]
 //! ```
 //!
 //! Modes: `402` (unpaid requests), `verify-only` (durable SQLite file), `memory` (`--database :memory:`),
@@ -27,6 +27,10 @@
 //! `:memory:` instance by the workspace's Rust client (`x402_tower::client`, reqwest-middleware adapter) and
 //! then by the official `@x402/fetch` (`tests/js/buy-loop.mjs`), the same connections in flight and seconds
 //! each; purchases/s and each client's own CPU per purchase.
+//!
+//! `--payers N` signs the payments of the modes that move no money with N accounts (keys derived from their
+//! index) instead of one dev account: a buyer population, so that the indexes keyed by payer are written at
+//! random places as a real server's are (one payer appends to them). `onchain` keeps its funded dev accounts.
 //!
 //! `--pin` runs every server this tool starts on the second core (`taskset -c 1`) and the tool itself on the
 //! first, as issue #15 measured: on a shared 2-core machine the server's workers and the load's threads
@@ -55,6 +59,9 @@ struct Options {
     connections: usize,
     /// `--pin`: servers on core 1, this tool on core 0.
     pin: bool,
+    /// `--payers N`: the verify-only, `:memory:`, facilitator and PostgreSQL modes' payments come from N
+    /// accounts (keys derived from their index) instead of one.
+    payers: usize,
 }
 
 fn options() -> Options {
@@ -62,10 +69,12 @@ fn options() -> Options {
     let mut seconds = 8;
     let mut connections = 32;
     let mut pin = false;
+    let mut payers = 1;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--pin" => pin = true,
+            "--payers" => payers = args.next().and_then(|v| v.parse().ok()).unwrap_or(payers),
             "--seconds" => seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or(seconds),
             "--connections" => {
                 connections = args
@@ -86,6 +95,7 @@ fn options() -> Options {
         seconds: seconds.clamp(1, 120),
         connections: connections.clamp(1, 512),
         pin,
+        payers: payers.clamp(1, MAX_PAYERS),
     }
 }
 
@@ -353,10 +363,28 @@ fn report(mode: &str, o: &Outcome, cpu: Duration) {
     );
 }
 
+/// Most accounts `--payers` takes.
+const MAX_PAYERS: usize = 40_000;
+
 /// Pre-signs `n` distinct payments for the server's article offer, cycling through `keys`.
-fn presign(required: &Value, keys: &[&str], n: usize) -> Vec<String> {
+fn presign<K: AsRef<str>>(required: &Value, keys: &[K], n: usize) -> Vec<String> {
     (0..n)
-        .map(|i| pay_v2(keys[i % keys.len()], required, &Knobs::default()))
+        .map(|i| pay_v2(keys[i % keys.len()].as_ref(), required, &Knobs::default()))
+        .collect()
+}
+
+/// The keys of the modes that move no money: the dev account the tool always used when `payers` is 1
+/// (figures stay comparable with earlier runs), else `payers` keys derived from their index (a buyer
+/// population: every payer-keyed index is then written at random places, as a real server's is).
+fn payer_keys(payers: usize) -> Vec<String> {
+    if payers <= 1 {
+        return vec![DEV_KEYS[2].to_owned()];
+    }
+    (0..payers)
+        .map(|i| {
+            let key = alloy_primitives::keccak256(format!("x402 load payer {i}"));
+            format!("{key}")
+        })
         .collect()
 }
 
@@ -434,10 +462,10 @@ async fn run(mode: &str, o: &Options) {
         let required = payment_required(&client(), &url).await;
         // Enough for the whole run at a generous rate, bounded.
         let n = if mode == "onchain" { 3_000 } else { 40_000 };
-        let keys: Vec<&str> = if mode == "onchain" {
-            DEV_KEYS[2..].to_vec()
+        let keys: Vec<String> = if mode == "onchain" {
+            DEV_KEYS[2..].iter().map(|k| (*k).to_owned()).collect()
         } else {
-            vec![DEV_KEYS[2]]
+            payer_keys(o.payers)
         };
         presign(&required, &keys, n)
     };
@@ -521,7 +549,7 @@ async fn run_scaled(mode: &str, o: &Options, dir: &std::path::Path, sqlite: Stri
     let b = (mode != "postgres" && mode != "flood").then(|| Process::start(&args, &dir.join("b")));
     let buy_on = b.as_ref().unwrap_or(&a);
     let required = payment_required(&client(), &format!("{}{ARTICLE}", buy_on.url)).await;
-    let payments = presign(&required, &[DEV_KEYS[2]], 40_000);
+    let payments = presign(&required, &payer_keys(o.payers), 40_000);
     let cpu = || a.cpu() + b.as_ref().map_or(Duration::ZERO, Process::cpu);
     if mode == "postgres" || mode == "postgres-2" {
         let before_pg = postgres_cpu();

@@ -337,7 +337,8 @@ pub async fn get_article(
                 Some(existing) if existing.article_id == article.id => {
                     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id,
                         redelivered = payment.redelivered, "license delivered again");
-                    return Ok(article_response(&state, &article, &existing));
+                    let signed = receipt::parse_signed(existing.signed.as_deref());
+                    return Ok(article_response(&state, &article, &existing, signed));
                 }
                 _ => {
                     tracing::warn!(payer = %payment.payer, nonce = %payment.nonce, "payment already used for a receipt");
@@ -355,7 +356,8 @@ pub async fn get_article(
         }
     }
     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id, "license issued");
-    Ok(article_response(&state, &article, &record))
+    // The signed receipt as the layer gave it: `record.signed` is its text, written out for the store.
+    Ok(article_response(&state, &article, &record, payment.signed))
 }
 
 /// A buyer who signed in with x (sign-in-with-x) reads an article it bought again: the same answer as its
@@ -391,7 +393,8 @@ async fn read_again(
     state.metrics.record_reread();
     tracing::info!(article = %article.id, payer = %payer, token_id = %receipt.token_id,
         "license read again (signed in with x)");
-    Ok(article_response(state, article, &receipt))
+    let signed = receipt::parse_signed(receipt.signed.as_deref());
+    Ok(article_response(state, article, &receipt, signed))
 }
 
 /// The paid answer of `GET /x402Article`.
@@ -450,10 +453,15 @@ pub struct CertificateLink {
     url: String,
 }
 
-/// The paid answer: the article and its receipt links.
-fn article_response(state: &AppState, article: &Article, receipt: &Receipt) -> Response {
+/// The paid answer: the article and its receipt links, with `signed`, the receipt's signed form (`receipt.signed`
+/// read, or the one it was written from).
+fn article_response(
+    state: &AppState,
+    article: &Article,
+    receipt: &Receipt,
+    signed: Option<SignedReceipt>,
+) -> Response {
     let token_id = receipt.token_id.as_str();
-    let signed = receipt::parse_signed(receipt.signed.as_deref());
     let license = receipt::LicenseBought::of(
         receipt,
         &state.public_url,

@@ -74,14 +74,9 @@ fn options() -> Options {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--pin" => pin = true,
-            "--payers" => payers = args.next().and_then(|v| v.parse().ok()).unwrap_or(payers),
-            "--seconds" => seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or(seconds),
-            "--connections" => {
-                connections = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(connections)
-            }
+            "--payers" => payers = number(&a, args.next()),
+            "--seconds" => seconds = number(&a, args.next()),
+            "--connections" => connections = number(&a, args.next()),
             m => modes.push(m.to_owned()),
         }
     }
@@ -96,6 +91,14 @@ fn options() -> Options {
         connections: connections.clamp(1, 512),
         pin,
         payers: payers.clamp(1, MAX_PAYERS),
+    }
+}
+
+/// The value of the numeric option `name`, or the run stops with why (a typo must not measure the default).
+fn number<T: std::str::FromStr>(name: &str, value: Option<String>) -> T {
+    match value.as_deref().map(str::parse) {
+        Some(Ok(v)) => v,
+        _ => panic!("{name} takes a number, got {value:?}"),
     }
 }
 
@@ -463,6 +466,9 @@ async fn run(mode: &str, o: &Options) {
         // Enough for the whole run at a generous rate, bounded.
         let n = if mode == "onchain" { 3_000 } else { 40_000 };
         let keys: Vec<String> = if mode == "onchain" {
+            if o.payers > 1 {
+                eprintln!("onchain pays from its funded dev accounts; --payers is not used there");
+            }
             DEV_KEYS[2..].iter().map(|k| (*k).to_owned()).collect()
         } else {
             payer_keys(o.payers)

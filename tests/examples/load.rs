@@ -60,7 +60,8 @@ struct Options {
     /// `--pin`: servers on core 1, this tool on core 0.
     pin: bool,
     /// `--payers N`: the verify-only, `:memory:`, facilitator and PostgreSQL modes' payments come from N
-    /// accounts (keys derived from their index) instead of one.
+    /// accounts (keys derived from their index) instead of one. Like the other numbers, kept within bounds;
+    /// the first line of the report says what was used.
     payers: usize,
 }
 
@@ -721,9 +722,11 @@ fn main() {
 
 async fn load(o: Options) {
     println!(
-        "reference-server load on 127.0.0.1: {} connections, {} s per mode{}",
+        "reference-server load on 127.0.0.1: {} connections, {} s per mode, {} payer{}{}",
         o.connections,
         o.seconds,
+        o.payers,
+        if o.payers == 1 { "" } else { "s" },
         if o.pin {
             ", servers on core 1, load on core 0"
         } else {

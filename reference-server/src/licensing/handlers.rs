@@ -337,8 +337,7 @@ pub async fn get_article(
                 Some(existing) if existing.article_id == article.id => {
                     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id,
                         redelivered = payment.redelivered, "license delivered again");
-                    let signed = receipt::parse_signed(existing.signed.as_deref());
-                    return Ok(article_response(&state, &article, &existing, signed));
+                    return Ok(stored_article_response(&state, &article, &existing));
                 }
                 _ => {
                     tracing::warn!(payer = %payment.payer, nonce = %payment.nonce, "payment already used for a receipt");
@@ -393,8 +392,7 @@ async fn read_again(
     state.metrics.record_reread();
     tracing::info!(article = %article.id, payer = %payer, token_id = %receipt.token_id,
         "license read again (signed in with x)");
-    let signed = receipt::parse_signed(receipt.signed.as_deref());
-    Ok(article_response(state, article, &receipt, signed))
+    Ok(stored_article_response(state, article, &receipt))
 }
 
 /// The paid answer of `GET /x402Article`.
@@ -453,8 +451,15 @@ pub struct CertificateLink {
     url: String,
 }
 
-/// The paid answer: the article and its receipt links, with `signed`, the receipt's signed form (`receipt.signed`
-/// read, or the one it was written from).
+/// The paid answer for a stored receipt (a resend, a sign-in-with-x re-read): its signed form read from the
+/// store.
+fn stored_article_response(state: &AppState, article: &Article, receipt: &Receipt) -> Response {
+    let signed = receipt::parse_signed(receipt.signed.as_deref());
+    article_response(state, article, receipt, signed)
+}
+
+/// The paid answer: the article and its receipt links, with `signed`, the receipt's signed form (the one it
+/// was just written from, or [`stored_article_response`]'s read).
 fn article_response(
     state: &AppState,
     article: &Article,

@@ -6,15 +6,15 @@
 //!    with its one offer;
 //! 2. x402-tower's `check_authorization`: recipient, amount, time window, and the signature recovered under
 //!    USDC's rules (libsecp256k1);
-//! 3. unless `FLOOR_RECEIPT=0`, a receipt signed with a key of its own (an EIP-712-like digest, two Keccaks,
-//!    and a recoverable ECDSA signature with an RFC 6979 nonce, as the reference server signs its receipts);
+//! 3. unless `FLOOR_RECEIPT=0`, a receipt signed with a key of its own by x402-tower's `OfferReceipt`
+//!    (`sign_receipt`: the reference server's own EIP-712 receipt signer, libsecp256k1);
 //! 4. unless `FLOOR_STORE=none`, one row per purchase (the authorization and the receipt) in SQLite under a
 //!    unique random key (the replay check), written by one writer thread that commits what has arrived
 //!    (WAL, 8 KiB pages, `synchronous = FULL`, `fdatasync`, SQLite's own checkpoints every 1,000 pages),
 //!    the client answered after its commit. `FLOOR_WRITES` writes more, to price the reference server's
 //!    pattern piece by piece: `receipt` adds a receipts row under a second random key (its token id) in the
-//!    same commit (`receipt-ordered`: under a token id that sorts by issue time); `2` reserves the payment in a table with the reference server's two more indexes,
-//!    commits, then marks it settled in a second commit; `4` is `2` plus a settlements row and the receipts
+//!    same commit (`receipt-ordered`: under a token id that sorts by issue time); `2` reserves the payment
+//!    in a table with the reference server's two more indexes, commits, then marks it settled in a second commit; `4` is `2` plus a settlements row and the receipts
 //!    row in the second commit (the reference server's four writes);
 //! 5. the answer: an article body and `PAYMENT-RESPONSE`, 3.6 KB in all like the reference server's.
 //!

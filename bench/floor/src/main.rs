@@ -14,8 +14,9 @@
 //!    the client answered after its commit. `FLOOR_WRITES` writes more, to price the reference server's
 //!    pattern piece by piece: `receipt` adds a receipts row under a second random key (its token id) in the
 //!    same commit (`receipt-ordered`: under a token id that sorts by issue time); `2` reserves the payment
-//!    in a table with the reference server's two more indexes, commits, then marks it settled in a second commit; `4` is `2` plus a settlements row and the receipts
-//!    row in the second commit (the reference server's four writes);
+//!    in a table with the reference server's two more indexes, commits, then marks it settled in a second
+//!    commit; `4` is `2` plus a settlements row and the receipts row in the second commit (the reference
+//!    server's four writes);
 //! 5. the answer: an article body and `PAYMENT-RESPONSE`, 3.6 KB in all like the reference server's.
 //!
 //! It has no tracing, no metrics, no CORS or compression layers, no request ids, no settlement records

@@ -34,7 +34,7 @@
 //!   is synced with `fdatasync`: the data and the size, without the journal commit a changed modification
 //!   time costs `fsync` on ext4 or xfs.
 //! - Checkpoints (the WAL copied back into the database file) run on a thread of their own every
-//!   50 ms (`PASSIVE`: they block neither the writer nor the readers), not inside a commit. SQLite starts
+//!   200 ms (`PASSIVE`: they block neither the writer nor the readers), not inside a commit. SQLite starts
 //!   the WAL over only when a write begins with every frame already copied, which a writer that never
 //!   pauses never does: once the WAL holds [`WAL_RESTART_FRAMES`] frames, the checkpoint thread asks the
 //!   writer to copy the last few frames itself after a commit (its callers already answered), and the next
@@ -143,12 +143,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// waits is better than one that fails (a second process starting beside a seeding one must wait it out).
 const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How often the checkpoint thread copies the WAL into the database file. A pass copies what was committed
-/// since the last one and fsyncs the database file, on the same cores and disk as the purchases: shorter
-/// passes hold them up less at a time. Issue #15, session 23, verify-only durable at 32 connections: the p99
-/// fell from 2.1–2.5 times the median (200 ms) to 1.75–2.2 times (50 ms), for ~14% more bytes written
-/// (a page that changes in several passes is copied each time) and the same CPU.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
+/// How often the checkpoint thread copies the WAL into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
 /// WAL frames (pages) after which the WAL is started over (see the module docs): 32 MiB of 8 KiB pages. The
 /// WAL is never longer than this plus what is written while the writer catches up.

@@ -69,9 +69,10 @@ const ECHOED_LEN: usize = 3_600;
 /// the writer, so everything in it is in one commit.
 type Job = (Write, oneshot::Sender<Result<bool, String>>);
 
-/// A receipts row: its token id and the signed receipt.
+/// A receipts row: its token id, its payer (for the `(article_id, payer)` index) and the signed receipt.
 struct ReceiptRow {
     token: String,
+    payer: String,
     receipt: String,
 }
 
@@ -276,6 +277,7 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         };
         let receipt_row = |ordered: bool| ReceiptRow {
             token: token_id(&key, ordered),
+            payer: payer.clone(),
             receipt: receipt
                 .as_ref()
                 .map(ToString::to_string)
@@ -338,8 +340,9 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         .into_response()
 }
 
-/// A receipt's token id: today's shape (a hash of the payment identity as a decimal number), or one that
-/// sorts by issue time (nanoseconds, then the hash), whose index grows at one end.
+/// A receipt's token id: today's shape (a hash of the payment identity as a decimal number; Keccak here,
+/// SHA-256 in the reference server, equally random), or one that sorts by issue time (nanoseconds, then the
+/// hash), whose index grows at one end.
 fn token_id(key: &str, ordered: bool) -> String {
     let hash = keccak256(key.as_bytes());
     if ordered {
@@ -455,7 +458,7 @@ fn commit(conn: &rusqlite::Connection, batch: &[Job]) -> Vec<Result<bool, String
                         .execute((key, payment, settlement))?
                         == 1;
                     if new && let Some(row) = receipt_row {
-                        insert_receipt(conn, row, key)?;
+                        insert_receipt(conn, row)?;
                     }
                     new
                 }
@@ -489,7 +492,7 @@ fn commit(conn: &rusqlite::Connection, batch: &[Job]) -> Vec<Result<bool, String
                              VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), 'settled', ?1)",
                         )?
                         .execute([key])?;
-                        insert_receipt(conn, row, key)?;
+                        insert_receipt(conn, row)?;
                     }
                     settled
                 }
@@ -507,14 +510,10 @@ fn commit(conn: &rusqlite::Connection, batch: &[Job]) -> Vec<Result<bool, String
     }
 }
 
-fn insert_receipt(
-    conn: &rusqlite::Connection,
-    row: &ReceiptRow,
-    key: &str,
-) -> Result<usize, rusqlite::Error> {
+fn insert_receipt(conn: &rusqlite::Connection, row: &ReceiptRow) -> Result<usize, rusqlite::Error> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO receipts (token_id, article_id, payer, receipt, created_at) \
-         VALUES (?1, 'c2pa-explained', substr(?2, 1, 42), ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+         VALUES (?1, 'c2pa-explained', ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
     )?
-    .execute((&row.token, key, &row.receipt))
+    .execute((&row.token, &row.payer, &row.receipt))
 }

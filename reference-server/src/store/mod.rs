@@ -74,8 +74,10 @@ pub enum StoreError {
     /// SQLite reported an error.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    /// PostgreSQL (or the connection to it) reported an error.
-    #[error("database error: {0}")]
+    /// PostgreSQL (or the connection to it) reported an error. The message carries the server's SQLSTATE,
+    /// message, detail and hint, or the cause of a connection failure (tokio-postgres's own `Display` says
+    /// only "db error").
+    #[error("database error: {}", PgText(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// No connection could be had from the pool (the database is down or unreachable).
     #[error("database unavailable: {0}")]
@@ -112,13 +114,46 @@ pub enum StoreError {
     /// The connection broke while the PostgreSQL commit of this write's group was in flight: it may or may
     /// not have been written (as with any statement whose connection breaks). The error is shared by every
     /// write of the group.
-    #[error("commit outcome unknown: {0}")]
+    #[error("commit outcome unknown: {}", PgText(.0))]
     CommitUnknown(#[source] std::sync::Arc<tokio_postgres::Error>),
     /// The PostgreSQL group this write belonged to could not be tried (no connection could be had, or
     /// `BEGIN` failed on every one): nothing of it was written. The error is shared by every write of the
     /// group.
     #[error(transparent)]
     Group(std::sync::Arc<StoreError>),
+}
+
+/// A tokio-postgres error as an operator needs to read it: the server's error (`ERROR 40P01: deadlock
+/// detected`, its detail and hint) or the client-side kind with its cause (`error connecting to server:
+/// Connection refused`).
+struct PgText<'a>(&'a tokio_postgres::Error);
+
+impl std::fmt::Display for PgText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(db) = self.0.as_db_error() {
+            write!(
+                f,
+                "{} {}: {}",
+                db.severity(),
+                db.code().code(),
+                db.message()
+            )?;
+            if let Some(detail) = db.detail() {
+                write!(f, " (detail: {detail})")?;
+            }
+            if let Some(hint) = db.hint() {
+                write!(f, " (hint: {hint})")?;
+            }
+            return Ok(());
+        }
+        write!(f, "{}", self.0)?;
+        let mut source = std::error::Error::source(self.0);
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
 }
 
 impl StoreError {

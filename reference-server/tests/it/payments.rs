@@ -557,12 +557,14 @@ async fn a_payment_settled_through_one_instances_facilitator_is_settled_for_ever
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_starting_together_on_an_empty_database_migrate_and_seed_it_once() {
-    // Both processes are started before either is listening: migrations and seeding race (PostgreSQL:
-    // advisory locks; SQLite: the first seed chunk's write transaction holds the emptiness check).
+    // The processes are started before any is listening: migrations and seeding race (PostgreSQL:
+    // advisory locks, from the creation of `schema_migrations` on; SQLite: the first seed chunk's write
+    // transaction holds the emptiness check). Four rather than two: with two, the race on creating
+    // `schema_migrations` (fixed: it failed one start in ~50 with 42710) showed too rarely to be caught.
     let dir = TempDir::new();
     let db = fresh_database(dir.path(), "together.sqlite3").await;
     let media = dir.path().join("media");
-    let starts: Vec<_> = (0..2)
+    let starts: Vec<_> = (0..4)
         .map(|_| {
             let (db, media) = (db.clone(), media.clone());
             std::thread::spawn(move || {

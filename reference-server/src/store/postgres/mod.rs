@@ -161,22 +161,19 @@ impl Pg {
 
     async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
-        client
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (
-                     name TEXT PRIMARY KEY,
-                     applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-                 )",
-            )
-            .await
-            .or_else(|e| {
-                // Two instances creating the table at once: one wins, the other sees it exist.
-                if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })?;
+        // Under the lock too: two instances running `CREATE TABLE IF NOT EXISTS` at once can both find it
+        // missing, and the second then fails on the catalog (23505 or 42710, whichever it hits first).
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 name TEXT PRIMARY KEY,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             )",
+        )
+        .await?;
+        tx.commit().await?;
         for &(name, sql) in MIGRATIONS {
             let tx = client.transaction().await?;
             // Instances starting together: the second waits here, then sees the migration recorded.
@@ -313,5 +310,26 @@ mod tests {
         );
         assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
         assert_eq!(redact("postgresql://db/x"), "postgresql://db/x");
+    }
+
+    #[tokio::test]
+    async fn a_server_error_says_its_sqlstate_and_message() {
+        let Ok(admin) = std::env::var("REFERENCE_SERVER_TEST_POSTGRES") else {
+            eprintln!(
+                "runs in the PostgreSQL pass of the test command (REFERENCE_SERVER_TEST_POSTGRES)"
+            );
+            return;
+        };
+        let pool = pool(admin.parse().expect("an admin URL"), 1).expect("a pool");
+        let client = pool.get().await.expect("a connection");
+        let e: StoreError = client
+            .simple_query("SELECT * FROM no_such_table_here")
+            .await
+            .expect_err("an unknown table")
+            .into();
+        assert_eq!(
+            e.to_string(),
+            "database error: ERROR 42P01: relation \"no_such_table_here\" does not exist"
+        );
     }
 }

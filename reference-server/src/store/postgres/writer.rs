@@ -385,6 +385,13 @@ mod tests {
                 panic!("{r:?}")
             };
             assert!(matches!(&**e, StoreError::Postgres(_)), "{e:?}");
+            // The operator reads why, not tokio-postgres's bare "error connecting to server".
+            let text = e.to_string();
+            assert!(
+                text.starts_with("database error: error connecting to server: ")
+                    && text.len() > "database error: error connecting to server: ".len(),
+                "{text}"
+            );
         }
         // The writer is still there for the next group.
         assert!(matches!(

@@ -27,8 +27,9 @@
 //!   its own, prepares and caches statements per connection, and pulls in no TLS stack unless asked.
 //!
 //! Both backends keep their migrations under `migrations/<backend>/`, versioned by name in a
-//! `schema_migrations` table, applied at start (PostgreSQL: under an advisory lock, so instances starting
-//! together apply each migration once).
+//! `schema_migrations` table, applied at start (SQLite: each in its own write transaction; PostgreSQL: all
+//! pending ones in one transaction under an advisory lock, so instances starting together apply each
+//! migration once and a failing one leaves the schema as it was).
 //!
 //! # Use
 //!
@@ -147,12 +148,8 @@ impl std::fmt::Display for PgText<'_> {
             return Ok(());
         }
         write!(f, "{}", self.0)?;
-        let mut source = std::error::Error::source(self.0);
-        while let Some(cause) = source {
-            write!(f, ": {cause}")?;
-            source = cause.source();
-        }
-        Ok(())
+        std::iter::successors(std::error::Error::source(self.0), |e| e.source())
+            .try_for_each(|cause| write!(f, ": {cause}"))
     }
 }
 

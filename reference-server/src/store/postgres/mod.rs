@@ -159,50 +159,58 @@ impl Pg {
         self.writer.write(write).await
     }
 
+    /// Applies every pending migration in one transaction that holds [`MIGRATION_LOCK`] from its first
+    /// statement: instances starting together wait for the first, then find every migration recorded (and
+    /// the `schema_migrations` table created: two instances creating it at once, unlocked, failed on the
+    /// catalog). A migration that fails leaves the schema as it was.
     async fn migrate(&self) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        // Under the lock too: two instances running `CREATE TABLE IF NOT EXISTS` at once can both find it
-        // missing, and the second then fails on the catalog (23505 or 42710, whichever it hits first).
-        let tx = client.transaction().await?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .await?;
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (
-                 name TEXT PRIMARY KEY,
-                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-             )",
-        )
-        .await?;
-        tx.commit().await?;
-        for &(name, sql) in MIGRATIONS {
-            let tx = client.transaction().await?;
-            // Instances starting together: the second waits here, then sees the migration recorded.
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-                .await?;
-            let done: bool = tx
-                .query_one(
-                    "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE name = $1)",
-                    &[&name],
-                )
-                .await?
-                .get(0);
-            if done {
-                continue;
-            }
-            let applied = async {
-                tx.batch_execute(sql).await?;
-                tx.execute("INSERT INTO schema_migrations (name) VALUES ($1)", &[&name])
-                    .await?;
-                tx.commit().await
-            };
-            applied.await.map_err(|source| StoreError::Migration {
-                name,
-                source: Box::new(source.into()),
-            })?;
-            tracing::info!(migration = name, "applied schema migration");
-        }
-        Ok(())
+        apply_migrations(&mut self.client().await?, MIGRATIONS).await
     }
+}
+
+/// [`Pg::migrate`] with the given migrations (a test applies a failing list).
+async fn apply_migrations(
+    client: &mut Object,
+    migrations: &[(&'static str, &str)],
+) -> Result<(), StoreError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             name TEXT PRIMARY KEY,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+         )",
+    )
+    .await?;
+    let mut applied = Vec::new();
+    for &(name, sql) in migrations {
+        let done: bool = tx
+            .query_one(
+                "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE name = $1)",
+                &[&name],
+            )
+            .await?
+            .get(0);
+        if done {
+            continue;
+        }
+        let apply = async {
+            tx.batch_execute(sql).await?;
+            tx.execute("INSERT INTO schema_migrations (name) VALUES ($1)", &[&name])
+                .await
+        };
+        apply.await.map_err(|source| StoreError::Migration {
+            name,
+            source: Box::new(source.into()),
+        })?;
+        applied.push(name);
+    }
+    tx.commit().await?;
+    for name in applied {
+        tracing::info!(migration = name, "applied schema migration");
+    }
+    Ok(())
 }
 
 impl Backend for Pg {
@@ -299,7 +307,7 @@ pub(crate) fn unsigned(v: i64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -312,15 +320,85 @@ mod tests {
         assert_eq!(redact("postgresql://db/x"), "postgresql://db/x");
     }
 
-    #[tokio::test]
-    async fn a_server_error_says_its_sqlstate_and_message() {
+    /// The test cluster's admin database (`REFERENCE_SERVER_TEST_POSTGRES`); `None`, said on stderr, outside
+    /// the test command's PostgreSQL pass.
+    pub(crate) fn test_admin() -> Option<tokio_postgres::Config> {
         let Ok(admin) = std::env::var("REFERENCE_SERVER_TEST_POSTGRES") else {
             eprintln!(
                 "runs in the PostgreSQL pass of the test command (REFERENCE_SERVER_TEST_POSTGRES)"
             );
+            return None;
+        };
+        Some(admin.parse().expect("an admin URL"))
+    }
+
+    /// How many of the failing-migration test's two tables exist.
+    async fn tables(client: &Object) -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE tablename IN ('kept', 'schema_migrations')",
+                &[],
+            )
+            .await
+            .expect("the catalog")
+            .get(0)
+    }
+
+    #[tokio::test]
+    async fn a_failing_migration_leaves_the_schema_as_it_was() {
+        let Some(admin) = test_admin() else {
             return;
         };
-        let pool = pool(admin.parse().expect("an admin URL"), 1).expect("a pool");
+        let db = format!("migrate_test_{}", uuid::Uuid::new_v4().simple());
+        let admin_pool = pool(admin.clone(), 1).expect("a pool");
+        let admin_client = admin_pool.get().await.expect("a connection");
+        admin_client
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .expect("a fresh database");
+        let mut config = admin;
+        config.dbname(&db);
+        let db_pool = pool(config, 1).expect("a pool");
+        let mut client = db_pool.get().await.expect("a connection");
+        let list = [
+            ("0001_kept", "CREATE TABLE kept (x INT)"),
+            ("0002_broken", "CREATE TABLE broken (x no_such_type)"),
+        ];
+        let e = apply_migrations(&mut client, &list)
+            .await
+            .expect_err("an unknown type");
+        assert!(
+            matches!(
+                e,
+                StoreError::Migration {
+                    name: "0002_broken",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(tables(&client).await, 0, "nothing of the list is left");
+        apply_migrations(&mut client, &list[..1])
+            .await
+            .expect("the first alone applies");
+        apply_migrations(&mut client, &list[..1])
+            .await
+            .expect("and is found applied the second time");
+        assert_eq!(tables(&client).await, 2);
+        drop(client);
+        drop(db_pool);
+        admin_client
+            .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
+            .await
+            .expect("drop the test database");
+    }
+
+    #[tokio::test]
+    async fn a_server_error_says_its_sqlstate_and_message() {
+        let Some(admin) = test_admin() else {
+            return;
+        };
+        let pool = pool(admin, 1).expect("a pool");
         let client = pool.get().await.expect("a connection");
         let e: StoreError = client
             .simple_query("SELECT * FROM no_such_table_here")

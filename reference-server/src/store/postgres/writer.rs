@@ -342,13 +342,7 @@ mod tests {
     /// own (`application_name`) so that its sessions can be told apart, and that name. `None` (said on stderr)
     /// outside the PostgreSQL pass.
     fn test_pool() -> Option<(Pool, String)> {
-        let Ok(admin) = std::env::var("REFERENCE_SERVER_TEST_POSTGRES") else {
-            eprintln!(
-                "runs in the PostgreSQL pass of the test command (REFERENCE_SERVER_TEST_POSTGRES)"
-            );
-            return None;
-        };
-        let mut config: tokio_postgres::Config = admin.parse().expect("an admin URL");
+        let mut config = crate::store::postgres::tests::test_admin()?;
         let name = format!("writer_test_{}", uuid::Uuid::new_v4().simple());
         config.application_name(&name);
         Some((

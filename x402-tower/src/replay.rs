@@ -20,6 +20,9 @@
 //! | settlement failed otherwise | `Spent` | it is (or may become) spent on chain |
 //! | outcome unknown (timeout after broadcast, no answer from a facilitator) | `Pending`, with the transaction when known | reconciled before anything else is done with it (a resend, or the background reconciler) |
 //!
+//! A record that becomes `Settled` or `Spent` ([`PaymentState::is_final`]) no longer keeps the payment
+//! ([`StoredPayment::forgotten`]): only an unresolved record is settled or reconciled again.
+//!
 //! A request whose future was dropped mid-flight, or whose process died, leaves its record `InFlight`; after
 //! [`stale_after`](crate::engine::PaymentEngineBuilder::stale_after) it is reconciled like `Pending`. A
 //! reconciliation that finds the payment unsettled and still usable releases it — except on a resend, where
@@ -105,6 +108,12 @@ impl PaymentState {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|p| p.as_str() == s)
     }
+
+    /// `Settled` or `Spent`: nothing will be done with the payment again, only answered from its record (a
+    /// resend) or refused (a replay). Such a record keeps no payment ([`StoredPayment::forgotten`]).
+    pub const fn is_final(self) -> bool {
+        matches!(self, PaymentState::Settled | PaymentState::Spent)
+    }
 }
 
 /// The payment as the client sent it: enough to settle or reconcile it again without the client. Kept as
@@ -173,6 +182,36 @@ impl StoredPayment {
                 .unwrap_or_else(|| payload_text.clone()),
             requirements,
         }
+    }
+
+    /// What a record in a final state keeps of its payment ([`PaymentState::is_final`]): nothing, both texts
+    /// empty. Only a `Pending` or `InFlight` record is reconciled, which needs the payment; a `Settled`
+    /// record is read only for its fingerprint, resource and settlement, a `Spent` one for its state.
+    /// Forgetting the payment (~1.2 KB) when a record becomes final keeps the record about as large as it
+    /// was while the settlement is added, so that a database writes fewer pages per purchase
+    /// (docs/bench/reference-server-licensing.md, session 25).
+    ///
+    /// ```
+    /// use x402_tower::replay::StoredPayment;
+    ///
+    /// let none = StoredPayment::forgotten();
+    /// assert!(none.is_forgotten());
+    /// assert_eq!((&*none.payload, &*none.requirements), ("", ""));
+    /// ```
+    pub fn forgotten() -> Arc<StoredPayment> {
+        static FORGOTTEN: std::sync::LazyLock<Arc<StoredPayment>> =
+            std::sync::LazyLock::new(|| {
+                Arc::new(StoredPayment {
+                    payload: Arc::from(""),
+                    requirements: Arc::from(""),
+                })
+            });
+        FORGOTTEN.clone()
+    }
+
+    /// Whether this is [`StoredPayment::forgotten`] (a payment's JSON text is never empty).
+    pub fn is_forgotten(&self) -> bool {
+        self.payload.is_empty()
     }
 }
 
@@ -254,7 +293,7 @@ pub struct PaymentRecord {
     /// `Settled`: the settlement. `Pending`: the `settlement_pending` answer (with the transaction when one is
     /// known). `Spent`: the failure. `InFlight`: none.
     pub settlement: Option<SettleResponse>,
-    /// The payment itself, for reconciliation.
+    /// The payment itself, for reconciliation; [`StoredPayment::forgotten`] once the state is final.
     pub payment: Arc<StoredPayment>,
     /// Unix seconds after which the record may be forgotten (the authorization's `validBefore`).
     pub expires_at: u64,
@@ -389,7 +428,8 @@ pub trait ReplayStore: Send + Sync + 'static {
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>>;
     /// Replaces the record of `key` if its revision is `expected`; the stored revision becomes `expected + 1`.
-    /// `false` when another request changed (or removed) it first.
+    /// `false` when another request changed (or removed) it first. Every field is replaced, the payment
+    /// too: the engine writes a final record with the payment [forgotten](StoredPayment::forgotten).
     fn update<'a>(
         &'a self,
         key: &'a ReplayKey,

@@ -273,7 +273,8 @@ impl ReplayStore for SqlitePaymentStore {
                     let n = c
                         .prepare_cached(
                             "UPDATE payment_states SET state = ?5, resource = ?6, fingerprint = ?7, \
-                             settlement = ?8, expires_at = ?9, updated_at = ?10, revision = revision + 1 \
+                             settlement = ?8, expires_at = ?9, updated_at = ?10, revision = revision + 1, \
+                             payload = ?12, requirements = ?13 \
                              WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4 AND revision = ?11",
                         )?
                         .execute(params![
@@ -288,6 +289,8 @@ impl ReplayStore for SqlitePaymentStore {
                             secs(record.expires_at),
                             secs(record.updated_at),
                             secs(expected),
+                            &*record.payment.payload,
+                            &*record.payment.requirements,
                         ])?;
                     Ok(n == 1)
                 })

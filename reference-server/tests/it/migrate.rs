@@ -47,40 +47,72 @@ async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_
     server.stop().await; // flushes the llms.txt interest
 
     let target = fresh_database(dir.path(), "unused").await;
+    // Payment records arrive whole. The purchase's is settled, so it keeps no payment; a payment whose
+    // request died mid-settlement (in flight: the reconciler's, on PostgreSQL next) keeps the payment as
+    // the client sent it.
+    let sent = {
+        use base64::Engine as _;
+        let unsent = Payer::new().pay_v2(&required);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&unsent)
+            .unwrap();
+        String::from_utf8(bytes).unwrap()
+    };
+    let authorization =
+        serde_json::from_str::<serde_json::Value>(&sent).unwrap()["payload"]["authorization"]
+            .clone();
+    let requirements = required["accepts"][0].to_string();
+    let old = rusqlite::Connection::open(&sqlite).unwrap();
+    old.execute(
+        "INSERT INTO payment_states (chain_id, asset, payer, nonce, state, resource, fingerprint, \
+         settlement, payload, requirements, expires_at, updated_at, revision) \
+         SELECT chain_id, asset, ?1, ?2, 'in_flight', resource, fingerprint, NULL, ?3, ?4, expires_at, \
+         updated_at, 1 FROM payment_states",
+        rusqlite::params![
+            authorization["from"].as_str().unwrap(),
+            authorization["nonce"].as_str().unwrap(),
+            sent,
+            requirements
+        ],
+    )
+    .unwrap();
+    let records_on_sqlite: Vec<(String, String, String, String)> = old
+        .prepare("SELECT state, nonce, payload, requirements FROM payment_states ORDER BY state")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    drop(old);
+    assert_eq!(records_on_sqlite.len(), 2);
+    assert_eq!(records_on_sqlite[0].0, "in_flight");
+    assert!(records_on_sqlite[0].2.contains("\"signature\""));
+    assert_eq!(records_on_sqlite[1].0, "settled");
+    assert_eq!(
+        (&*records_on_sqlite[1].2, &*records_on_sqlite[1].3),
+        ("", ""),
+        "a settled record keeps no payment"
+    );
     let out = migrate(&sqlite, &target);
     assert!(out.status.success(), "{out:?}");
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(printed.contains("receipts: 1 rows"), "{printed}");
     assert!(printed.contains("assets: 30 rows"), "{printed}");
-    // The payment record arrives whole, with the payment as the client sent it.
-    let on_sqlite: (String, String, String) = rusqlite::Connection::open(&sqlite)
-        .unwrap()
-        .query_row(
-            "SELECT nonce, payload, requirements FROM payment_states",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .unwrap();
-    assert!(on_sqlite.1.contains("\"signature\""), "{}", on_sqlite.1);
     let (pg, connection) = tokio_postgres::connect(&target, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
-    let row = pg
-        .query_one(
-            "SELECT nonce, payload, requirements FROM payment_states",
+    let records_on_pg: Vec<(String, String, String, String)> = pg
+        .query(
+            "SELECT state, nonce, payload, requirements FROM payment_states ORDER BY state",
             &[],
         )
         .await
-        .unwrap();
-    assert_eq!(
-        (
-            row.get::<_, String>(0),
-            row.get::<_, String>(1),
-            row.get::<_, String>(2)
-        ),
-        on_sqlite
-    );
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(records_on_pg, records_on_sqlite);
     drop(pg);
     // A second copy into the same database is refused and writes nothing.
     let again = migrate(&sqlite, &target);

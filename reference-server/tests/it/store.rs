@@ -406,8 +406,16 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
     };
     assert_eq!((t.state, t.revision), (PaymentState::InFlight, 1));
     assert_eq!(t.payment, r.payment, "the payment as it was reserved");
+    // A claim (in flight again, by a reconciliation) writes the whole record, its payment too.
+    let mut claimed = record(PaymentState::InFlight, 11);
+    claimed.revision = 1;
+    assert!(s.update(&key(1), 1, &claimed).await.unwrap());
+    let got = s.get(&key(1), 10).await.unwrap().unwrap();
+    assert_eq!((got.revision, &got.payment), (2, &claimed.payment));
+    // The engine settles with the payment forgotten: the record is written without it.
     let mut settled = r.clone();
     settled.state = PaymentState::Settled;
+    settled.payment = StoredPayment::forgotten();
     settled.settlement = Some(SettleResponse {
         success: true,
         error_reason: None,
@@ -421,17 +429,17 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
         !s.update(&key(1), 5, &settled).await.unwrap(),
         "stale revision"
     );
-    assert!(s.update(&key(1), 1, &settled).await.unwrap());
-    assert!(!s.release(&key(1), 1).await.unwrap());
+    assert!(s.update(&key(1), 2, &settled).await.unwrap());
+    assert!(!s.release(&key(1), 2).await.unwrap());
     // A restart (new handles on the same database) remembers it.
     drop(s);
     let s = Stores::open(&url.parse().unwrap()).await.unwrap().payments;
     let got = s.get(&key(1), 10).await.unwrap().unwrap();
     assert_eq!(
         (got.state, got.revision, got.settlement),
-        (PaymentState::Settled, 2, settled.settlement)
+        (PaymentState::Settled, 3, settled.settlement)
     );
-    assert_eq!(got.payment, r.payment, "settling keeps the payment");
+    assert!(got.payment.is_forgotten(), "{:?}", got.payment);
     assert!(s.get(&key(1), 101).await.unwrap().is_none(), "expired");
     // Unresolved: pending, and in-flight older than the stale mark.
     s.reserve(&key(2), &record(PaymentState::Pending, 10), 10)

@@ -1130,6 +1130,9 @@ impl PaymentEngine {
         record.state = state;
         record.settlement = settlement;
         record.updated_at = self.now();
+        if state.is_final() {
+            record.payment = StoredPayment::forgotten();
+        }
         record
     }
 

@@ -286,6 +286,19 @@ async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
         let report = e.reconcile_unresolved(100).await.unwrap();
         assert_eq!((report.examined, report.settled, report.skipped), (1, 1, 0));
         assert_eq!(state(&store), Some(PaymentState::Settled));
+        // Settled, the record no longer keeps the payment; a resend is still answered from it.
+        let record = store.get(&key, now()).await.unwrap().unwrap();
+        assert!(record.payment.is_forgotten(), "{:?}", record.payment);
+        let again = e
+            .facilitator_settle(&FacilitatorPolicy::default(), body.to_string().as_bytes())
+            .await
+            .unwrap();
+        assert!(again.success, "{again:?}");
+        assert_eq!(
+            s.settles(),
+            1,
+            "answered from the record, not settled again"
+        );
     }
     assert_eq!(
         without_echoed(&payload_v2_echoing_only(0x34))["extensions"],

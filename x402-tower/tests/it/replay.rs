@@ -2,6 +2,7 @@
 
 use http::StatusCode;
 use tower::Layer;
+use x402_tower::settle::SettleOutcome;
 
 use crate::support::*;
 
@@ -261,20 +262,25 @@ async fn a_request_dropped_mid_flight_keeps_its_reservation() {
 
 /// A payment record keeps the payment less the extensions the client echoed from the 402 (discovery,
 /// signed offers, sign-in-with-x, terms: nothing after the payment reads them), and everything else —
-/// what settling reads, the `payment-identifier` id, an extension this crate does not know — as sent.
+/// what settling reads, the `payment-identifier` id, an extension this crate does not know — as sent. (Until
+/// the record is final: a settled one keeps none, `StoredPayment::forgotten`. Here the outcome is unknown, so
+/// the record stays pending, for the reconciler, which reads the payment.)
 #[tokio::test]
 async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402() {
     let store = std::sync::Arc::new(x402_tower::InMemoryReplayStore::default());
     let inner = Inner::new();
     let svc = config()
-        .settler(Scripted::new(settled_outcome()))
+        .settler(Scripted::new(SettleOutcome::Unknown {
+            message: "no receipt".into(),
+            transaction: None,
+        }))
         .replay_store(store.clone())
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
     let payload = payload_v2_echoing(0x31);
     let a = send(svc, req("/r", &[("payment-signature", &b64(&payload))])).await;
-    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.error(), "settlement_pending");
     let key = replay_key(0x31);
     let record = x402_tower::ReplayStore::get(&*store, &key, now())
         .await

@@ -59,6 +59,7 @@ async fn contract(s: Arc<dyn ReplayStore>) {
     assert_eq!(t.payment.payload, r.payment.payload);
     let mut settled = r.clone();
     settled.state = PaymentState::Settled;
+    settled.payment = StoredPayment::forgotten();
     settled.settlement = Some(SettleResponse {
         success: true,
         error_reason: None,
@@ -81,6 +82,10 @@ async fn contract(s: Arc<dyn ReplayStore>) {
     let got = s.get(&key(1), now).await.unwrap().unwrap();
     assert_eq!((got.state, got.revision), (PaymentState::Settled, 2));
     assert_eq!(got.settlement, settled.settlement);
+    assert!(
+        got.payment.is_forgotten(),
+        "update replaces the payment too"
+    );
     assert!(s.get(&key(1), now + 61).await.unwrap().is_none(), "expired");
     assert!(s.get(&key(99), now).await.unwrap().is_none());
     // An expired record may be reserved again.

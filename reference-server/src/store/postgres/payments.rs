@@ -41,7 +41,7 @@ const WHERE_KEY: &str = "chain_id = $1 AND asset = $2 AND payer = $3 AND nonce =
 static UPDATE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE payment_states SET state = $5, resource = $6, fingerprint = $7, settlement = $8, \
-         expires_at = $9, updated_at = $10, revision = revision + 1 \
+         expires_at = $9, updated_at = $10, revision = revision + 1, payload = $12, requirements = $13 \
          WHERE {WHERE_KEY} AND revision = $11 RETURNING 1"
     )
 });
@@ -192,6 +192,8 @@ impl ReplayStore for PgPaymentStore {
                             param(secs(record.expires_at)),
                             param(secs(record.updated_at)),
                             param(secs(expected)),
+                            param(record.payment.payload.to_string()),
+                            param(record.payment.requirements.to_string()),
                         ],
                     )?,
                 );

@@ -187,9 +187,9 @@ impl StoredPayment {
     /// What a record in a final state keeps of its payment ([`PaymentState::is_final`]): nothing, both texts
     /// empty. Only a `Pending` or `InFlight` record is reconciled, which needs the payment; a `Settled`
     /// record is read only for its fingerprint, resource and settlement, a `Spent` one for its state.
-    /// Forgetting the payment (~1.2 KB) when a record becomes final keeps the record about as large as it
-    /// was while the settlement is added, so that a database writes fewer pages per purchase
-    /// (docs/bench/reference-server-licensing.md, session 25).
+    /// Forgetting the payment (1.2 KB of an official client's) when a record becomes final keeps the record
+    /// about as large as it was while the settlement is added, so that a database writes fewer pages per
+    /// purchase (docs/bench/reference-server-licensing.md, session 25).
     ///
     /// ```
     /// use x402_tower::replay::StoredPayment;

@@ -4,6 +4,9 @@
 
 use std::sync::Arc;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+
 use crate::common::*;
 use crate::licensing::{ARTICLE, json, offer, wait_for_llms_txt_total};
 
@@ -50,14 +53,7 @@ async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_
     // Payment records arrive whole. The purchase's is settled, so it keeps no payment; a payment whose
     // request died mid-settlement (in flight: the reconciler's, on PostgreSQL next) keeps the payment as
     // the client sent it.
-    let sent = {
-        use base64::Engine as _;
-        let unsent = Payer::new().pay_v2(&required);
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(&unsent)
-            .unwrap();
-        String::from_utf8(bytes).unwrap()
-    };
+    let sent = String::from_utf8(B64.decode(Payer::new().pay_v2(&required)).unwrap()).unwrap();
     let authorization =
         serde_json::from_str::<serde_json::Value>(&sent).unwrap()["payload"]["authorization"]
             .clone();

@@ -126,6 +126,10 @@ async fn failed_for_good_is_spent() {
         .await
         .unwrap();
     assert_eq!(r.error_reason.as_deref(), Some("invalid_transaction_state"));
+    // Spent is final: the record keeps no payment, and what follows is answered from its state alone.
+    let record = store.get(&replay_key(3), now()).await.unwrap().unwrap();
+    assert_eq!(record.state, PaymentState::Spent);
+    assert!(record.payment.is_forgotten(), "{:?}", record.payment);
     let r = e
         .facilitator_settle(&p, body(3).to_string().as_bytes())
         .await

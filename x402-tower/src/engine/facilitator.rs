@@ -381,10 +381,11 @@ impl PaymentEngine {
         body: &[u8],
     ) -> Result<SettleResponse, FacilitatorError> {
         let body = DoorBody::parse(body)?;
-        let network = body.network();
+        // Read only for a refusal's answer: a settled payment's answer is its settlement.
+        let network = || body.network();
         let checked = match self.facilitator_check(policy, &body) {
             Ok(c) => c,
-            Err(i) => return Ok(failure(i.reason, i.message, network, i.payer)),
+            Err(i) => return Ok(failure(i.reason, i.message, network(), i.payer)),
         };
         let payer = Some(checked.request.payer());
         let answer = match self
@@ -422,18 +423,18 @@ impl PaymentEngine {
             Answer::PaymentRequired { error, .. } => Ok(failure(
                 error.into_owned(),
                 "the payment was refused".to_owned(),
-                network,
+                network(),
                 payer,
             )),
             Answer::Unavailable { status: 503, .. } => Err(FacilitatorError::Unavailable),
             Answer::Unavailable { message, .. } => Err(FacilitatorError::Upstream(message)),
             Answer::BadRequest { error, message } => {
-                Ok(failure(error.to_owned(), message, network, payer))
+                Ok(failure(error.to_owned(), message, network(), payer))
             }
             Answer::Conflict { message } => Ok(failure(
                 "invalid_payload".to_owned(),
                 message,
-                network,
+                network(),
                 payer,
             )),
         }

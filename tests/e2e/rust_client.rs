@@ -241,6 +241,7 @@ async fn a_contract_wallet_signs_in_through_eip1271() {
                 &chain.usdc.to_checksum(None),
                 &wallet.to_checksum(None),
                 &format!("0x{}", "11".repeat(32)),
+                1_764_547_200,
             ),
             article_id: crate::common::ARTICLE.into(),
             payer: wallet.to_checksum(None),

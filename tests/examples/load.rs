@@ -9,7 +9,7 @@
 //! ```text
 //! cargo build --release -p reference-server
 //! source scripts/test-deps.sh    # only for the onchain mode (anvil, USDC artifacts)
-//! cargo run --release -p workspace-tests --example load -- [MODE ...] [--seconds 8] [--connections 32] [--payers 1] [--pin]
+//! cargo run --release -p workspace-tests --example load -- [MODE ...] [--seconds 8] [--connections 32] [--payers 1] [--signed-per-second 0] [--pin]
 //! ```
 //!
 //! Modes: `402` (unpaid requests), `verify-only` (durable SQLite file), `memory` (`--database :memory:`),
@@ -31,6 +31,12 @@
 //! `--payers N` signs the payments of the modes that move no money with N accounts (keys derived from their
 //! index) instead of one dev account: a buyer population, so that the indexes keyed by payer are written at
 //! random places as a real server's are (one payer appends to them). `onchain` keeps its funded dev accounts.
+//!
+//! `--signed-per-second N` dates the pre-signed payments as clients signing N of them per second while the
+//! load runs would (payment `i`'s `validBefore` is `i / N` seconds later than the first's, at most 100 s):
+//! the receipts' token ids lead with `validBefore`, so how many purchases share a second decides how close
+//! together their keys land (docs/bench/reference-server-licensing.md, session 26). Without it every
+//! payment carries the `validBefore` of the moment it was pre-signed.
 //!
 //! `--pin` runs every server this tool starts on the second core (`taskset -c 1`) and the tool itself on the
 //! first, as issue #15 measured: on a shared 2-core machine the server's workers and the load's threads
@@ -63,6 +69,9 @@ struct Options {
     /// accounts (keys derived from their index) instead of one. Like the other numbers, kept within bounds;
     /// the first line of the report says what was used.
     payers: usize,
+    /// `--signed-per-second N`: payment `i` is dated as a client signing it at `i / N` seconds into the
+    /// run would date it; 0 (the default): every payment as signed at the start.
+    signed_per_second: u64,
 }
 
 fn options() -> Options {
@@ -71,11 +80,13 @@ fn options() -> Options {
     let mut connections = 32;
     let mut pin = false;
     let mut payers = 1;
+    let mut signed_per_second = 0;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--pin" => pin = true,
             "--payers" => payers = number(&a, args.next()),
+            "--signed-per-second" => signed_per_second = number(&a, args.next()),
             "--seconds" => seconds = number(&a, args.next()),
             "--connections" => connections = number(&a, args.next()),
             m => modes.push(m.to_owned()),
@@ -92,6 +103,7 @@ fn options() -> Options {
         connections: connections.clamp(1, 512),
         pin,
         payers: payers.clamp(1, MAX_PAYERS),
+        signed_per_second,
     }
 }
 
@@ -370,10 +382,27 @@ fn report(mode: &str, o: &Outcome, cpu: Duration) {
 /// Most accounts `--payers` takes.
 const MAX_PAYERS: usize = 40_000;
 
-/// Pre-signs `n` distinct payments for the server's article offer, cycling through `keys`.
-fn presign<K: AsRef<str>>(required: &Value, keys: &[K], n: usize) -> Vec<String> {
+/// Pre-signs `n` distinct payments for the server's article offer, cycling through `keys`. With
+/// `per_second` > 0, payment `i` gets the `validBefore` a client signing it `i / per_second` seconds from now
+/// would give it (now + `maxTimeoutSeconds` + that offset, at most 100 s: within every server's clock-skew
+/// allowance), as payments signed while the load runs would be dated; with 0, every payment is dated now.
+fn presign<K: AsRef<str>>(required: &Value, keys: &[K], n: usize, per_second: u64) -> Vec<String> {
+    let horizon = required["accepts"][0]["maxTimeoutSeconds"]
+        .as_u64()
+        .expect("the offer's maxTimeoutSeconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
     (0..n)
-        .map(|i| pay_v2(keys[i % keys.len()].as_ref(), required, &Knobs::default()))
+        .map(|i| {
+            let knobs = Knobs {
+                valid_before: (per_second > 0)
+                    .then(|| now + horizon + (i as u64 / per_second).min(100)),
+                ..Knobs::default()
+            };
+            pay_v2(keys[i % keys.len()].as_ref(), required, &knobs)
+        })
         .collect()
 }
 
@@ -474,7 +503,7 @@ async fn run(mode: &str, o: &Options) {
         } else {
             payer_keys(o.payers)
         };
-        presign(&required, &keys, n)
+        presign(&required, &keys, n, o.signed_per_second)
     };
     let cpu = || server.cpu() + facilitator.as_ref().map_or(Duration::ZERO, Process::cpu);
     let written = || server.written() + facilitator.as_ref().map_or(0, Process::written);
@@ -556,7 +585,12 @@ async fn run_scaled(mode: &str, o: &Options, dir: &std::path::Path, sqlite: Stri
     let b = (mode != "postgres" && mode != "flood").then(|| Process::start(&args, &dir.join("b")));
     let buy_on = b.as_ref().unwrap_or(&a);
     let required = payment_required(&client(), &format!("{}{ARTICLE}", buy_on.url)).await;
-    let payments = presign(&required, &payer_keys(o.payers), 40_000);
+    let payments = presign(
+        &required,
+        &payer_keys(o.payers),
+        40_000,
+        o.signed_per_second,
+    );
     let cpu = || a.cpu() + b.as_ref().map_or(Duration::ZERO, Process::cpu);
     if mode == "postgres" || mode == "postgres-2" {
         let before_pg = postgres_cpu();
@@ -722,11 +756,16 @@ fn main() {
 
 async fn load(o: Options) {
     println!(
-        "reference-server load on 127.0.0.1: {} connections, {} s per mode, {} payer{}{}",
+        "reference-server load on 127.0.0.1: {} connections, {} s per mode, {} payer{}, {}{}",
         o.connections,
         o.seconds,
         o.payers,
         if o.payers == 1 { "" } else { "s" },
+        if o.signed_per_second == 0 {
+            "payments dated at pre-signing".to_owned()
+        } else {
+            format!("payments dated as signed {}/s", o.signed_per_second)
+        },
         if o.pin {
             ", servers on core 1, load on core 0"
         } else {

@@ -290,6 +290,7 @@ pub async fn get_article(
         &payment.asset,
         &payment.payer,
         &payment.nonce,
+        payment.valid_before,
     );
     // The license the payment bought: the one its offer sells (offers are in license order).
     let license = super::payment::licenses_offered(&article, choice).get(payment.offer_index);

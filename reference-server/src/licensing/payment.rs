@@ -96,6 +96,8 @@ pub struct PaidBy {
     pub asset: String,
     /// EIP-3009 nonce, `0x` + 64 hex.
     pub nonce: String,
+    /// The authorization's `validBefore` (unix seconds).
+    pub valid_before: u64,
     /// x402 version the client spoke.
     pub x402_version: u8,
     /// Settlement transaction (`verify-only` with the verify-only settler).
@@ -120,6 +122,7 @@ impl PaidBy {
             network: p.network.caip2().to_owned(),
             asset: p.asset.to_checksum(None),
             nonce: p.nonce.to_string(),
+            valid_before: p.valid_before,
             x402_version: p.x402_version,
             transaction: settlement.transaction.clone(),
             redelivered: p.redelivered,

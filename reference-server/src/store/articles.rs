@@ -70,20 +70,22 @@ pub struct Receipt {
 
 impl Receipt {
     /// `Ok` if the token id is the payment's ([`token_id`](crate::licensing::receipt::token_id) of its
-    /// network, asset, payer and nonce): one payment, one token id, so the token id's key is all a store
-    /// needs to refuse a second receipt for a payment. Else [`StoreError::Invalid`].
+    /// network, asset, payer and nonce, with the authorization's `validBefore`; or the
+    /// [`legacy_token_id`](crate::licensing::receipt::legacy_token_id) of receipts issued before ids sorted
+    /// by time): the identical payment always yields the same id, so the token id's key is what refuses a
+    /// second receipt for a payment. Else [`StoreError::Invalid`].
     pub fn check_token(&self) -> Result<(), StoreError> {
-        let expected = crate::licensing::receipt::token_id(
+        if crate::licensing::receipt::is_token_of(
+            &self.token_id,
             &self.network,
             &self.asset,
             &self.payer,
             &self.nonce,
-        );
-        if self.token_id == expected {
+        ) {
             Ok(())
         } else {
             Err(StoreError::Invalid(format!(
-                "receipt token id {} is not its payment's ({expected})",
+                "receipt token id {} is not its payment's",
                 self.token_id
             )))
         }

@@ -180,6 +180,20 @@ async fn v2_purchase_returns_article_and_a_durable_verifiable_receipt() {
     assert_eq!(receipt["settlement"], "verify-only");
     let sent: Value = serde_json::from_slice(&B64.decode(&header).unwrap()).unwrap();
     assert_eq!(receipt["nonce"], sent["payload"]["authorization"]["nonce"]);
+    // The token id is the payment's, leading with its validBefore (ids sort by time).
+    let auth = &sent["payload"]["authorization"];
+    let valid_before: u64 = auth["validBefore"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        token,
+        reference_server::licensing::receipt::token_id(
+            "eip155:84532",
+            receipt["asset"].as_str().unwrap(),
+            auth["from"].as_str().unwrap(),
+            auth["nonce"].as_str().unwrap(),
+            valid_before,
+        )
+    );
+    assert!(token.starts_with(&valid_before.to_string()) && token.len() == 77);
 
     let cert = server
         .client

@@ -134,9 +134,15 @@ fn article(id: &str, published: bool) -> Article {
     }
 }
 
-/// The token id of the payment with `nonce` (the other fields of [`receipt`]).
+/// The token id of the payment with `nonce` (the other fields of [`receipt`], valid before 2026-12-01).
 fn token(nonce: &str) -> String {
-    reference_server::licensing::receipt::token_id("eip155:84532", "0x3", "0x1", nonce)
+    reference_server::licensing::receipt::token_id(
+        "eip155:84532",
+        "0x3",
+        "0x1",
+        nonce,
+        1_764_547_200,
+    )
 }
 
 /// The receipt of the payment with `nonce` (its token id derived from the payment, as a store requires).
@@ -158,6 +164,28 @@ fn receipt(nonce: &str) -> Receipt {
         license_version: Some("0123456789abcdef".into()),
         agent: (nonce == "0xaa").then(|| "https://crawler.example".into()),
     }
+}
+
+/// A receipt issued before token ids led with `validBefore` keeps its id (the whole hash of the payment):
+/// a store accepts it as its payment's (a migration moves such receipts) and finds it by it.
+#[tokio::test]
+async fn a_receipt_with_a_legacy_token_id_is_accepted_and_found() {
+    use reference_server::licensing::receipt::legacy_token_id;
+
+    let dir = TempDir::new();
+    let s = stores(&dir).await.licensing;
+    s.insert_articles(vec![article("a", true)]).await.unwrap();
+    let mut legacy = receipt("0xcc");
+    legacy.token_id = legacy_token_id("eip155:84532", "0x3", "0x1", "0xcc");
+    s.insert_receipt(legacy.clone()).await.unwrap();
+    assert_eq!(
+        s.receipt(&legacy.token_id).await.unwrap(),
+        Some(legacy.clone())
+    );
+    let e = s.insert_receipt(legacy).await.unwrap_err();
+    assert!(matches!(e, StoreError::Conflict(_)), "{e:?}");
+    s.insert_receipt(receipt("0xdd")).await.unwrap();
+    assert_eq!(s.count_receipts().await.unwrap(), 2);
 }
 
 #[tokio::test]

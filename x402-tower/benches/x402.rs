@@ -382,6 +382,15 @@ fn benches(c: &mut Criterion) {
     g.bench_function("signature_check_only", |b| {
         b.iter(|| x402_tower::verify::check_signature(&auth, &sig, &domain))
     });
+
+    // An address's EIP-55 text: computed (a Keccak-256), and remembered (the second time on a thread).
+    let payer = std::hint::black_box(auth.from);
+    g.bench_function("address_checksum_computed", |b| {
+        b.iter(|| payer.to_checksum(None))
+    });
+    g.bench_function("address_checksum_remembered", |b| {
+        b.iter(|| x402_tower::address::checksum(&payer))
+    });
     g.finish();
 }
 

@@ -153,6 +153,7 @@
 /// This crate's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+pub mod address;
 pub mod bazaar;
 #[cfg(feature = "client")]
 pub mod client;

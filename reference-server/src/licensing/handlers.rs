@@ -9,6 +9,7 @@ use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use x402_tower::address::checksum;
 use x402_tower::offer_receipt::SignedReceipt;
 
 use super::articles::ForSale;
@@ -369,7 +370,7 @@ async fn read_again(
     signed: &x402_tower::siwx::SignedIn,
     uri: &axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    let payer = signed.address.to_checksum(None);
+    let payer = checksum(&signed.address);
     let Some(receipt) = state.licensing.receipt_of(&payer, &article.id).await? else {
         // The layer's check found a receipt a moment ago; answer as if it had not.
         let offers = super::payment::article_offers(

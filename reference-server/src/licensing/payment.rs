@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use x402_tower::address::checksum;
 use x402_tower::network::{Network, Token};
 use x402_tower::offer::PaymentOffer;
 use x402_tower::offer_receipt::OfferReceipt;
@@ -116,11 +117,11 @@ impl PaidBy {
         let p = ext.get::<VerifiedPayment>()?;
         let settlement = p.settlement.as_ref().filter(|s| s.success)?;
         Some(Self {
-            payer: p.payer.to_checksum(None),
-            pay_to: p.pay_to.to_checksum(None),
+            payer: checksum(&p.payer),
+            pay_to: checksum(&p.pay_to),
             amount: p.amount.to_string(),
             network: p.network.caip2().to_owned(),
-            asset: p.asset.to_checksum(None),
+            asset: checksum(&p.asset),
             nonce: p.nonce.to_string(),
             valid_before: p.valid_before,
             x402_version: p.x402_version,
@@ -313,7 +314,7 @@ impl PaidCheck for BoughtArticles {
                 return Ok(false);
             };
             self.0
-                .receipt_of(&payer.to_checksum(None), &article)
+                .receipt_of(&checksum(&payer), &article)
                 .await
                 .map(|r| r.is_some())
                 .map_err(|e| x402_tower::StoreError::Backend(Box::new(e)))

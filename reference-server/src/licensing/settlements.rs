@@ -9,6 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use x402_tower::address::checksum;
 use x402_tower::pricing::BoxFuture;
 use x402_tower::settle::{ObservedOutcome, ObserverError, SettlementEvent, SettlementObserver};
 
@@ -94,13 +95,13 @@ impl SettlementLog {
             id: 0,
             at: now_rfc3339(),
             outcome,
-            payer: p.payer.to_checksum(None),
-            pay_to: p.pay_to.to_checksum(None),
+            payer: checksum(&p.payer),
+            pay_to: checksum(&p.pay_to),
             article_id: article_id(event.resource),
             resource: event.resource.to_owned(),
             amount_atomic: p.amount.to_string(),
             network: p.network.caip2().to_owned(),
-            asset: p.asset.to_checksum(None),
+            asset: checksum(&p.asset),
             nonce: p.nonce.to_string(),
             x402_version: p.x402_version,
             transaction,

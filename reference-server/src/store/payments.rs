@@ -14,6 +14,7 @@ use std::sync::Arc;
 use alloy_primitives::{Address, B256};
 use rusqlite::{OptionalExtension, Row, params};
 use x402_tower::BoxFuture;
+use x402_tower::address::checksum;
 use x402_tower::proto::SettleResponse;
 use x402_tower::replay::{
     IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
@@ -59,8 +60,8 @@ fn chain(key: &ReplayKey) -> Result<i64, StoreError> {
 pub(crate) fn key_columns(key: &ReplayKey) -> Result<(i64, String, String, String), StoreError> {
     Ok((
         chain(key)?,
-        key.asset.to_string(),
-        key.from.to_string(),
+        checksum(&key.asset),
+        checksum(&key.from),
         key.nonce.to_string(),
     ))
 }

@@ -1014,7 +1014,7 @@ impl PaymentEngine {
             error_message: None,
             transaction,
             network,
-            payer: Some(payer.to_checksum(None)),
+            payer: Some(crate::address::checksum(&payer)),
             extensions: None,
         };
         if let Some(hook) = &attempt.on_settled {
@@ -1080,7 +1080,7 @@ impl PaymentEngine {
             error_message: message,
             transaction: String::new(),
             network: attempt.request.wire_network(),
-            payer: Some(attempt.verified.payer.to_checksum(None)),
+            payer: Some(crate::address::checksum(&attempt.verified.payer)),
             extensions: None,
         }
     }
@@ -1099,7 +1099,7 @@ impl PaymentEngine {
                 ),
                 transaction: transaction.unwrap_or_default(),
                 network: request.wire_network(),
-                payer: Some(request.payer().to_checksum(None)),
+                payer: Some(crate::address::checksum(&request.payer())),
                 extensions: None,
             }),
             version: request.payload.x402_version(),

@@ -47,9 +47,10 @@ pub mod wire {
     /// `#[serde(with = "address")]`: checksummed out, case-insensitive in.
     pub mod address {
         use super::*;
-        /// Serializes checksummed.
+        /// Serializes checksummed ([`crate::address::checksum`]: a facilitator's `/verify` and `/settle`
+        /// bodies write the requirements' recipient and token on every purchase).
         pub fn serialize<S: Serializer>(a: &Address, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_str(&a.to_checksum(None))
+            s.serialize_str(&crate::address::checksum(a))
         }
         /// Deserializes `0x` + 40 hex.
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Address, D::Error> {

@@ -2,7 +2,7 @@
 //!
 //! A purchase writes the same few addresses many times: its payer, the token and the recipient appear in
 //! the payment record's key (at the reservation and again at the settlement), the settlement answer, the
-//! settlement log and the receipt. Each EIP-55 checksum is a Keccak-256 of the address's hex (0.58 µs in
+//! settlement log, the receipt, and a facilitator's `/verify` and `/settle` bodies (`proto`'s serializer). Each EIP-55 checksum is a Keccak-256 of the address's hex (0.58 µs in
 //! criterion on the project's build machine), and a durable purchase wrote eleven of them, all of the same
 //! three addresses (7.4 µs of a 291 µs purchase in perf, docs/bench/reference-server-licensing.md, session
 //! 27). [`checksum`] remembers the last eight addresses each thread wrote (a remembered one costs ~35 ns:

@@ -322,17 +322,71 @@ impl SignedReceipt {
 
     /// The signed receipt carried by a settlement answer (`PAYMENT-RESPONSE` decoded), if any.
     pub fn from_settlement(settlement: &SettleResponse) -> Option<Self> {
+        serde_json::from_str(Self::text_in(settlement)?.get()).ok()
+    }
+
+    /// The signed receipt carried by a settlement answer as the JSON text it travels as
+    /// (`extensions["offer-receipt"].info.receipt`), borrowed from the settlement: the text a buyer got in
+    /// `PAYMENT-RESPONSE`, to store or to send again without reading it into a [`SignedReceipt`] and
+    /// writing it out. Found in one pass over the extensions (the last entry if the key repeats); `None`
+    /// when there is none, or when an `offer-receipt` entry has no `info.receipt`.
+    ///
+    /// ```
+    /// use x402_tower::offer_receipt::SignedReceipt;
+    /// use x402_tower::proto::SettleResponse;
+    ///
+    /// let settlement: SettleResponse = serde_json::from_str(
+    ///     r#"{"success": true, "transaction": "verify-only", "network": "eip155:8453",
+    ///         "extensions": {"bazaar": {}, "offer-receipt": {"info": {"receipt": {"format": "eip712"}},
+    ///                                                         "schema": {"type": "object"}}}}"#,
+    /// ).unwrap();
+    /// assert_eq!(SignedReceipt::text_in(&settlement).unwrap().get(), r#"{"format": "eip712"}"#);
+    /// ```
+    pub fn text_in(settlement: &SettleResponse) -> Option<&serde_json::value::RawValue> {
+        use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+        use serde_json::value::RawValue;
+
         #[derive(Deserialize)]
-        struct Entry {
-            info: Info,
+        struct Entry<'a> {
+            #[serde(borrow)]
+            info: Info<'a>,
         }
         #[derive(Deserialize)]
-        struct Info {
-            receipt: SignedReceipt,
+        struct Info<'a> {
+            #[serde(borrow)]
+            receipt: &'a RawValue,
         }
-        serde_json::from_str::<Entry>(settlement.extensions.as_ref()?.raw(KEY)?.get())
-            .ok()
-            .map(|e| e.info.receipt)
+        /// The members of the extensions object: the receipt of the last `offer-receipt` one.
+        struct Receipt;
+        impl<'de> Visitor<'de> for Receipt {
+            type Value = Option<&'de RawValue>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut found = None;
+                while let Some(key) = map.next_key::<crate::proto::Key<'de>>()? {
+                    if key.0 == KEY {
+                        found = Some(map.next_value::<Entry<'de>>()?.info.receipt);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(found)
+            }
+        }
+        impl<'de> DeserializeSeed<'de> for Receipt {
+            type Value = Option<&'de RawValue>;
+            fn deserialize<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<Self::Value, D::Error> {
+                d.deserialize_map(self)
+            }
+        }
+        let text = settlement.extensions.as_ref()?.as_str();
+        let mut de = serde_json::Deserializer::from_str(text);
+        Receipt.deserialize(&mut de).ok().flatten()
     }
 }
 
@@ -379,10 +433,35 @@ fn offers_schema() -> Value {
 
 /// The extension's `schema` in a settlement answer.
 #[cfg(feature = "offer-receipt")]
-fn receipt_schema() -> &'static str {
-    static SCHEMA: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| receipt_schema_value().to_string());
+fn receipt_schema() -> &'static serde_json::value::RawValue {
+    static SCHEMA: std::sync::LazyLock<Box<serde_json::value::RawValue>> =
+        std::sync::LazyLock::new(|| {
+            serde_json::value::to_raw_value(&receipt_schema_value())
+                .unwrap_or_else(|_| unreachable!("a JSON value is written out"))
+        });
     &SCHEMA
+}
+
+/// `extensions["offer-receipt"]` of a settlement answer, as it is written.
+#[cfg(feature = "offer-receipt")]
+#[derive(Serialize)]
+struct ReceiptEntry<'a> {
+    info: ReceiptInfo<'a>,
+    schema: &'a serde_json::value::RawValue,
+}
+
+#[cfg(feature = "offer-receipt")]
+#[derive(Serialize)]
+struct ReceiptInfo<'a> {
+    receipt: &'a SignedReceipt,
+}
+
+/// Settlement extensions holding only the signed receipt.
+#[cfg(feature = "offer-receipt")]
+#[derive(Serialize)]
+struct OnlyReceipt<'a> {
+    #[serde(rename = "offer-receipt")]
+    entry: ReceiptEntry<'a>,
 }
 
 #[cfg(feature = "offer-receipt")]
@@ -660,16 +739,17 @@ mod issuer {
                 .unwrap_or_else(|_| settlement.network.clone());
             match self.sign_receipt(resource_url, payer, &network, &settlement.transaction, now) {
                 Ok(receipt) => {
-                    let entry = serde_json::to_string(&receipt).map(|receipt| {
-                        format!(
-                            r#"{{"info":{{"receipt":{receipt}}},"schema":{}}}"#,
-                            receipt_schema()
-                        )
-                    });
-                    match entry.and_then(|entry| match &settlement.extensions {
-                        Some(e) => e.with(KEY, &entry),
-                        None => crate::proto::RawExtensions::default().with(KEY, &entry),
-                    }) {
+                    let entry = ReceiptEntry {
+                        info: ReceiptInfo { receipt: &receipt },
+                        schema: receipt_schema(),
+                    };
+                    // Usually the settlement's only extension: written out once. Beside others, merged.
+                    let written = match &settlement.extensions {
+                        None => serde_json::value::to_raw_value(&OnlyReceipt { entry })
+                            .map(crate::proto::RawExtensions::from_object),
+                        Some(e) => serde_json::to_string(&entry).and_then(|t| e.with(KEY, &t)),
+                    };
+                    match written {
                         Ok(extensions) => settlement.extensions = Some(extensions),
                         Err(e) => tracing::error!(error = %e, "could not write an x402 receipt"),
                     }
@@ -762,5 +842,83 @@ mod tests {
             ..o
         };
         assert_eq!(junk.signer(), Err(ProofError::Signature));
+    }
+
+    fn settled(extensions: Option<&str>) -> SettleResponse {
+        SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            transaction: "verify-only".into(),
+            network: "eip155:8453".into(),
+            payer: Some("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into()),
+            extensions: extensions.map(|e| serde_json::from_str(e).unwrap()),
+        }
+    }
+
+    #[test]
+    fn the_receipt_text_is_found_in_one_pass_last_entry_first() {
+        let text =
+            |e: Option<&str>| SignedReceipt::text_in(&settled(e)).map(|r| r.get().to_owned());
+        assert_eq!(text(None), None);
+        assert_eq!(text(Some("{}")), None);
+        assert_eq!(text(Some(r#"{"bazaar": {"info": 1}}"#)), None);
+        assert_eq!(
+            text(Some(
+                r#"{"offer-receipt": {"info": {"receipt": {"a": 1}}, "schema": {}}}"#
+            )),
+            Some(r#"{"a": 1}"#.into())
+        );
+        // Another extension before it, a key written with an escape, a repeated key (the last one).
+        assert_eq!(
+            text(Some(
+                r#"{"bazaar": [1, {"x": "}"}], "offer\u002dreceipt": {"info": {"receipt": 1}},
+                   "offer-receipt": {"schema": {}, "info": {"other": 0, "receipt": [2]}}}"#
+            )),
+            Some("[2]".into())
+        );
+        // An entry that holds no receipt.
+        assert_eq!(text(Some(r#"{"offer-receipt": {"info": {}}}"#)), None);
+        assert_eq!(text(Some(r#"{"offer-receipt": 7}"#)), None);
+    }
+
+    #[cfg(feature = "offer-receipt")]
+    #[test]
+    fn a_receipt_alone_is_written_as_the_merge_wrote_it() {
+        use alloy_signer_local::PrivateKeySigner;
+
+        let issuer = OfferReceipt::new(PrivateKeySigner::random());
+        let url = "https://api.example.com/premium-data";
+        let mut alone = settled(None);
+        issuer.enrich(&mut alone, url, 1_703_123_456);
+        let written = alone.extensions.clone().unwrap();
+        // The text the generic merge writes for the same receipt (what this server wrote before).
+        let receipt = SignedReceipt::from_settlement(&alone).unwrap();
+        let entry = format!(
+            r#"{{"info":{{"receipt":{}}},"schema":{}}}"#,
+            serde_json::to_string(&receipt).unwrap(),
+            receipt_schema_value()
+        );
+        let merged = crate::proto::RawExtensions::default()
+            .with(KEY, &entry)
+            .unwrap();
+        assert_eq!(written.as_str(), merged.as_str());
+        assert!(written.contains(KEY));
+        assert_eq!(receipt.signer(), Ok(issuer.address()));
+        assert_eq!(
+            SignedReceipt::text_in(&alone).unwrap().get(),
+            serde_json::to_string(&receipt).unwrap()
+        );
+
+        // Beside another extension: merged, both kept.
+        let mut beside = settled(Some(r#"{"bazaar": {"n": 1}}"#));
+        issuer.enrich(&mut beside, url, 1_703_123_456);
+        let both = beside.extensions.clone().unwrap();
+        assert_eq!(both.get("bazaar").unwrap()["n"], 1);
+        assert!(both.contains(KEY));
+        assert_eq!(
+            SignedReceipt::from_settlement(&beside).unwrap().signer(),
+            Ok(issuer.address())
+        );
     }
 }

@@ -426,7 +426,26 @@ impl RawExtensions {
 
     /// Whether there is an entry `key`.
     pub fn contains(&self, key: &str) -> bool {
-        self.raw(key).is_some()
+        self.starts_with_key(key) || self.raw(key).is_some()
+    }
+
+    /// Whether the object's first member is `key`, written without escapes or spaces, as serde_json writes
+    /// it (a settlement's signed receipt as this crate writes it): then the object has the key, which is
+    /// seen without reading the members.
+    fn starts_with_key(&self, key: &str) -> bool {
+        !key.contains(['"', '\\'])
+            && self
+                .0
+                .get()
+                .strip_prefix("{\"")
+                .and_then(|rest| rest.strip_prefix(key))
+                .is_some_and(|rest| rest.starts_with("\":"))
+    }
+
+    /// Extensions from the text of a JSON object this crate wrote (not read again).
+    pub(crate) fn from_object(raw: Box<RawValue>) -> Self {
+        debug_assert!(raw.get().starts_with('{'));
+        RawExtensions(raw)
     }
 
     /// The entry `key`, parsed.
@@ -444,7 +463,7 @@ impl RawExtensions {
 }
 
 /// A JSON object key, borrowed from the text unless it has escapes.
-struct Key<'de>(Cow<'de, str>);
+pub(crate) struct Key<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -564,6 +583,36 @@ pub struct SupportedResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contains_sees_a_first_key_without_reading_and_any_key_by_reading() {
+        let ext = |t: &str| serde_json::from_str::<RawExtensions>(t).unwrap();
+        let key = "offer-receipt";
+        // First member, as serde_json writes it: seen at once.
+        assert!(ext(r#"{"offer-receipt":{"a":1}}"#).starts_with_key(key));
+        assert!(ext(r#"{"offer-receipt":{"a":1}}"#).contains(key));
+        // Elsewhere, spaced or escaped: found by reading the members.
+        for t in [
+            r#"{"bazaar":1,"offer-receipt":2}"#,
+            r#"{ "offer-receipt": 2}"#,
+            r#"{"offer\u002dreceipt":2}"#,
+        ] {
+            assert!(!ext(t).starts_with_key(key), "{t}");
+            assert!(ext(t).contains(key), "{t}");
+        }
+        // A longer key, a key inside a value, no members: absent.
+        for t in [
+            r#"{"offer-receipts":1}"#,
+            r#"{"offer-receipt-x":{"offer-receipt":1}}"#,
+            r#"{"bazaar":"{\"offer-receipt\":1}"}"#,
+            "{}",
+        ] {
+            assert!(!ext(t).contains(key), "{t}");
+        }
+        // A key that would need escaping is never matched by its raw text.
+        assert!(!ext(r#"{"a\"":1}"#).starts_with_key("a\""));
+        assert!(ext(r#"{"a\"":1}"#).contains("a\""));
+    }
 
     #[test]
     fn v2_example_from_spec_parses_and_compares_semantically() {

@@ -9,6 +9,7 @@ use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use x402_tower::address::checksum;
 use x402_tower::offer_receipt::SignedReceipt;
 
@@ -317,10 +318,7 @@ pub async fn get_article(
         x402_version: payment.x402_version,
         settlement: payment.transaction.clone(),
         created_at: now_rfc3339(),
-        signed: payment
-            .signed
-            .as_ref()
-            .and_then(|s| serde_json::to_string(s).ok()),
+        signed: payment.signed.as_ref().map(|s| s.get().to_owned()),
     };
     match state.licensing.insert_receipt(record.clone()).await {
         Ok(()) => {
@@ -357,8 +355,13 @@ pub async fn get_article(
         }
     }
     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id, "license issued");
-    // The signed receipt as the layer gave it: `record.signed` is its text, written out for the store.
-    Ok(article_response(&state, &article, &record, payment.signed))
+    // The signed receipt as the layer gave it: `record.signed` is the same text, for the store.
+    Ok(article_response(
+        &state,
+        &article,
+        &record,
+        payment.signed.as_deref(),
+    ))
 }
 
 /// A buyer who signed in with x (sign-in-with-x) reads an article it bought again: the same answer as its
@@ -403,7 +406,7 @@ pub struct PaidArticle<'a> {
     /// The article.
     article: ArticleText<'a>,
     /// Where its license receipt is.
-    receipt: ReceiptLinks,
+    receipt: ReceiptLinks<'a>,
 }
 
 /// `article` of a [`PaidArticle`].
@@ -419,7 +422,7 @@ pub struct ArticleText<'a> {
 
 /// `receipt` of a [`PaidArticle`].
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ReceiptLinks {
+pub struct ReceiptLinks<'a> {
     /// The receipt's token.
     nft: ReceiptToken,
     /// The printable certificate.
@@ -428,7 +431,8 @@ pub struct ReceiptLinks {
     /// against the key the server publishes (`receiptSigner` of the verify URL). The same as in
     /// `PAYMENT-RESPONSE`; absent only for receipts issued before signing existed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    signed: Option<SignedReceipt>,
+    #[schema(value_type = Option<SignedReceipt>)]
+    signed: Option<&'a RawValue>,
     /// The license bought (its id, the terms version, the RSL document).
     #[serde(skip_serializing_if = "Option::is_none")]
     license: Option<receipt::LicenseBought>,
@@ -456,7 +460,12 @@ pub struct CertificateLink {
 /// The paid answer for a stored receipt (a resend, a sign-in-with-x re-read): its signed form read from the
 /// store.
 fn stored_article_response(state: &AppState, article: &Article, receipt: &Receipt) -> Response {
-    let signed = receipt::parse_signed(receipt.signed.as_deref());
+    // Shown when it reads as a signed receipt, as the text it was stored as.
+    let signed = receipt
+        .signed
+        .as_deref()
+        .filter(|text| receipt::parse_signed(Some(text)).is_some())
+        .and_then(|text| serde_json::from_str::<&RawValue>(text).ok());
     article_response(state, article, receipt, signed)
 }
 
@@ -466,7 +475,7 @@ fn article_response(
     state: &AppState,
     article: &Article,
     receipt: &Receipt,
-    signed: Option<SignedReceipt>,
+    signed: Option<&RawValue>,
 ) -> Response {
     let token_id = receipt.token_id.as_str();
     let license = receipt::LicenseBought::of(

@@ -83,7 +83,7 @@ pub(crate) fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigErro
 }
 
 /// What the x402 layer established about a paid request, in the terms a receipt records.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PaidBy {
     /// Payer address (checksummed).
     pub payer: String,
@@ -107,8 +107,9 @@ pub struct PaidBy {
     pub redelivered: bool,
     /// Which of the offers of the request it paid (the license bought).
     pub offer_index: usize,
-    /// The receipt the x402 layer signed for this settlement (offer-receipt), as sent in `PAYMENT-RESPONSE`.
-    pub signed: Option<x402_tower::offer_receipt::SignedReceipt>,
+    /// The receipt the x402 layer signed for this settlement (offer-receipt): the JSON text sent in
+    /// `PAYMENT-RESPONSE`, stored and answered as it is (not read into a struct and written out again).
+    pub signed: Option<Box<serde_json::value::RawValue>>,
 }
 
 impl PaidBy {
@@ -128,7 +129,8 @@ impl PaidBy {
             transaction: settlement.transaction.clone(),
             redelivered: p.redelivered,
             offer_index: p.offer_index,
-            signed: x402_tower::offer_receipt::SignedReceipt::from_settlement(settlement),
+            signed: x402_tower::offer_receipt::SignedReceipt::text_in(settlement)
+                .map(ToOwned::to_owned),
         })
     }
 }

@@ -282,7 +282,9 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
         )
         .layer(PlainOptionsLayer::new(counted.clone()))
         // JSON and HTML answers of 1 KiB or more, compressed when the client accepts it (listing pages come
-        // compressed from their cache, and media files are not compressed again).
+        // compressed from their cache, and media files are not compressed again). zstd and gzip only: with
+        // tower-http's `compression-br` every response body carries Brotli's encoder state inline (5.8 KB
+        // against 328 bytes), copied about three times per answer (docs/interfaces.md, "Compression").
         .layer(
             CompressionLayer::new().compress_when(
                 SizeAbove::new(1024)
@@ -490,4 +492,20 @@ async fn openapi_json(State(state): State<Arc<AppState>>) -> Response {
         state.openapi.clone(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod compression_body {
+    /// Every answer's body passes through tower-http's compression layer and is moved by value through
+    /// the layers outside it. With `compression-br` it carries Brotli's encoder state inline (5.8 KB);
+    /// without, 328 bytes (docs/interfaces.md, "Compression").
+    #[test]
+    fn stays_small() {
+        let size =
+            std::mem::size_of::<tower_http::compression::CompressionBody<axum::body::Body>>();
+        assert!(
+            size <= 1024,
+            "{size} bytes: was compression-br enabled again?"
+        );
+    }
 }

@@ -277,6 +277,27 @@ async fn catalog_openapi_and_receipts_are_tagged_and_compressed() {
             .get_with(&server.url(path), "accept-encoding", "gzip")
             .await;
         assert_eq!(gz.headers()["content-encoding"], "gzip", "{path}");
+        // Dynamic answers are compressed with zstd or gzip, never br (docs/interfaces.md, "Compression").
+        let zst = server
+            .get_with(&server.url(path), "accept-encoding", "br, zstd, gzip")
+            .await;
+        assert_eq!(zst.headers()["content-encoding"], "zstd", "{path}");
+        let br = server
+            .get_with(&server.url(path), "accept-encoding", "br")
+            .await;
+        assert_eq!(br.status(), 200, "{path}");
+        assert!(br.headers().get("content-encoding").is_none(), "{path}");
+        assert!(
+            br.headers()["vary"]
+                .to_str()
+                .unwrap()
+                .to_ascii_lowercase()
+                .contains("accept-encoding"),
+            "{path}"
+        );
+        // Uncompressed: it reads as JSON as it is.
+        let body: Value = br.json().await.unwrap();
+        assert!(body.is_object() || body.is_array(), "{path}");
     }
     // A media file is content-addressed: its CID is its ETag, without reading it twice.
     let page: Value = server

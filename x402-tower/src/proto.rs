@@ -364,6 +364,30 @@ pub struct SettleResponse {
     pub extensions: Option<RawExtensions>,
 }
 
+impl SettleResponse {
+    /// This answer as JSON, written into one buffer of about its size (`serde_json::to_vec` starts at 128
+    /// bytes and doubles, copying a settlement with a signed receipt four times over). A purchase writes
+    /// it out twice: its receipt header and its payment record.
+    ///
+    /// ```
+    /// use x402_tower::proto::SettleResponse;
+    ///
+    /// let sr: SettleResponse = serde_json::from_str(
+    ///     r#"{"success": true, "transaction": "0xab", "network": "eip155:8453"}"#,
+    /// ).unwrap();
+    /// assert_eq!(sr.to_json().unwrap(), serde_json::to_vec(&sr).unwrap());
+    /// ```
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let guess = 256
+            + self.transaction.len()
+            + self.extensions.as_ref().map_or(0, |e| e.as_str().len())
+            + self.error_message.as_ref().map_or(0, String::len);
+        let mut out = Vec::with_capacity(guess);
+        serde_json::to_writer(&mut out, self)?;
+        Ok(out)
+    }
+}
+
 /// The `extensions` of a settlement answer: a JSON object by extension key, kept as the text it was written
 /// or received as. A settlement is cloned, stored, sent and resent several times per purchase; as text that
 /// copies a string, where a JSON tree (a signed receipt and its schema) cost hundreds of allocations each

@@ -142,12 +142,18 @@ pub(crate) fn secs(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn json(v: &impl serde::Serialize) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
-}
-
 pub(crate) fn settlement_json(record: &PaymentRecord) -> Result<Option<String>, StoreError> {
-    record.settlement.as_ref().map(json).transpose()
+    record
+        .settlement
+        .as_ref()
+        .map(|s| {
+            let json = s
+                .to_json()
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            // serde_json writes UTF-8: taken as it is, not copied.
+            String::from_utf8(json).map_err(|e| StoreError::Invalid(e.to_string()))
+        })
+        .transpose()
 }
 
 pub(crate) fn backend(e: StoreError) -> ReplayError {

@@ -546,7 +546,7 @@ pub(crate) fn receipt(version: u8, settle: &SettleResponse) -> (HeaderName, Head
     } else {
         PAYMENT_RESPONSE
     };
-    (name, b64(&serde_json::to_vec(settle).unwrap_or_default()))
+    (name, b64(&settle.to_json().unwrap_or_default()))
 }
 
 /// Merges `private` into a paid response's `Cache-Control` (dropping `public`).

@@ -109,6 +109,8 @@ pub struct PaidBy {
     pub offer_index: usize,
     /// The receipt the x402 layer signed for this settlement (offer-receipt): the JSON text sent in
     /// `PAYMENT-RESPONSE`, stored and answered as it is (not read into a struct and written out again).
+    /// Only this server's signer writes that entry: the layer's settled hook replaces any `offer-receipt`
+    /// entry a facilitator's answer carried, and a redelivery answers the settlement the hook completed.
     pub signed: Option<Box<serde_json::value::RawValue>>,
 }
 

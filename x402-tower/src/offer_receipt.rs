@@ -920,5 +920,16 @@ mod tests {
             SignedReceipt::from_settlement(&beside).unwrap().signer(),
             Ok(issuer.address())
         );
+
+        // An entry of the same key from elsewhere (a facilitator's answer) is replaced by this signer's.
+        let mut forged = settled(Some(
+            r#"{"offer-receipt": {"info": {"receipt": "forged"}}, "bazaar": {}}"#,
+        ));
+        issuer.enrich(&mut forged, url, 1_703_123_456);
+        assert_eq!(
+            SignedReceipt::from_settlement(&forged).unwrap().signer(),
+            Ok(issuer.address())
+        );
+        assert!(!forged.extensions.unwrap().as_str().contains("forged"));
     }
 }

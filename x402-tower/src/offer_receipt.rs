@@ -328,8 +328,8 @@ impl SignedReceipt {
     /// The signed receipt carried by a settlement answer as the JSON text it travels as
     /// (`extensions["offer-receipt"].info.receipt`), borrowed from the settlement: the text a buyer got in
     /// `PAYMENT-RESPONSE`, to store or to send again without reading it into a [`SignedReceipt`] and
-    /// writing it out. Found in one pass over the extensions (the last entry if the key repeats); `None`
-    /// when there is none, or when an `offer-receipt` entry has no `info.receipt`.
+    /// writing it out. The entry is found with [`RawExtensions::raw`](crate::proto::RawExtensions::raw)
+    /// (the last one if the key repeats); `None` when there is none, or when it has no `info.receipt`.
     ///
     /// ```
     /// use x402_tower::offer_receipt::SignedReceipt;
@@ -343,9 +343,6 @@ impl SignedReceipt {
     /// assert_eq!(SignedReceipt::text_in(&settlement).unwrap().get(), r#"{"format": "eip712"}"#);
     /// ```
     pub fn text_in(settlement: &SettleResponse) -> Option<&serde_json::value::RawValue> {
-        use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
-        use serde_json::value::RawValue;
-
         #[derive(Deserialize)]
         struct Entry<'a> {
             #[serde(borrow)]
@@ -354,39 +351,12 @@ impl SignedReceipt {
         #[derive(Deserialize)]
         struct Info<'a> {
             #[serde(borrow)]
-            receipt: &'a RawValue,
+            receipt: &'a serde_json::value::RawValue,
         }
-        /// The members of the extensions object: the receipt of the last `offer-receipt` one.
-        struct Receipt;
-        impl<'de> Visitor<'de> for Receipt {
-            type Value = Option<&'de RawValue>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut found = None;
-                while let Some(key) = map.next_key::<crate::proto::Key<'de>>()? {
-                    if key.0 == KEY {
-                        found = Some(map.next_value::<Entry<'de>>()?.info.receipt);
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(found)
-            }
-        }
-        impl<'de> DeserializeSeed<'de> for Receipt {
-            type Value = Option<&'de RawValue>;
-            fn deserialize<D: serde::Deserializer<'de>>(
-                self,
-                d: D,
-            ) -> Result<Self::Value, D::Error> {
-                d.deserialize_map(self)
-            }
-        }
-        let text = settlement.extensions.as_ref()?.as_str();
-        let mut de = serde_json::Deserializer::from_str(text);
-        Receipt.deserialize(&mut de).ok().flatten()
+        let entry = settlement.extensions.as_ref()?.raw(KEY)?;
+        serde_json::from_str::<Entry<'_>>(entry.get())
+            .ok()
+            .map(|e| e.info.receipt)
     }
 }
 
@@ -857,7 +827,7 @@ mod tests {
     }
 
     #[test]
-    fn the_receipt_text_is_found_in_one_pass_last_entry_first() {
+    fn the_receipt_text_is_found_last_entry_first() {
         let text =
             |e: Option<&str>| SignedReceipt::text_in(&settled(e)).map(|r| r.get().to_owned());
         assert_eq!(text(None), None);

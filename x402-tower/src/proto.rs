@@ -487,7 +487,7 @@ impl RawExtensions {
 }
 
 /// A JSON object key, borrowed from the text unless it has escapes.
-pub(crate) struct Key<'de>(pub(crate) Cow<'de, str>);
+struct Key<'de>(Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

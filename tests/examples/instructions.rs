@@ -1,0 +1,359 @@
+//! Instructions per request, counted by callgrind: a measure of the money path that a noisy machine does not
+//! move. The load tool (`load.rs`) reports CPU time, which on a shared 2-core machine varies by a third from
+//! one run to the next; the instructions a request executes vary by about 1% (0.3% for a purchase, 0.9% for
+//! a 402: docs/bench/reference-server-licensing.md, session 29).
+//!
+//! ```text
+//! cargo build --release -p reference-server -p workspace-tests --example instructions
+//! target/release/examples/instructions [MODE ...] [--requests N] [--functions K] [--keep]
+//! ```
+//!
+//! Modes: `402` (unpaid requests for an article), `verify-only` (paid purchases, durable SQLite file),
+//! `memory` (paid purchases, `:memory:` database); no mode: all three. The server is
+//! `target/release/reference-server`, or `LOAD_SERVER_BIN` (any binary that takes the load tool's arguments
+//! and prints its URL first, such as the x402-axum harness of `bench/x402-axum`), started with the load
+//! tool's arguments for the mode.
+//!
+//! How: the server runs under `valgrind --tool=callgrind`. This tool (not counted) pre-signs `3N + 1`
+//! payments with the workspace's signer and sends requests one after another over one keep-alive loopback
+//! connection: one request (what is built once), then callgrind's counters are zeroed
+//! (`callgrind_control -z`), `N` requests, a dump (`callgrind_control -d`), `2N` requests, a second dump.
+//! The difference of the two dumps divided by `N` is one request's cost: what a zero, a dump and the idle
+//! time between requests add is the same in both and cancels. Callgrind counts user-space instructions
+//! only: the kernel's share (system calls, loopback, fsync) is not in these figures, and a durable commit's
+//! fsync costs its wait, not instructions. Requests are sequential, so a purchase commits alone.
+//!
+//! The per-function table (`--functions K`, default 25, 0 for none) is the same difference, function by
+//! function (self cost, from `callgrind_annotate`). Functions that were running when a dump was taken (the
+//! runtime's loops) are reported by callgrind with their callees' cost as their own; the table leaves out
+//! any function above half a request's total, which only those reach.
+//!
+//! The figures depend on the build (compiler, dependencies), not on the machine's load: compare builds made
+//! with one toolchain. `--keep` keeps the callgrind files (for `callgrind_annotate`) and prints where they
+//! are. Every run is bounded: at most 20,000 requests per phase, each answer awaited at most 60 s.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use workspace_tests::chain::DEV_KEYS;
+use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
+
+const ARTICLE: &str = "/x402Article?articleId=c2pa-explained";
+/// Most requests per phase (`--requests`).
+const MAX_REQUESTS: usize = 20_000;
+/// Longest wait for a server's answer, its start or a dump under callgrind.
+const WAIT: Duration = Duration::from_secs(60);
+const MODES: [&str; 3] = ["402", "verify-only", "memory"];
+
+fn main() {
+    let mut modes = Vec::new();
+    let mut requests = 500;
+    let mut functions = 25;
+    let mut keep = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--requests" => requests = number(&a, args.next()),
+            "--functions" => functions = number(&a, args.next()),
+            "--keep" => keep = true,
+            m if MODES.contains(&m) => modes.push(m.to_owned()),
+            m => panic!("unknown mode or option {m:?} (modes: {MODES:?})"),
+        }
+    }
+    if modes.is_empty() {
+        modes = MODES.iter().map(|m| (*m).to_owned()).collect();
+    }
+    let requests: usize = requests.clamp(10, MAX_REQUESTS / 2);
+    let bin = std::env::var("LOAD_SERVER_BIN").unwrap_or_else(|_| {
+        format!(
+            "{}/../target/release/reference-server",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    println!(
+        "instructions per request of {bin} (callgrind, user space): {requests} then {} sequential requests \
+         per mode, one keep-alive connection on 127.0.0.1",
+        2 * requests
+    );
+    for mode in &modes {
+        let dir =
+            std::env::temp_dir().join(format!("x402-instructions-{mode}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let (one, two) = count(&bin, mode, requests, &dir);
+        let per = (total(&two) as f64 - total(&one) as f64) / requests as f64;
+        println!("{mode:>12}: {per:>10.0} instructions per request");
+        if functions > 0 {
+            for (name, ir) in per_function(&one, &two, requests)
+                .into_iter()
+                .filter(|(_, ir)| *ir <= per / 2.0)
+                .take(functions)
+            {
+                println!("{ir:>24.0}  {name}");
+            }
+        }
+        if keep {
+            println!("{:>14}{} and {}", "", one.display(), two.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+/// The value of the numeric option `name`, or the run stops with why (a typo must not measure the default).
+fn number<T: std::str::FromStr>(name: &str, value: Option<String>) -> T {
+    match value.as_deref().map(str::parse) {
+        Some(Ok(v)) => v,
+        _ => panic!("{name} takes a number, got {value:?}"),
+    }
+}
+
+/// The server under callgrind, killed on drop.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `mode` against `bin` under callgrind; returns the dumps of `requests` and of `2 * requests`
+/// requests.
+fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (PathBuf, PathBuf) {
+    let out = dir.join("callgrind.out");
+    let database = match mode {
+        "memory" => ":memory:".to_owned(),
+        _ => dir.join("db.sqlite3").display().to_string(),
+    };
+    let mut child = Command::new("valgrind")
+        .args(["--tool=callgrind", "--quiet"])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(bin)
+        .args(["--listen", "127.0.0.1:0", "--seed-assets", "10"])
+        .arg("--media-dir")
+        .arg(dir.join("media"))
+        .args(["--database", &database])
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("this tool needs valgrind (apt install valgrind): {e}"));
+    let stdout = child.stdout.take().expect("stdout");
+    let server = Server(child);
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let banner = lines
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("{bin} printed no banner under valgrind"));
+    std::thread::spawn(move || lines.for_each(drop));
+    let addr = banner
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .map(|a| a.trim_end_matches('/').to_owned())
+        .unwrap_or_else(|| panic!("no http:// URL in the banner {banner:?}"));
+    let mut conn = Conn::open(&addr);
+
+    let (status, head) = conn.get(ARTICLE, None);
+    assert_eq!(status, 402, "the article answers 402 unpaid");
+    let required =
+        decode_b64_json(header(&head, "payment-required").expect("a PAYMENT-REQUIRED header"));
+    let paid = mode != "402";
+    let payments: Vec<String> = if paid {
+        (0..3 * requests + 1)
+            .map(|_| pay_v2(DEV_KEYS[2], &required, &Knobs::default()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut payments = payments.iter();
+    let mut send = |n: usize| {
+        for i in 0..n {
+            let payment = if paid {
+                Some(payments.next().expect("enough payments").as_str())
+            } else {
+                None
+            };
+            let (status, head) = conn.get(ARTICLE, payment);
+            let want = if paid { 200 } else { 402 };
+            assert_eq!(status, want, "request {i} of {mode}: {head}");
+        }
+    };
+    // What the first paid request builds once (the SQLite statements, the connection's buffers).
+    if paid {
+        send(1);
+    }
+    let pid = server.0.id();
+    callgrind_control(pid, "-z");
+    send(requests);
+    let one = dump(pid, &out, 1);
+    send(2 * requests);
+    let two = dump(pid, &out, 2);
+    drop(server);
+    (one, two)
+}
+
+fn callgrind_control(pid: u32, option: &str) {
+    let status = Command::new("callgrind_control")
+        .arg(option)
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("callgrind_control (valgrind) is needed: {e}"));
+    assert!(status.success(), "callgrind_control {option} {pid} failed");
+}
+
+/// Asks callgrind for its `n`th dump and waits until the file is whole (its `totals:` line written).
+fn dump(pid: u32, out: &Path, n: usize) -> PathBuf {
+    callgrind_control(pid, "-d");
+    let file = PathBuf::from(format!("{}.{n}", out.display()));
+    let started = Instant::now();
+    loop {
+        if std::fs::read_to_string(&file).is_ok_and(|t| t.lines().any(|l| l.starts_with("totals:")))
+        {
+            return file;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "no dump {} after {WAIT:?}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The total instruction count of a callgrind dump (its `summary:` line).
+fn total(file: &Path) -> u64 {
+    let text = std::fs::read_to_string(file).expect("the callgrind file");
+    text.lines()
+        .find_map(|l| l.strip_prefix("summary:"))
+        .and_then(|n| n.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no summary line in {}", file.display()))
+}
+
+/// Each function's self instructions per request: the difference between the dumps, largest first.
+fn per_function(one: &Path, two: &Path, requests: usize) -> Vec<(String, f64)> {
+    let (a, b) = (self_costs(one), self_costs(two));
+    let mut diff: Vec<(String, f64)> = b
+        .iter()
+        .map(|(name, ir)| {
+            let before = a.get(name).copied().unwrap_or(0);
+            (name.clone(), (*ir as f64 - before as f64) / requests as f64)
+        })
+        .collect();
+    diff.sort_by(|x, y| y.1.total_cmp(&x.1));
+    diff
+}
+
+/// Self cost per function, from `callgrind_annotate` (every function: threshold 100%), summed over the
+/// source files a function's inlined lines come from.
+fn self_costs(file: &Path) -> HashMap<String, u64> {
+    let out = Command::new("callgrind_annotate")
+        .args(["--threshold=100", "--inclusive=no", "--auto=no"])
+        .arg(file)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("callgrind_annotate (valgrind) is needed: {e}"));
+    assert!(
+        out.status.success(),
+        "callgrind_annotate failed on {}",
+        file.display()
+    );
+    let mut costs = HashMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim_start();
+        let Some((count, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(count) = count.replace(',', "").parse::<u64>() else {
+            continue;
+        };
+        // `1,234 (0.5%)  file:function [object]` (the percentage only in some versions).
+        let rest = rest.trim_start();
+        let rest = match rest.strip_prefix('(') {
+            Some(r) => r.split_once(')').map_or(r, |(_, r)| r).trim_start(),
+            None => rest,
+        };
+        if rest.is_empty() || rest.starts_with("PROGRAM TOTALS") {
+            continue;
+        }
+        let name = rest.rsplit_once(" [").map_or(rest, |(n, _)| n);
+        let name = name.split_once(':').map_or(name, |(_, f)| f).to_owned();
+        *costs.entry(name).or_insert(0) += count;
+    }
+    costs
+}
+
+/// One keep-alive HTTP/1.1 connection, written and read by hand.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn open(addr: &str) -> Conn {
+        let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream.set_nodelay(true).expect("nodelay");
+        stream.set_read_timeout(Some(WAIT)).expect("read timeout");
+        Conn {
+            stream,
+            buf: Vec::with_capacity(64 * 1024),
+        }
+    }
+
+    /// GET `path` (with `payment` as `PAYMENT-SIGNATURE`); the status and the response head.
+    fn get(&mut self, path: &str, payment: Option<&str>) -> (u16, String) {
+        let mut req = format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n");
+        if let Some(p) = payment {
+            req.push_str("payment-signature: ");
+            req.push_str(p);
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        self.stream
+            .write_all(req.as_bytes())
+            .expect("write a request");
+        self.buf.clear();
+        let head_end = loop {
+            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            self.read_more();
+        };
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+        let status = head
+            .get(9..12)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("not an HTTP response: {head}"));
+        let length: usize = header(&head, "content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("a response without content-length: {head}"));
+        while self.buf.len() < head_end + length {
+            self.read_more();
+        }
+        (status, head)
+    }
+
+    fn read_more(&mut self) {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk).expect("read an answer");
+        assert!(n > 0, "the server closed the connection");
+        self.buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The value of header `name` in a response head.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}

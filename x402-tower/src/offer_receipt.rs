@@ -35,6 +35,16 @@
 )]
 //! is set: privacy by default).
 //!
+//! # One receipt per payment
+//!
+//! The layer's payment engine signs the receipt before it records the settlement, so a resend of the same
+//! payment (a lost answer, another instance sharing the store) answers the receipt of the first delivery,
+//! and a settlement found by reconciling a pending payment on a resend is signed before it is recorded too.
+//! A settlement recorded without a receipt (by the background reconciler, which serves no route, or before
+//! a signer was configured) is signed when it is delivered, with `issuedAt` the time its record was
+//! written: signatures are deterministic (RFC 6979), so every delivery, from every instance with the same
+//! key, answers the same receipt.
+//!
 //! # Checking a receipt as a third party
 //!
 //! ```

@@ -395,6 +395,7 @@ impl PaymentEngine {
                 checked.fingerprint,
                 &checked.resource,
                 None,
+                None,
             )
             .await
         {

@@ -123,16 +123,30 @@ pub(crate) struct Route {
     /// Skip the settler's verify when settling before the handler (the settlement checks the same).
     pub(crate) settle_without_verify: bool,
     /// Adds to a successful settlement before it is recorded (the signed receipt of offer-receipt), so a
-    /// redelivery answers exactly what the first delivery did.
+    /// redelivery answers exactly what the first delivery did; and completes a recorded settlement that
+    /// lacks it (recorded by a door without the hook), the same way on every delivery.
     pub(crate) on_settled: Option<SettledHook>,
 }
 
-/// A function completing a successful [`SettleResponse`] for a resource URL before it is recorded.
+/// A function completing a successful [`SettleResponse`] for a resource URL.
 #[derive(Clone)]
 pub(crate) struct SettledHook(pub(crate) Arc<SettledFn>);
 
-/// The function of a [`SettledHook`]: the settlement and its resource URL.
-pub(crate) type SettledFn = dyn Fn(&mut SettleResponse, &str) + Send + Sync;
+/// The function of a [`SettledHook`]: the settlement, its resource URL, and how it was settled.
+pub(crate) type SettledFn = dyn Fn(&mut SettleResponse, &str, Settled) + Send + Sync;
+
+/// How a successful settlement reaches a [`SettledHook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Settled for this request at these unix seconds, not recorded yet: the hook writes what it adds,
+    /// replacing anything of the same name the settler's answer carried.
+    Now(u64),
+    /// Read from the payment's record, settled at these unix seconds (the record's last change). The hook
+    /// adds only what is missing: a record written by a door without the hook (the background reconciler,
+    /// the facilitator's door, a build without it) is completed from the record alone, so every delivery
+    /// of it answers the same.
+    Recorded(u64),
+}
 
 impl std::fmt::Debug for SettledHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -565,20 +579,19 @@ impl PaymentEngine {
                 fingerprint,
                 resource_url,
                 Some(route.timing),
+                route.on_settled.as_ref(),
             )
             .await
         {
             Admitted::Answer(a) => return Begin::Answer(a),
             Admitted::Redeliver(mut a) => {
                 a.verified.offer_index = offer_index;
-                a.on_settled = route.on_settled.clone();
                 self.metrics.accepted();
                 return Begin::Serve(a, None);
             }
             Admitted::Fresh(a) => a,
         };
         attempt.verified.offer_index = offer_index;
-        attempt.on_settled = route.on_settled.clone();
         let settling_now = route.timing == SettleTiming::BeforeHandler;
         if !(settling_now && route.settle_without_verify)
             && let Err(a) = self.settler_verify(&mut attempt).await
@@ -696,6 +709,7 @@ impl PaymentEngine {
         fingerprint: B256,
         resource: &str,
         timing: Option<SettleTiming>,
+        on_settled: Option<&SettledHook>,
     ) -> Admitted {
         let key = replay_key(&request);
         let mut verified = VerifiedPayment::from_request(&request);
@@ -721,7 +735,7 @@ impl PaymentEngine {
                         key,
                         record: PaymentRecord { revision, ..record },
                         verified,
-                        on_settled: None,
+                        on_settled: on_settled.cloned(),
                     }));
                 }
                 Ok(Reservation::Taken(existing)) => existing,
@@ -732,7 +746,10 @@ impl PaymentEngine {
                     return Admitted::Answer(self.refuse(reason, verified.x402_version));
                 }
                 Taken::Answer(a) => return Admitted::Answer(a),
-                Taken::Redeliver(settlement) => {
+                Taken::Redeliver(mut settlement, settled_at) => {
+                    if let Some(hook) = on_settled {
+                        (hook.0)(&mut settlement, resource, Settled::Recorded(settled_at));
+                    }
                     verified.settlement = Some(settlement);
                     verified.redelivered = true;
                     return Admitted::Redeliver(Box::new(Attempt {
@@ -740,16 +757,17 @@ impl PaymentEngine {
                         key,
                         record,
                         verified,
-                        on_settled: None,
+                        on_settled: on_settled.cloned(),
                     }));
                 }
                 Taken::Claimed(claimed) => {
+                    // Settled by this reconciliation: the hook completes it before it is recorded.
                     let attempt = Box::new(Attempt {
                         request,
                         key,
                         record: claimed,
                         verified,
-                        on_settled: None,
+                        on_settled: on_settled.cloned(),
                     });
                     return self.reconcile_claimed(attempt, timing).await;
                 }
@@ -778,7 +796,7 @@ impl PaymentEngine {
         }
         match existing.state {
             PaymentState::Settled => match existing.settlement {
-                Some(sr) => Taken::Redeliver(sr),
+                Some(sr) => Taken::Redeliver(sr, existing.updated_at),
                 None => Taken::Refuse(RejectReason::NonceAlreadyUsed),
             },
             PaymentState::Spent => Taken::Refuse(RejectReason::NonceAlreadyUsed),
@@ -1018,7 +1036,7 @@ impl PaymentEngine {
             extensions: None,
         };
         if let Some(hook) = &attempt.on_settled {
-            (hook.0)(&mut sr, &attempt.record.resource);
+            (hook.0)(&mut sr, &attempt.record.resource, Settled::Now(self.now()));
         }
         sr
     }
@@ -1233,7 +1251,8 @@ impl PaymentEngine {
 enum Taken {
     Refuse(RejectReason),
     Answer(Answer),
-    Redeliver(SettleResponse),
+    /// Settled: this settlement, recorded at these unix seconds.
+    Redeliver(SettleResponse, u64),
     /// Claimed (now `InFlight` at this revision) for reconciliation.
     Claimed(PaymentRecord),
     /// Another request holds it: wait.

@@ -170,21 +170,6 @@ impl Shared {
         #[cfg(not(feature = "offer-receipt"))]
         return false;
     }
-
-    /// Adds the signed receipt (offer-receipt) to a successful settlement answer for `resource_url`.
-    #[cfg_attr(not(feature = "offer-receipt"), allow(unused_variables))]
-    pub(crate) fn sign_receipt(&self, settlement: &mut crate::SettleResponse, resource_url: &str) {
-        #[cfg(feature = "offer-receipt")]
-        if let Some(signer) = &self.offer_receipt
-            // Signed by the engine before it recorded the settlement (also for a redelivery): keep that one.
-            && !settlement
-                .extensions
-                .as_ref()
-                .is_some_and(|e| e.contains(crate::offer_receipt::KEY))
-        {
-            signer.enrich(settlement, resource_url, self.engine.now());
-        }
-    }
 }
 
 /// Sells the wrapped service's responses for x402 payments. Build it with [`X402Layer::builder`].
@@ -542,14 +527,29 @@ impl X402Config {
         }
         let extensions =
             (!declarations.is_empty()).then(|| serde_json::Value::Object(declarations).to_string());
-        // The signed receipt is added to the settlement before the engine records it: a redelivery answers
-        // the same receipt, and the layer does not sign again.
+        // The signed receipt is added to the settlement before the engine records it, so a redelivery
+        // answers the same receipt. A recorded settlement without one (recorded by the background
+        // reconciler, or before a signer was configured) is signed as of its record's time: the same
+        // receipt on every delivery, from any instance with this key.
         #[cfg(feature = "offer-receipt")]
         let on_settled = self.offer_receipt.clone().map(|signer| {
-            let clock = engine.clone();
             crate::engine::SettledHook(Arc::new(
-                move |sr: &mut crate::SettleResponse, resource: &str| {
-                    signer.enrich(sr, resource, clock.now());
+                move |sr: &mut crate::SettleResponse,
+                      resource: &str,
+                      how: crate::engine::Settled| {
+                    use crate::engine::Settled;
+                    match how {
+                        Settled::Now(now) => signer.enrich(sr, resource, now),
+                        Settled::Recorded(at) => {
+                            if !sr
+                                .extensions
+                                .as_ref()
+                                .is_some_and(|e| e.contains(crate::offer_receipt::KEY))
+                            {
+                                signer.enrich(sr, resource, at);
+                            }
+                        }
+                    }
                 },
             ))
         });

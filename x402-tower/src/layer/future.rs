@@ -241,15 +241,10 @@ where
                     Begin::Answer(a) => Some(State::Early {
                         response: Some(render_for(this.shared, this.offers, this.info, a)),
                     }),
-                    Begin::Serve(mut attempt, recording) => {
+                    Begin::Serve(attempt, recording) => {
                         // Issue the settlement's writes before the inner service is called.
                         *this.recording = recording
                             .and_then(|mut r| r.as_mut().poll(cx).is_pending().then_some(r));
-                        if let (Some(sr), Some(info)) =
-                            (attempt.verified.settlement.as_mut(), this.info.as_ref())
-                        {
-                            this.shared.sign_receipt(sr, &info.resource_url);
-                        }
                         if let Some(req) = this.req.as_mut() {
                             req.extensions_mut().insert(attempt.verified.clone());
                         }
@@ -337,14 +332,8 @@ where
                             Ok(render_for(this.shared, this.offers, this.info, a)
                                 .map(ResponseBody::early))
                         }
-                        Finish::Pass(mut receipt, version) => {
-                            if let (Some(sr), Some(info)) = (receipt.as_mut(), this.info.as_ref()) {
-                                this.shared.sign_receipt(sr, &info.resource_url);
-                            }
-                            held.map(|r| {
-                                add_receipt(r, version, receipt, this.shared.expose_headers)
-                            })
-                        }
+                        Finish::Pass(receipt, version) => held
+                            .map(|r| add_receipt(r, version, receipt, this.shared.expose_headers)),
                     });
                 }
                 StateProj::Early { response } => {

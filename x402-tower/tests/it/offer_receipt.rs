@@ -246,3 +246,114 @@ fn the_libsecp256k1_issuer_signs_exactly_as_alloys_signer() {
     assert_eq!(sign(&fast).signer().unwrap(), alloy.address());
     assert!(OfferReceipt::from_secret(alloy_primitives::B256::ZERO).is_err());
 }
+
+/// A payment whose settlement was not known at first (`settlement_pending`) and is settled when the buyer
+/// resends it: every later resend answers the receipt the first delivery carried, not one signed anew
+/// (`issuedAt` would move with the clock).
+#[tokio::test]
+async fn a_payment_reconciled_on_a_resend_answers_the_same_receipt_every_time() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    for timing in [SettleTiming::BeforeHandler, SettleTiming::AfterResponse] {
+        let clock = Arc::new(AtomicU64::new(now()));
+        let c = clock.clone();
+        let settler = Scripted::new(SettleOutcome::Unknown {
+            message: "no receipt yet".into(),
+            transaction: Some(format!("0x{}", "ab".repeat(32))),
+        });
+        let issuer = issuer();
+        let layer = config()
+            .settler(settler.clone())
+            .settle_timing(timing)
+            .offer_receipt(issuer.clone())
+            .clock(move || c.load(Ordering::SeqCst))
+            .build()
+            .unwrap();
+        let inner = Inner::new();
+        let header = v2_header(41);
+        let resend = || {
+            send(
+                layer.layer(inner.service(StatusCode::OK)),
+                req("/report", &[("payment-signature", &header)]),
+            )
+        };
+        let pending = resend().await;
+        assert_eq!(pending.status, StatusCode::PAYMENT_REQUIRED, "{timing:?}");
+        settler.reconcile_to(settled_outcome());
+        clock.fetch_add(3, Ordering::SeqCst);
+        let first = resend().await;
+        assert_eq!(first.status, StatusCode::OK, "{timing:?}");
+        let first = first.receipt("payment-response");
+        let signed = SignedReceipt::from_settlement(&first).expect("a signed receipt");
+        assert_eq!(signed.payload.issued_at, now_of(&clock));
+        clock.fetch_add(5, Ordering::SeqCst);
+        let again = resend().await;
+        assert_eq!(again.status, StatusCode::OK, "{timing:?}");
+        assert_eq!(again.receipt("payment-response"), first, "{timing:?}");
+        assert_eq!(settler.settles(), 1, "settled once");
+    }
+}
+
+fn now_of(clock: &std::sync::atomic::AtomicU64) -> u64 {
+    clock.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// A settlement recorded without a receipt (the background reconciler has no route, so no signer) is signed
+/// when it is delivered, as of the time it was recorded: the same receipt on every resend and from every
+/// instance that shares the store and the key.
+#[tokio::test]
+async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by_every_instance() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let clock = Arc::new(AtomicU64::new(now()));
+    let store: Arc<dyn x402_tower::ReplayStore> =
+        Arc::new(x402_tower::InMemoryReplayStore::default());
+    let settler = Scripted::new(SettleOutcome::Unknown {
+        message: "no receipt yet".into(),
+        transaction: Some(format!("0x{}", "ab".repeat(32))),
+    });
+    let instance = || {
+        let c = clock.clone();
+        config()
+            .settler(settler.clone())
+            .replay_store(store.clone())
+            .offer_receipt(issuer())
+            .clock(move || c.load(Ordering::SeqCst))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (instance(), instance());
+    let inner = Inner::new();
+    let header = v2_header(43);
+    let resend = |layer: &x402_tower::X402Layer| {
+        send(
+            layer.layer(inner.service(StatusCode::OK)),
+            req("/report", &[("payment-signature", &header)]),
+        )
+    };
+    assert_eq!(resend(&a).await.status, StatusCode::PAYMENT_REQUIRED);
+    // The chain mined it; the background reconciler records the settlement (no receipt: no route).
+    settler.reconcile_to(settled_outcome());
+    let recorded_at = now_of(&clock);
+    let report = a.engine().reconcile_unresolved(10).await.unwrap();
+    assert_eq!(report.settled, 1);
+
+    clock.fetch_add(7, Ordering::SeqCst);
+    let first = resend(&a).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let first = first.receipt("payment-response");
+    let signed = SignedReceipt::from_settlement(&first).expect("a signed receipt");
+    assert_eq!(signed.payload.issued_at, recorded_at, "as of the record");
+    signed
+        .verify(&ReceiptCheck {
+            signer: issuer().address(),
+            resource_url: Some("https://shop.example/report"),
+            payer: Some(ACCOUNT0),
+        })
+        .unwrap();
+    clock.fetch_add(5, Ordering::SeqCst);
+    for layer in [&a, &b] {
+        let again = resend(layer).await;
+        assert_eq!(again.status, StatusCode::OK);
+        assert_eq!(again.receipt("payment-response"), first);
+    }
+    assert_eq!(settler.settles(), 1, "settled once");
+}

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Modes: `402` (unpaid requests for an article), `verify-only` (paid purchases, durable SQLite file),
-//! `memory` (paid purchases, `:memory:` database); no mode: all three. The server is
+//! `memory` (paid purchases, `:memory:` database), `facilitator` (paid purchases settled through a second
+//! instance's `/facilitator`, durable: both processes are counted); no mode: the first three. The server is
 //! `target/release/reference-server`, or `LOAD_SERVER_BIN` (any binary that takes the load tool's arguments
 //! and prints its URL first, such as the x402-axum harness of `bench/x402-axum`), started with the load
 //! tool's arguments for the mode.
@@ -47,7 +48,7 @@ const ARTICLE: &str = "/x402Article?articleId=c2pa-explained";
 const MAX_REQUESTS: usize = 20_000;
 /// Longest wait for a server's answer, its start or a dump under callgrind.
 const WAIT: Duration = Duration::from_secs(60);
-const MODES: [&str; 3] = ["402", "verify-only", "memory"];
+const MODES: [&str; 4] = ["402", "verify-only", "memory", "facilitator"];
 
 fn main() {
     let mut modes = Vec::new();
@@ -65,7 +66,7 @@ fn main() {
         }
     }
     if modes.is_empty() {
-        modes = MODES.iter().map(|m| (*m).to_owned()).collect();
+        modes = MODES[..3].iter().map(|m| (*m).to_owned()).collect();
     }
     let requests: usize = requests.clamp(10, MAX_REQUESTS / 2);
     let bin = std::env::var("LOAD_SERVER_BIN").unwrap_or_else(|_| {
@@ -85,7 +86,8 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         let (one, two) = count(&bin, mode, requests, &dir);
-        let per = (total(&two) as f64 - total(&one) as f64) / requests as f64;
+        let sum = |files: &[PathBuf]| files.iter().map(|f| total(f)).sum::<u64>() as f64;
+        let per = (sum(&two) - sum(&one)) / requests as f64;
         println!("{mode:>12}: {per:>10.0} instructions per request");
         if functions > 0 {
             for (name, ir) in per_function(&one, &two, requests)
@@ -97,7 +99,9 @@ fn main() {
             }
         }
         if keep {
-            println!("{:>14}{} and {}", "", one.display(), two.display());
+            for f in one.iter().chain(&two) {
+                println!("{:>14}{}", "", f.display());
+            }
         } else {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -112,54 +116,101 @@ fn number<T: std::str::FromStr>(name: &str, value: Option<String>) -> T {
     }
 }
 
-/// The server under callgrind, killed on drop.
-struct Server(Child);
+/// A server under callgrind, killed on drop.
+struct Server {
+    child: Child,
+    /// Its callgrind file's path (dumps are numbered after it).
+    out: PathBuf,
+    /// `host:port`, from the URL its banner prints first.
+    addr: String,
+}
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+impl Server {
+    /// Starts `bin` under callgrind with the load tool's arguments and `args`, writing to `<dir>/<name>.out`.
+    fn start(bin: &str, name: &str, args: &[String], dir: &Path) -> Server {
+        let out = dir.join(format!("{name}.out"));
+        let mut child = Command::new("valgrind")
+            .args(["--tool=callgrind", "--quiet"])
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(bin)
+            .args(["--listen", "127.0.0.1:0", "--seed-assets", "10"])
+            .arg("--media-dir")
+            .arg(dir.join(format!("{name}.media")))
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("this tool needs valgrind (apt install valgrind): {e}"));
+        let stdout = child.stdout.take().expect("stdout");
+        let mut server = Server {
+            child,
+            out,
+            addr: String::new(),
+        };
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let banner = lines
+            .next()
+            .and_then(Result::ok)
+            .unwrap_or_else(|| panic!("{bin} printed no banner under valgrind"));
+        std::thread::spawn(move || lines.for_each(drop));
+        server.addr = banner
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .map(|a| a.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| panic!("no http:// URL in the banner {banner:?}"));
+        server
     }
 }
 
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The facilitator mode's token between the server and its facilitator.
+const TOKEN: &str = "instructions-facilitator-token";
+
 /// Runs `mode` against `bin` under callgrind; returns the dumps of `requests` and of `2 * requests`
-/// requests.
-fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (PathBuf, PathBuf) {
-    let out = dir.join("callgrind.out");
-    let database = match mode {
-        "memory" => ":memory:".to_owned(),
-        _ => dir.join("db.sqlite3").display().to_string(),
+/// requests, one per process counted (the facilitator mode counts the server and its facilitator).
+fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let db = |name: &str| dir.join(name).display().to_string();
+    let mut servers = Vec::new();
+    let args: Vec<String> = match mode {
+        "memory" => vec!["--database".into(), ":memory:".into()],
+        "facilitator" => {
+            let f = Server::start(
+                bin,
+                "facilitator",
+                &[
+                    "--database".into(),
+                    db("facilitator.sqlite3"),
+                    "--facilitator-token".into(),
+                    TOKEN.into(),
+                ],
+                dir,
+            );
+            let args = vec![
+                "--database".into(),
+                db("db.sqlite3"),
+                "--facilitator-url".into(),
+                format!("http://{}/facilitator", f.addr),
+                "--facilitator-url-token".into(),
+                TOKEN.into(),
+            ];
+            servers.push(f);
+            args
+        }
+        _ => vec!["--database".into(), db("db.sqlite3")],
     };
-    let mut child = Command::new("valgrind")
-        .args(["--tool=callgrind", "--quiet"])
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(bin)
-        .args(["--listen", "127.0.0.1:0", "--seed-assets", "10"])
-        .arg("--media-dir")
-        .arg(dir.join("media"))
-        .args(["--database", &database])
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("this tool needs valgrind (apt install valgrind): {e}"));
-    let stdout = child.stdout.take().expect("stdout");
-    let server = Server(child);
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    let banner = lines
-        .next()
-        .and_then(Result::ok)
-        .unwrap_or_else(|| panic!("{bin} printed no banner under valgrind"));
-    std::thread::spawn(move || lines.for_each(drop));
-    let addr = banner
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .map(|a| a.trim_end_matches('/').to_owned())
-        .unwrap_or_else(|| panic!("no http:// URL in the banner {banner:?}"));
-    let mut conn = Conn::open(&addr);
+    let server = Server::start(bin, "server", &args, dir);
+    let mut conn = Conn::open(&server.addr);
+    servers.push(server);
 
     let (status, head) = conn.get(ARTICLE, None);
     assert_eq!(status, 402, "the article answers 402 unpaid");
@@ -186,17 +237,24 @@ fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (PathBuf, PathBu
             assert_eq!(status, want, "request {i} of {mode}: {head}");
         }
     };
-    // What the first paid request builds once (the SQLite statements, the connection's buffers).
+    // What the first paid request builds once (the SQLite statements, the connections and their buffers).
     if paid {
         send(1);
     }
-    let pid = server.0.id();
-    callgrind_control(pid, "-z");
+    for s in &servers {
+        callgrind_control(s.child.id(), "-z");
+    }
     send(requests);
-    let one = dump(pid, &out, 1);
+    let one = servers
+        .iter()
+        .map(|s| dump(s.child.id(), &s.out, 1))
+        .collect();
     send(2 * requests);
-    let two = dump(pid, &out, 2);
-    drop(server);
+    let two = servers
+        .iter()
+        .map(|s| dump(s.child.id(), &s.out, 2))
+        .collect();
+    drop(servers);
     (one, two)
 }
 
@@ -239,9 +297,19 @@ fn total(file: &Path) -> u64 {
         .unwrap_or_else(|| panic!("no summary line in {}", file.display()))
 }
 
-/// Each function's self instructions per request: the difference between the dumps, largest first.
-fn per_function(one: &Path, two: &Path, requests: usize) -> Vec<(String, f64)> {
-    let (a, b) = (self_costs(one), self_costs(two));
+/// Each function's self instructions per request (summed over the processes counted): the difference
+/// between the dumps, largest first.
+fn per_function(one: &[PathBuf], two: &[PathBuf], requests: usize) -> Vec<(String, f64)> {
+    let costs = |files: &[PathBuf]| {
+        let mut sum = HashMap::new();
+        for f in files {
+            for (name, ir) in self_costs(f) {
+                *sum.entry(name).or_insert(0) += ir;
+            }
+        }
+        sum
+    };
+    let (a, b) = (costs(one), costs(two));
     let mut diff: Vec<(String, f64)> = b
         .iter()
         .map(|(name, ir)| {

@@ -142,9 +142,9 @@ pub(crate) enum Settled {
     /// replacing anything of the same name the settler's answer carried.
     Now(u64),
     /// Read from the payment's record, settled at these unix seconds (the record's last change). The hook
-    /// adds only what is missing: a record written by a door without the hook (the background reconciler,
-    /// the facilitator's door, a build without it) is completed from the record alone, so every delivery
-    /// of it answers the same.
+    /// adds only what is missing: a record written without the hook (by the background reconciler, which
+    /// serves no route, or by a build or configuration without it) is completed from the record alone, so
+    /// every delivery of it answers the same.
     Recorded(u64),
 }
 

@@ -31,7 +31,8 @@
 //!
 //! The figures depend on the build (compiler, dependencies), not on the machine's load: compare builds made
 //! with one toolchain. `--keep` keeps the callgrind files (for `callgrind_annotate`) and prints where they
-//! are. Every run is bounded: at most 20,000 requests per phase, each answer awaited at most 60 s.
+//! are. Every run is bounded: `N` at most 10,000 (3N + 1 requests per mode), and each wait (a server's
+//! banner, an answer, `callgrind_control`, a dump) at most 60 s.
 
 use std::collections::HashMap;
 use std::io::{BufRead as _, Read as _, Write as _};
@@ -151,12 +152,22 @@ impl Server {
             out,
             addr: String::new(),
         };
-        let mut lines = std::io::BufReader::new(stdout).lines();
-        let banner = lines
-            .next()
-            .and_then(Result::ok)
-            .unwrap_or_else(|| panic!("{bin} printed no banner under valgrind"));
-        std::thread::spawn(move || lines.for_each(drop));
+        // The first line is the banner; the rest is drained so that the server never blocks on a full pipe.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next().and_then(Result::ok));
+            lines.for_each(drop);
+        });
+        let banner = match rx.recv_timeout(WAIT) {
+            Ok(Some(banner)) => banner,
+            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("{bin} printed no banner under valgrind")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("{bin} printed no banner under valgrind within {WAIT:?}")
+            }
+        };
         server.addr = banner
             .split_whitespace()
             .find_map(|w| w.strip_prefix("http://"))
@@ -258,14 +269,26 @@ fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (Vec<PathBuf>, V
     (one, two)
 }
 
+/// Runs `callgrind_control <option> <pid>`, waiting at most [`WAIT`] for it.
 fn callgrind_control(pid: u32, option: &str) {
-    let status = Command::new("callgrind_control")
+    let mut child = Command::new("callgrind_control")
         .arg(option)
         .arg(pid.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()
+        .spawn()
         .unwrap_or_else(|e| panic!("callgrind_control (valgrind) is needed: {e}"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for callgrind_control") {
+            break status;
+        }
+        if started.elapsed() > WAIT {
+            let _ = child.kill();
+            panic!("callgrind_control {option} {pid} did not finish within {WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(status.success(), "callgrind_control {option} {pid} failed");
 }
 

@@ -901,7 +901,7 @@ mod tests {
             Ok(issuer.address())
         );
 
-        // An entry of the same key from elsewhere (a facilitator's answer) is replaced by this signer's.
+        // An entry of the same key already there (whoever wrote it) is replaced by this signer's.
         let mut forged = settled(Some(
             r#"{"offer-receipt": {"info": {"receipt": "forged"}}, "bazaar": {}}"#,
         ));

@@ -109,8 +109,9 @@ pub struct PaidBy {
     pub offer_index: usize,
     /// The receipt the x402 layer signed for this settlement (offer-receipt): the JSON text sent in
     /// `PAYMENT-RESPONSE`, stored and answered as it is (not read into a struct and written out again).
-    /// Only this server's signer writes that entry: the layer's settled hook replaces any `offer-receipt`
-    /// entry a facilitator's answer carried, and a redelivery answers the settlement the hook completed.
+    /// Only this deployment's signer writes that entry: the x402 engine builds every settlement from the
+    /// settler's outcome (transaction, payer, network; a facilitator's `extensions` are not carried over),
+    /// the layer's settled hook adds the receipt, and a redelivery answers the recorded settlement.
     pub signed: Option<Box<serde_json::value::RawValue>>,
 }
 

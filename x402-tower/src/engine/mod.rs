@@ -138,8 +138,9 @@ pub(crate) type SettledFn = dyn Fn(&mut SettleResponse, &str, Settled) + Send + 
 /// How a successful settlement reaches a [`SettledHook`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Settled {
-    /// Settled for this request at these unix seconds, not recorded yet: the hook writes what it adds,
-    /// replacing anything of the same name the settler's answer carried.
+    /// Settled for this request at these unix seconds, not recorded yet: the hook writes what it adds to
+    /// the settlement the engine built from the settler's outcome (a transaction, a payer, a network:
+    /// nothing a settler's answer carried besides).
     Now(u64),
     /// Read from the payment's record, settled at these unix seconds (the record's last change). The hook
     /// adds only what is missing: a record written without the hook (by the background reconciler, which

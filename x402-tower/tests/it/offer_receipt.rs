@@ -357,3 +357,39 @@ async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by
     }
     assert_eq!(settler.settles(), 1, "settled once");
 }
+
+/// Concurrent copies of a pending payment, resent once the chain mined it: one reconciles and records the
+/// signed receipt, the others wait for that record; every copy is served with the same receipt, and the
+/// payment is settled once.
+#[tokio::test]
+async fn concurrent_resends_of_a_reconciled_payment_answer_one_receipt() {
+    let settler = Scripted::new(SettleOutcome::Unknown {
+        message: "no receipt yet".into(),
+        transaction: Some(format!("0x{}", "ab".repeat(32))),
+    });
+    let layer = config()
+        .settler(settler.clone())
+        .offer_receipt(issuer())
+        .build()
+        .unwrap();
+    let inner = Inner::new();
+    let header = v2_header(47);
+    let resend = || {
+        send(
+            layer.layer(inner.service(StatusCode::OK)),
+            req("/report", &[("payment-signature", &header)]),
+        )
+    };
+    assert_eq!(resend().await.status, StatusCode::PAYMENT_REQUIRED);
+    settler.reconcile_to(settled_outcome());
+    let (a, b, c) = tokio::join!(resend(), resend(), resend());
+    for r in [&a, &b, &c] {
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    let first = a.receipt("payment-response");
+    assert!(SignedReceipt::from_settlement(&first).is_some());
+    assert_eq!(b.receipt("payment-response"), first);
+    assert_eq!(c.receipt("payment-response"), first);
+    assert_eq!(settler.settles(), 1, "settled once");
+    assert_eq!(settler.reconciles(), 1, "reconciled once");
+}

@@ -22,7 +22,10 @@
 //! The difference of the two dumps divided by `N` is one request's cost: what a zero, a dump and the idle
 //! time between requests add is the same in both and cancels. Callgrind counts user-space instructions
 //! only: the kernel's share (system calls, loopback, fsync) is not in these figures, and a durable commit's
-//! fsync costs its wait, not instructions. Requests are sequential, so a purchase commits alone.
+//! fsync costs its wait, not instructions. Requests are sequential, so a purchase commits alone. Work done
+//! once per second of the clock (the 402 is built again every second) is counted in proportion to the
+//! time the run takes under valgrind, many times longer than natively (an estimate: ~1% of a 402's count);
+//! `N` is at least 200 so that it evens out between the phases.
 //!
 //! The per-function table (`--functions K`, default 25, 0 for none) is the same difference, function by
 //! function (self cost, from `callgrind_annotate`). Functions that were running when a dump was taken (the
@@ -41,12 +44,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use workspace_tests::bench::{ARTICLE, banner_url, server_args, server_bin, server_log};
 use workspace_tests::chain::DEV_KEYS;
 use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
 
-const ARTICLE: &str = "/x402Article?articleId=c2pa-explained";
-/// Most requests per phase (`--requests`).
-const MAX_REQUESTS: usize = 20_000;
+/// Most requests of the first phase (`--requests`); the second sends twice as many.
+const MAX_N: usize = 10_000;
+/// Fewest: work done once per second of the clock (a 402 is built again every second) must be spread over
+/// many requests, or landing in one phase and not the other moves the result (20 requests: 34,000
+/// instructions per 402 instead of 56,000).
+const MIN_N: usize = 200;
 /// Longest wait for a server's answer, its start or a dump under callgrind.
 const WAIT: Duration = Duration::from_secs(60);
 const MODES: [&str; 4] = ["402", "verify-only", "memory", "facilitator"];
@@ -69,13 +76,8 @@ fn main() {
     if modes.is_empty() {
         modes = MODES[..3].iter().map(|m| (*m).to_owned()).collect();
     }
-    let requests: usize = requests.clamp(10, MAX_REQUESTS / 2);
-    let bin = std::env::var("LOAD_SERVER_BIN").unwrap_or_else(|_| {
-        format!(
-            "{}/../target/release/reference-server",
-            env!("CARGO_MANIFEST_DIR")
-        )
-    });
+    let requests: usize = requests.clamp(MIN_N, MAX_N);
+    let bin = server_bin();
     println!(
         "instructions per request of {bin} (callgrind, user space): {requests} then {} sequential requests \
          per mode, one keep-alive connection on 127.0.0.1",
@@ -134,14 +136,9 @@ impl Server {
             .args(["--tool=callgrind", "--quiet"])
             .arg(format!("--callgrind-out-file={}", out.display()))
             .arg(bin)
-            .args(["--listen", "127.0.0.1:0", "--seed-assets", "10"])
-            .arg("--media-dir")
-            .arg(dir.join(format!("{name}.media")))
+            .args(server_args(&dir.join(format!("{name}.media"))))
             .args(args)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            .env("RUST_LOG", server_log())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -168,11 +165,10 @@ impl Server {
                 panic!("{bin} printed no banner under valgrind within {WAIT:?}")
             }
         };
-        server.addr = banner
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("http://"))
-            .map(|a| a.trim_end_matches('/').to_owned())
-            .unwrap_or_else(|| panic!("no http:// URL in the banner {banner:?}"));
+        server.addr = banner_url(&banner)
+            .and_then(|url| url.strip_prefix("http://"))
+            .unwrap_or_else(|| panic!("no http:// URL in the banner {banner:?}"))
+            .to_owned();
         server
     }
 }

@@ -53,10 +53,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use workspace_tests::bench::{ARTICLE, banner_url, server_args, server_bin, server_log};
 use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, address_of};
 use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
 
-const ARTICLE: &str = "/x402Article?articleId=c2pa-explained";
 const TOKEN: &str = "load-facilitator-token";
 
 struct Options {
@@ -136,12 +136,7 @@ struct Process {
 
 impl Process {
     fn start(args: &[String], dir: &std::path::Path) -> Process {
-        let bin = std::env::var("LOAD_SERVER_BIN").unwrap_or_else(|_| {
-            format!(
-                "{}/../target/release/reference-server",
-                env!("CARGO_MANIFEST_DIR")
-            )
-        });
+        let bin = server_bin();
         // Which server of the run (facilitator modes start two): names its kept logs.
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
@@ -154,14 +149,9 @@ impl Process {
             Command::new(&bin)
         };
         let mut child = command
-            .args(["--listen", "127.0.0.1:0", "--seed-assets", "10"])
-            .arg("--media-dir")
-            .arg(dir.join("media"))
+            .args(server_args(&dir.join("media")))
             .args(args)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            .env("RUST_LOG", server_log())
             .stdout(Stdio::piped())
             .stderr(
                 match std::env::var_os("LOAD_KEEP")
@@ -186,9 +176,7 @@ impl Process {
             }),
             None => lines.for_each(drop),
         });
-        let url = first
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
+        let url = banner_url(&first)
             .expect("listen URL in the banner")
             .to_owned();
         Process { child, url }

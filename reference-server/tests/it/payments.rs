@@ -95,6 +95,34 @@ async fn an_unknown_outcome_is_pending_then_the_resend_reconciles_and_delivers()
     assert_eq!(settled[0]["resolved_from"], "unknown");
     assert!(settled[0]["resolved_at"].is_string());
     assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
+    // One signed receipt for this payment: the header's is the body's, and a later resend (another second
+    // of the clock) answers the same one.
+    one_receipt_on_every_resend(&server, &url, &header, resp).await;
+}
+
+/// The signed receipt of `first` (a 200 for `header`) in its `PAYMENT-RESPONSE` is the one of its body, and
+/// a resend a second later answers the same in both.
+async fn one_receipt_on_every_resend(
+    server: &TestServer,
+    url: &str,
+    header: &str,
+    first: reqwest::Response,
+) {
+    let signed =
+        |settlement: &Value| settlement["extensions"]["offer-receipt"]["info"]["receipt"].clone();
+    let in_header = signed(&decode_header(&first, "payment-response"));
+    assert!(in_header["signature"].is_string(), "{in_header}");
+    let body: Value = first.json().await.unwrap();
+    assert_eq!(body["receipt"]["signed"], in_header);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let again = server.get_with(url, "PAYMENT-SIGNATURE", header).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(
+        signed(&decode_header(&again, "payment-response")),
+        in_header
+    );
+    let body: Value = again.json().await.unwrap();
+    assert_eq!(body["receipt"]["signed"], in_header);
 }
 
 #[tokio::test]
@@ -122,6 +150,8 @@ async fn the_background_reconciler_resolves_an_unknown_outcome_without_a_resend(
     // The buyer's resend is then delivered from the record.
     let resp = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
     assert_eq!(resp.status(), 200);
+    // The record has no receipt (the reconciler serves no route): signed on delivery, the same every time.
+    one_receipt_on_every_resend(&server, &url, &header, resp).await;
 }
 
 /// The facilitator request for a payment of `required` (a v2 PaymentRequired).

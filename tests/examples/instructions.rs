@@ -16,8 +16,8 @@
 //! tool's arguments for the mode.
 //!
 //! How: the server runs under `valgrind --tool=callgrind`. This tool (not counted) pre-signs `3N + 1`
-//! payments with the workspace's signer and sends requests one after another over one keep-alive loopback
-//! connection: one request (what is built once), then callgrind's counters are zeroed
+//! payments with the workspace's signer and sends requests one after another (reqwest, one keep-alive
+//! loopback connection): one request (what is built once), then callgrind's counters are zeroed
 //! (`callgrind_control -z`), `N` requests, a dump (`callgrind_control -d`), `2N` requests, a second dump.
 //! The difference of the two dumps divided by `N` is one request's cost: what a zero, a dump and the idle
 //! time between requests add is the same in both and cancels. Callgrind counts user-space instructions
@@ -38,13 +38,12 @@
 //! banner, an answer, `callgrind_control`, a dump) at most 60 s.
 
 use std::collections::HashMap;
-use std::io::{BufRead as _, Read as _, Write as _};
-use std::net::TcpStream;
+use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use workspace_tests::bench::{ARTICLE, banner_url, server_args, server_bin, server_log};
+use workspace_tests::bench::{self, ARTICLE, banner_url, server_args, server_bin, server_log};
 use workspace_tests::chain::DEV_KEYS;
 use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
 
@@ -216,13 +215,34 @@ fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (Vec<PathBuf>, V
         _ => vec!["--database".into(), db("db.sqlite3")],
     };
     let server = Server::start(bin, "server", &args, dir);
-    let mut conn = Conn::open(&server.addr);
+    let url = format!("http://{}{ARTICLE}", server.addr);
     servers.push(server);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    // One client, one request at a time: one keep-alive connection.
+    let client = bench::client();
+    let get = |payment: Option<&str>| {
+        runtime.block_on(async {
+            let mut rb = client.get(&url).timeout(WAIT);
+            if let Some(p) = payment {
+                rb = rb.header("PAYMENT-SIGNATURE", p);
+            }
+            let resp = rb.send().await.expect("an answer");
+            let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+            resp.bytes().await.expect("the answer's body");
+            (status, headers)
+        })
+    };
 
-    let (status, head) = conn.get(ARTICLE, None);
+    let (status, headers) = get(None);
     assert_eq!(status, 402, "the article answers 402 unpaid");
-    let required =
-        decode_b64_json(header(&head, "payment-required").expect("a PAYMENT-REQUIRED header"));
+    let required = decode_b64_json(
+        headers["payment-required"]
+            .to_str()
+            .expect("an ASCII PAYMENT-REQUIRED header"),
+    );
     let paid = mode != "402";
     let payments: Vec<String> = if paid {
         (0..3 * requests + 1)
@@ -239,9 +259,9 @@ fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (Vec<PathBuf>, V
             } else {
                 None
             };
-            let (status, head) = conn.get(ARTICLE, payment);
+            let (status, headers) = get(payment);
             let want = if paid { 200 } else { 402 };
-            assert_eq!(status, want, "request {i} of {mode}: {head}");
+            assert_eq!(status, want, "request {i} of {mode}: {headers:?}");
         }
     };
     // What the first paid request builds once (the SQLite statements, the connections and their buffers).
@@ -377,70 +397,4 @@ fn self_costs(file: &Path) -> HashMap<String, u64> {
         *costs.entry(name).or_insert(0) += count;
     }
     costs
-}
-
-/// One keep-alive HTTP/1.1 connection, written and read by hand.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Conn {
-    fn open(addr: &str) -> Conn {
-        let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        stream.set_nodelay(true).expect("nodelay");
-        stream.set_read_timeout(Some(WAIT)).expect("read timeout");
-        Conn {
-            stream,
-            buf: Vec::with_capacity(64 * 1024),
-        }
-    }
-
-    /// GET `path` (with `payment` as `PAYMENT-SIGNATURE`); the status and the response head.
-    fn get(&mut self, path: &str, payment: Option<&str>) -> (u16, String) {
-        let mut req = format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n");
-        if let Some(p) = payment {
-            req.push_str("payment-signature: ");
-            req.push_str(p);
-            req.push_str("\r\n");
-        }
-        req.push_str("\r\n");
-        self.stream
-            .write_all(req.as_bytes())
-            .expect("write a request");
-        self.buf.clear();
-        let head_end = loop {
-            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            self.read_more();
-        };
-        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
-        let status = head
-            .get(9..12)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("not an HTTP response: {head}"));
-        let length: usize = header(&head, "content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("a response without content-length: {head}"));
-        while self.buf.len() < head_end + length {
-            self.read_more();
-        }
-        (status, head)
-    }
-
-    fn read_more(&mut self) {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk).expect("read an answer");
-        assert!(n > 0, "the server closed the connection");
-        self.buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// The value of header `name` in a response head.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
 }

@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use workspace_tests::bench::{ARTICLE, banner_url, server_args, server_bin, server_log};
+use workspace_tests::bench::{ARTICLE, banner_url, client, server_args, server_bin, server_log};
 use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, address_of};
 use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
 
@@ -241,14 +241,6 @@ fn load_average() -> String {
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
         .unwrap_or_default()
-}
-
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .build()
-        .expect("client")
 }
 
 /// The SQLite writer's group commits and the writes they carried so far, from a server's `/metrics`

@@ -1,5 +1,5 @@
 //! What the benchmark tools (`examples/load.rs`, `examples/instructions.rs`) share: the server binary they
-//! start, the arguments it gets, the URL its banner prints, and the article they buy.
+//! start, the arguments it gets, the URL its banner prints, the article they buy and their HTTP client.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -55,4 +55,13 @@ pub fn banner_url(banner: &str) -> Option<&str> {
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
         .map(|w| w.trim_end_matches('/'))
+}
+
+/// The HTTP client of the benchmark tools (reqwest, ring for TLS; up to 1,024 idle connections kept per host).
+pub fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .build()
+        .expect("client")
 }

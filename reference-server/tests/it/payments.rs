@@ -291,6 +291,19 @@ impl Instance {
         decode_header(&resp, "payment-required")
     }
 
+    /// The operator's settlement log (`/operator/settlements?limit=1000`) as this instance answers it.
+    async fn settlements(&self, client: &reqwest::Client) -> Value {
+        client
+            .get(format!("{}/operator/settlements?limit=1000", self.base))
+            .header("authorization", format!("token {OPERATOR_TOKEN}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     fn start(db: &str, media: &std::path::Path) -> Self {
         Self::start_with(db, media, &[])
     }
@@ -409,15 +422,7 @@ async fn two_processes_on_one_database_settle_one_payment_once() {
     assert!(!delivered.is_empty());
     assert!(delivered.iter().all(|r| *r == delivered[0]), "one receipt");
     // Exactly one settlement in the shared log, whichever instance is asked.
-    let rows: Value = client
-        .get(format!("{}/operator/settlements", b.base))
-        .header("authorization", format!("token {OPERATOR_TOKEN}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rows = b.settlements(&client).await;
     assert_eq!(rows["totals"]["settled"], 1, "{rows}");
     // A lost-answer resend to the other instance: the same receipt.
     let resp = client
@@ -499,15 +504,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
         }
     }
     // Every answered purchase also has its settled payment record and settlement row.
-    let rows: Value = client
-        .get(format!("{}/operator/settlements?limit=1000", b.base))
-        .header("authorization", format!("token {OPERATOR_TOKEN}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rows = b.settlements(&client).await;
     let settled = rows["totals"]["settled"].as_u64().unwrap() as usize;
     assert!(
         settled >= answered.len(),
@@ -529,18 +526,7 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
             token.as_str()
         );
     }
-    let after: Value = client
-        .get(format!(
-            "{}/operator/settlements?limit=1000",
-            restarted.base
-        ))
-        .header("authorization", format!("token {OPERATOR_TOKEN}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let after = restarted.settlements(&client).await;
     assert_eq!(after["totals"]["settled"], rows["totals"]["settled"]);
 }
 
@@ -712,4 +698,99 @@ async fn a_sign_in_nonce_issued_by_one_instance_works_once_on_any_instance() {
         }
     }
     assert_eq!(admitted, 1, "a nonce is used once, whichever instance");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_payment_left_by_a_kill_9_is_settled_at_restart_and_every_instance_answers_one_receipt()
+ {
+    // The crash path of a settlement recorded without its receipt: instance A answers `settlement_pending`
+    // (the facilitator did not answer in time) and dies with SIGKILL. The restarted instance's reconciler
+    // settles the pending record at start; it serves no route, so the record carries no receipt. The buyer's
+    // resends, to the restarted instance and to instance B that ran all along, are delivered with one signed
+    // receipt (one key on both), dated when the settlement was recorded, and nothing is settled again.
+    const KEY: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+    let (facilitator, calls) = flaky_facilitator(1).await;
+    let dir = TempDir::new();
+    let db = fresh_database(dir.path(), "pending.sqlite3").await;
+    let media = dir.path().join("media");
+    let flags = [
+        "--facilitator-url",
+        facilitator.as_str(),
+        "--facilitator-settle-timeout-secs",
+        "1",
+        "--receipt-signing-key",
+        KEY,
+    ];
+    let mut a = Instance::start_with(&db, &media, &flags);
+    let b = Instance::start_with(&db, &media, &flags);
+    let client = test_client();
+    let url = |base: &str| format!("{base}/x402Article?articleId={ARTICLE}");
+    let required = a.offer(&client).await;
+    let header = Payer::new().pay_v2(&required);
+    let buy = |base: String| {
+        client
+            .get(url(&base))
+            .header("PAYMENT-SIGNATURE", &header)
+            .send()
+    };
+    let pending = buy(a.base.clone()).await.unwrap();
+    assert_eq!(pending.status(), 402);
+    assert_eq!(
+        decode_header(&pending, "payment-response")["errorReason"],
+        "settlement_pending"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    drop(a);
+
+    // Restarted: its reconciler's first pass (at start) asks the facilitator again, which now settles.
+    let restarted = Instance::start_with(&db, &media, &flags);
+    let settled_totals = || async {
+        b.settlements(&client).await["totals"]["settled"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while settled_totals().await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the restarted instance did not reconcile the pending payment"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let recorded_by = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // A second later (a receipt signed on delivery would carry the delivery's time), the resends.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let signed =
+        |settlement: &Value| settlement["extensions"]["offer-receipt"]["info"]["receipt"].clone();
+    let mut receipts = Vec::new();
+    for base in [&b.base, &restarted.base, &b.base, &restarted.base] {
+        let resp = buy(base.clone()).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let settlement = decode_header(&resp, "payment-response");
+        assert_eq!(settlement["transaction"], TX);
+        let in_header = signed(&settlement);
+        let body = json_body(resp).await;
+        assert_eq!(body["receipt"]["signed"], in_header, "header and body");
+        receipts.push(in_header);
+    }
+    let first = &receipts[0];
+    assert!(first["signature"].is_string(), "{first}");
+    assert!(
+        receipts.iter().all(|r| r == first),
+        "one receipt on every instance: {receipts:?}"
+    );
+    let issued = first["payload"]["issuedAt"].as_u64().unwrap();
+    assert!(
+        issued <= recorded_by,
+        "issuedAt {issued} after the record ({recorded_by})"
+    );
+    // Nothing was settled again, and the shared log shows one settlement.
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(settled_totals().await, 1);
 }

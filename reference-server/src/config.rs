@@ -100,6 +100,17 @@ pub struct Config {
     )]
     pub facilitator_settle_timeout_secs: u64,
 
+    /// After how long, in seconds, a payment left in flight by a request that died (a crash, a kill, a lost
+    /// instance) is reconciled by the background reconciler or the buyer's resend. The engine raises it to
+    /// the settler's longest wait plus a minute (`--facilitator-settle-timeout-secs`,
+    /// `--rpc-receipt-timeout-secs`), so a settlement still under way is never reconciled underneath itself.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_PAYMENT_STALE_AFTER_SECS",
+        default_value_t = 180
+    )]
+    pub payment_stale_after_secs: u64,
+
     /// API token required to register assets and to read the operator endpoints (`Authorization: token
     /// <t>`). Without it POST is refused and a token for the operator endpoints is generated at start and
     /// printed in the banner.
@@ -305,6 +316,7 @@ impl Config {
             facilitator_url: None,
             facilitator_url_token: None,
             facilitator_settle_timeout_secs: 90,
+            payment_stale_after_secs: 180,
             rpc_url: None,
             settler_key: None,
             rpc_receipt_timeout_secs: 60,
@@ -415,6 +427,9 @@ pub struct Settings {
     pub facilitator_url_token: Option<String>,
     /// How long to wait for the facilitator's `/settle`.
     pub facilitator_settle_timeout: Duration,
+    /// After how long an in-flight payment is taken for the leftover of a request that died (the engine
+    /// raises it to the settler's longest wait plus a minute).
+    pub payment_stale_after: Duration,
     /// On-chain settler (`--rpc-url` + `--settler-key`), if any.
     pub onchain: Option<x402_tower::settle::onchain::OnchainSettler>,
     /// The facilitator API: its token (off without one) and limits.
@@ -638,6 +653,13 @@ impl Config {
                 "1 to 600 seconds",
             ));
         }
+        if self.payment_stale_after_secs == 0 || self.payment_stale_after_secs > 86_400 {
+            return Err(invalid(
+                "payment-stale-after-secs",
+                &self.payment_stale_after_secs.to_string(),
+                "1 to 86400 seconds",
+            ));
+        }
         if self.seed_assets > 1_000_000 {
             return Err(invalid(
                 "seed-assets",
@@ -744,6 +766,7 @@ impl Config {
             facilitator_url,
             facilitator_url_token: self.facilitator_url_token.clone(),
             facilitator_settle_timeout: Duration::from_secs(self.facilitator_settle_timeout_secs),
+            payment_stale_after: Duration::from_secs(self.payment_stale_after_secs),
             api_token: self.api_token.clone(),
             operator_token: self.api_token.clone().map_or_else(
                 || OperatorToken::Generated(uuid::Uuid::new_v4().simple().to_string()),

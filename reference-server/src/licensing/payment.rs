@@ -262,6 +262,7 @@ pub(crate) fn x402_layer(
         .settlement_observer(observer)
         .replay_store(store)
         .settle_timing(SettleTiming::BeforeHandler)
+        .stale_after(settings.payment_stale_after)
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, licensing))

@@ -467,6 +467,7 @@ impl RawExtensions {
     }
 
     /// Extensions from the text of a JSON object this crate wrote (not read again).
+    #[cfg(feature = "offer-receipt")]
     pub(crate) fn from_object(raw: Box<RawValue>) -> Self {
         debug_assert!(raw.get().starts_with('{'));
         RawExtensions(raw)

@@ -46,9 +46,7 @@ use crate::proto::{
 };
 use crate::replay::{PaymentState, StoredPayment};
 use crate::settle::{SettleRequest, VerifyOutcome};
-use crate::verify::{
-    RejectReason, checked_authorization, domain_separator, parse_signature_hex, payload_at,
-};
+use crate::verify::{RejectReason, checked_authorization, parse_signature_hex, payload_at};
 
 /// Default of [`FacilitatorPolicy::max_timeout_seconds`].
 pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 600;
@@ -299,8 +297,13 @@ impl PaymentEngine {
             }
             // The facilitator's horizon, not the caller's maxTimeoutSeconds.
             request.offer.max_timeout_seconds = policy.max_timeout_seconds;
-            let separator =
-                domain_separator(request.offer.network.chain_id(), &request.offer.token);
+            // USDC of a known network is remembered; any other token the caller names is not.
+            let known = Token::usdc(&request.offer.network).as_ref() == Some(&request.offer.token);
+            let separator = self.separator(
+                request.offer.network.chain_id(),
+                &request.offer.token,
+                known,
+            );
             let (_, fingerprint) =
                 checked_authorization(&request.payload, &request.offer, &separator, self.now())
                     .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, payer))?;

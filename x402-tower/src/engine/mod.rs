@@ -463,22 +463,30 @@ impl PaymentEngine {
         offers
             .into_iter()
             .map(|o| {
-                let key = (o.network.chain_id(), o.token.clone());
-                let mut cache = self.domains.lock().unwrap_or_else(|e| e.into_inner());
-                let sep = match cache.get(&key) {
-                    Some(s) => *s,
-                    None => {
-                        let s = domain_separator(key.0, &key.1);
-                        if cache.len() < DOMAIN_CACHE {
-                            cache.insert(key, s);
-                        }
-                        s
-                    }
-                };
-                drop(cache);
+                let sep = self.separator(o.network.chain_id(), &o.token, true);
                 CompiledOffer::new(o, sep)
             })
             .collect()
+    }
+
+    /// The EIP-712 domain separator of `token` on `chain_id`, from the cache when it is there. A new one is
+    /// remembered (up to [`DOMAIN_CACHE`]) when `remember`: the offers of the protected routes (the
+    /// operator's), not the terms a facilitator caller chooses, so that callers cannot fill the cache.
+    pub(crate) fn separator(&self, chain_id: u64, token: &Token, remember: bool) -> B256 {
+        let cached = self
+            .domains
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(chain_id, token.clone()))
+            .copied();
+        cached.unwrap_or_else(|| {
+            let s = domain_separator(chain_id, token);
+            let mut cache = self.domains.lock().unwrap_or_else(|e| e.into_inner());
+            if remember && cache.len() < DOMAIN_CACHE {
+                cache.insert((chain_id, token.clone()), s);
+            }
+            s
+        })
     }
 
     fn refuse(&self, reason: RejectReason, version: u8) -> Answer {
@@ -1378,5 +1386,40 @@ async fn release_record(store: &dyn ReplayStore, key: &ReplayKey, revision: u64)
     if let Err(e) = store.release(key, revision).await {
         // The key stays blocked until it expires (or is reconciled): the payer can sign a new authorization.
         warn!(error = %e, "payment store release failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn domain_separators_are_remembered_only_when_asked() {
+        let engine = PaymentEngine::builder()
+            .settler(Arc::new(crate::settle::VerifyOnlySettler))
+            .build()
+            .unwrap();
+        let network: crate::Network = "base-sepolia".parse().unwrap();
+        let chain = network.chain_id();
+        let usdc = Token::usdc(&network).unwrap();
+        let junk = Token::new(alloy_primitives::Address::repeat_byte(7), "Junk", "1", 6);
+        let cached = || engine.domains.lock().unwrap().len();
+        // A token a facilitator caller chose: computed, not remembered.
+        assert_eq!(
+            engine.separator(chain, &junk, false),
+            domain_separator(chain, &junk)
+        );
+        assert_eq!(cached(), 0);
+        // An offer's token: remembered, then found whoever asks.
+        assert_eq!(
+            engine.separator(chain, &usdc, true),
+            domain_separator(chain, &usdc)
+        );
+        assert_eq!(cached(), 1);
+        assert_eq!(
+            engine.separator(chain, &usdc, false),
+            domain_separator(chain, &usdc)
+        );
+        assert_eq!(cached(), 1);
     }
 }

@@ -4,7 +4,7 @@
 //! a 402: docs/bench/reference-server-licensing.md, session 29).
 //!
 //! ```text
-//! cargo build --release -p reference-server -p workspace-tests --example instructions
+//! cargo build --release -p reference-server && cargo build --release -p workspace-tests --example instructions
 //! target/release/examples/instructions [MODE ...] [--requests N] [--functions K] [--keep]
 //! ```
 //!
@@ -77,9 +77,18 @@ fn main() {
     }
     let requests: usize = requests.clamp(MIN_N, MAX_N);
     let bin = server_bin();
+    // `cargo build --example` builds no binary of the server's package: say how old the measured one is.
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .map_or_else(
+            || "age unknown".to_owned(),
+            |age| format!("built {} min ago", age.as_secs() / 60),
+        );
     println!(
-        "instructions per request of {bin} (callgrind, user space): {requests} then {} sequential requests \
-         per mode, one keep-alive connection on 127.0.0.1",
+        "instructions per request of {bin} ({built}; callgrind, user space): {requests} then {} sequential \
+         requests per mode, one keep-alive connection on 127.0.0.1",
         2 * requests
     );
     for mode in &modes {

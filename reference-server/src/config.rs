@@ -104,6 +104,7 @@ pub struct Config {
     /// instance) is reconciled by the background reconciler or the buyer's resend. The engine raises it to
     /// the settler's longest wait plus a minute (`--facilitator-settle-timeout-secs`,
     /// `--rpc-receipt-timeout-secs`), so a settlement still under way is never reconciled underneath itself.
+    /// 10 to 86400.
     #[arg(
         long,
         env = "REFERENCE_SERVER_PAYMENT_STALE_AFTER_SECS",
@@ -653,11 +654,12 @@ impl Config {
                 "1 to 600 seconds",
             ));
         }
-        if self.payment_stale_after_secs == 0 || self.payment_stale_after_secs > 86_400 {
+        // Below 10 s a request that is merely slow (a long queue of writes) could be taken for dead.
+        if !(10..=86_400).contains(&self.payment_stale_after_secs) {
             return Err(invalid(
                 "payment-stale-after-secs",
                 &self.payment_stale_after_secs.to_string(),
-                "1 to 86400 seconds",
+                "10 to 86400 seconds",
             ));
         }
         if self.seed_assets > 1_000_000 {

@@ -848,14 +848,14 @@ async fn a_pending_payment_left_by_a_kill_9_is_settled_at_restart_and_every_inst
 
 #[tokio::test]
 async fn the_stale_after_flag_reaches_the_engine_raised_to_the_settlers_longest_wait() {
-    let verify_only = TestServer::start_with(|c| c.payment_stale_after_secs = 5).await;
+    let verify_only = TestServer::start_with(|c| c.payment_stale_after_secs = 10).await;
     assert_eq!(
         verify_only.state.payments.engine().stale_after(),
-        std::time::Duration::from_secs(5)
+        std::time::Duration::from_secs(10)
     );
     let (facilitator, _) = flaky_facilitator(0).await;
     let facilitated = TestServer::start_with(|c| {
-        c.payment_stale_after_secs = 5;
+        c.payment_stale_after_secs = 10;
         c.facilitator_url = Some(facilitator);
         c.facilitator_settle_timeout_secs = 3;
     })
@@ -865,9 +865,11 @@ async fn the_stale_after_flag_reaches_the_engine_raised_to_the_settlers_longest_
         std::time::Duration::from_secs(63)
     );
     let mut config = reference_server::Config::for_tests();
-    config.payment_stale_after_secs = 0;
-    let err = config.validate().unwrap_err().to_string();
-    assert!(err.contains("payment-stale-after-secs"), "{err}");
+    for refused in [0, 9, 86_401] {
+        config.payment_stale_after_secs = refused;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("payment-stale-after-secs"), "{refused}: {err}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -880,7 +882,7 @@ async fn a_payment_in_flight_when_its_instance_is_killed_is_reconciled_once_stal
     // is stale, a resend to the restarted A (or its reconciler, whichever comes first) reconciles it with
     // the facilitator, which settles it now: delivered, with one signed receipt on both instances, one
     // settlement recorded and the facilitator asked exactly twice.
-    let mut pair = FlakyPair::start("3", &["--payment-stale-after-secs", "1"]).await;
+    let mut pair = FlakyPair::start("3", &["--payment-stale-after-secs", "10"]).await;
     let dying = tokio::spawn(pair.buy(&pair.a.base));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while pair.settle_calls() == 0 {

@@ -363,7 +363,19 @@ impl SignedReceipt {
             #[serde(borrow)]
             receipt: &'a serde_json::value::RawValue,
         }
-        let entry = settlement.extensions.as_ref()?.raw(KEY)?;
+        /// Extensions of this one entry alone, as [`OfferReceipt`] writes a settlement's: read in one pass.
+        /// Any other key, or this one twice, fails, and the general path below answers.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Only<'a> {
+            #[serde(rename = "offer-receipt", borrow)]
+            entry: Entry<'a>,
+        }
+        let extensions = settlement.extensions.as_ref()?;
+        if let Ok(only) = serde_json::from_str::<Only<'_>>(extensions.as_str()) {
+            return Some(only.entry.info.receipt);
+        }
+        let entry = extensions.raw(KEY)?;
         serde_json::from_str::<Entry<'_>>(entry.get())
             .ok()
             .map(|e| e.info.receipt)
@@ -798,6 +810,60 @@ mod tests {
             r.typed().eip712_signing_hash(&domain("x402 receipt"))
         );
         assert_ne!(*OFFER_DOMAIN, *RECEIPT_DOMAIN);
+    }
+
+    #[test]
+    fn the_receipt_text_is_found_whatever_else_the_extensions_hold() {
+        let receipt_in = |extensions: &str| {
+            let settlement: SettleResponse = serde_json::from_str(&format!(
+                r#"{{"success": true, "transaction": "0x01", "network": "eip155:8453", "extensions": {extensions}}}"#
+            ))
+            .unwrap();
+            SignedReceipt::text_in(&settlement).map(|r| r.get().to_owned())
+        };
+        let entry = |r: &str| format!(r#"{{"info": {{"receipt": {r}}}, "schema": {{}}}}"#);
+        // The entry alone (as this crate writes it): one pass.
+        assert_eq!(
+            receipt_in(&format!(r#"{{"offer-receipt": {}}}"#, entry("[1]"))).as_deref(),
+            Some("[1]")
+        );
+        // The key written with an escape is the same key.
+        assert_eq!(
+            receipt_in(&format!(r#"{{"offer\u002dreceipt": {}}}"#, entry("[1]"))).as_deref(),
+            Some("[1]")
+        );
+        // Beside other entries, before or after them.
+        assert_eq!(
+            receipt_in(&format!(
+                r#"{{"bazaar": {{}}, "offer-receipt": {}}}"#,
+                entry("[2]")
+            ))
+            .as_deref(),
+            Some("[2]")
+        );
+        assert_eq!(
+            receipt_in(&format!(
+                r#"{{"offer-receipt": {}, "bazaar": {{}}}}"#,
+                entry("[3]")
+            ))
+            .as_deref(),
+            Some("[3]")
+        );
+        // Twice: the last one, as `RawExtensions::raw` finds it.
+        assert_eq!(
+            receipt_in(&format!(
+                r#"{{"offer-receipt": {}, "offer-receipt": {}}}"#,
+                entry("[4]"),
+                entry("[5]")
+            ))
+            .as_deref(),
+            Some("[5]")
+        );
+        // No receipt in the entry, or no entry.
+        assert_eq!(receipt_in(r#"{"offer-receipt": {"info": {}}}"#), None);
+        assert_eq!(receipt_in(r#"{"offer-receipt": 7}"#), None);
+        assert_eq!(receipt_in(r#"{"bazaar": {}}"#), None);
+        assert_eq!(receipt_in("{}"), None);
     }
 
     #[test]

@@ -256,10 +256,7 @@ async fn a_payment_reconciled_on_a_resend_answers_the_same_receipt_every_time() 
     for timing in [SettleTiming::BeforeHandler, SettleTiming::AfterResponse] {
         let clock = Arc::new(AtomicU64::new(now()));
         let c = clock.clone();
-        let settler = Scripted::new(SettleOutcome::Unknown {
-            message: "no receipt yet".into(),
-            transaction: Some(format!("0x{}", "ab".repeat(32))),
-        });
+        let settler = pending_settler();
         let issuer = issuer();
         let layer = config()
             .settler(settler.clone())
@@ -270,12 +267,7 @@ async fn a_payment_reconciled_on_a_resend_answers_the_same_receipt_every_time() 
             .unwrap();
         let inner = Inner::new();
         let header = v2_header(41);
-        let resend = || {
-            send(
-                layer.layer(inner.service(StatusCode::OK)),
-                req("/report", &[("payment-signature", &header)]),
-            )
-        };
+        let resend = || resend_to(&layer, &inner, &header);
         let pending = resend().await;
         assert_eq!(pending.status, StatusCode::PAYMENT_REQUIRED, "{timing:?}");
         settler.reconcile_to(settled_outcome());
@@ -293,6 +285,23 @@ async fn a_payment_reconciled_on_a_resend_answers_the_same_receipt_every_time() 
     }
 }
 
+/// A settler whose settlement's outcome is unknown (broadcast, no receipt yet) until `reconcile_to` says.
+fn pending_settler() -> Arc<Scripted> {
+    Scripted::new(SettleOutcome::Unknown {
+        message: "no receipt yet".into(),
+        transaction: Some(format!("0x{}", "ab".repeat(32))),
+    })
+}
+
+/// The payment `header` sent (again) to `/report` behind `layer`.
+async fn resend_to(layer: &x402_tower::X402Layer, inner: &Inner, header: &str) -> Answer {
+    send(
+        layer.layer(inner.service(StatusCode::OK)),
+        req("/report", &[("payment-signature", header)]),
+    )
+    .await
+}
+
 fn now_of(clock: &std::sync::atomic::AtomicU64) -> u64 {
     clock.load(std::sync::atomic::Ordering::SeqCst)
 }
@@ -306,10 +315,7 @@ async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by
     let clock = Arc::new(AtomicU64::new(now()));
     let store: Arc<dyn x402_tower::ReplayStore> =
         Arc::new(x402_tower::InMemoryReplayStore::default());
-    let settler = Scripted::new(SettleOutcome::Unknown {
-        message: "no receipt yet".into(),
-        transaction: Some(format!("0x{}", "ab".repeat(32))),
-    });
+    let settler = pending_settler();
     let instance = || {
         let c = clock.clone();
         config()
@@ -323,12 +329,7 @@ async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by
     let (a, b) = (instance(), instance());
     let inner = Inner::new();
     let header = v2_header(43);
-    let resend = |layer: &x402_tower::X402Layer| {
-        send(
-            layer.layer(inner.service(StatusCode::OK)),
-            req("/report", &[("payment-signature", &header)]),
-        )
-    };
+    let resend = |layer| resend_to(layer, &inner, &header);
     assert_eq!(resend(&a).await.status, StatusCode::PAYMENT_REQUIRED);
     // The chain mined it; the background reconciler records the settlement (no receipt: no route).
     settler.reconcile_to(settled_outcome());
@@ -363,10 +364,7 @@ async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by
 /// payment is settled once.
 #[tokio::test]
 async fn concurrent_resends_of_a_reconciled_payment_answer_one_receipt() {
-    let settler = Scripted::new(SettleOutcome::Unknown {
-        message: "no receipt yet".into(),
-        transaction: Some(format!("0x{}", "ab".repeat(32))),
-    });
+    let settler = pending_settler();
     let layer = config()
         .settler(settler.clone())
         .offer_receipt(issuer())
@@ -374,12 +372,7 @@ async fn concurrent_resends_of_a_reconciled_payment_answer_one_receipt() {
         .unwrap();
     let inner = Inner::new();
     let header = v2_header(47);
-    let resend = || {
-        send(
-            layer.layer(inner.service(StatusCode::OK)),
-            req("/report", &[("payment-signature", &header)]),
-        )
-    };
+    let resend = || resend_to(&layer, &inner, &header);
     assert_eq!(resend().await.status, StatusCode::PAYMENT_REQUIRED);
     settler.reconcile_to(settled_outcome());
     let (a, b, c) = tokio::join!(resend(), resend(), resend());

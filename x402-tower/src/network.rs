@@ -240,6 +240,16 @@ impl Token {
         })
     }
 
+    /// Whether this is USDC of `network` as [`NETWORKS`] knows it ([`Token::usdc`], without building it).
+    pub(crate) fn is_usdc_on(&self, network: &Network) -> bool {
+        network.info.is_some_and(|i| {
+            self.address == i.usdc_address
+                && self.name == i.usdc_name
+                && self.version == i.usdc_version
+                && self.decimals == USDC_DECIMALS
+        })
+    }
+
     /// Any EIP-3009 token, for example USDC deployed on a local chain.
     pub fn new(
         address: Address,
@@ -259,6 +269,22 @@ impl Token {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usdc_is_recognised_without_being_built() {
+        let network: Network = "base".parse().unwrap();
+        let usdc = Token::usdc(&network).unwrap();
+        assert!(usdc.is_usdc_on(&network));
+        assert!(!usdc.is_usdc_on(&"base-sepolia".parse().unwrap()));
+        assert!(!usdc.is_usdc_on(&"eip155:31337".parse().unwrap()));
+        let renamed = Token::new(
+            usdc.address,
+            "Renamed Coin",
+            usdc.version.clone(),
+            usdc.decimals,
+        );
+        assert!(!renamed.is_usdc_on(&network));
+    }
 
     #[test]
     fn table_is_consistent() {

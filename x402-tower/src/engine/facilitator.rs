@@ -298,7 +298,7 @@ impl PaymentEngine {
             // The facilitator's horizon, not the caller's maxTimeoutSeconds.
             request.offer.max_timeout_seconds = policy.max_timeout_seconds;
             // USDC of a known network is remembered; any other token the caller names is not.
-            let known = Token::usdc(&request.offer.network).as_ref() == Some(&request.offer.token);
+            let known = request.offer.token.is_usdc_on(&request.offer.network);
             let separator = self.separator(
                 request.offer.network.chain_id(),
                 &request.offer.token,

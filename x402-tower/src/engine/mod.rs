@@ -214,6 +214,10 @@ enum Admitted {
     Answer(Answer),
 }
 
+/// A cached domain separator of a (chain, token contract): the token's EIP-712 name and version it was
+/// computed for, and the separator.
+type DomainEntry = (String, String, B256);
+
 /// The one engine behind every door. Build it with [`PaymentEngine::builder`]; share it with `Arc`.
 pub struct PaymentEngine {
     settler: Arc<dyn Settler>,
@@ -226,7 +230,7 @@ pub struct PaymentEngine {
     verify_only_warned: std::sync::atomic::AtomicBool,
     pub(crate) metrics: Arc<X402Metrics>,
     clock: Clock,
-    domains: Mutex<HashMap<(u64, Token), B256>>,
+    domains: Mutex<HashMap<(u64, alloy_primitives::Address), DomainEntry>>,
     /// Offers compiled once per distinct list (a price source returns the same few lists again and again).
     compiled: Mutex<HashMap<Vec<PaymentOffer>, Arc<[CompiledOffer]>>>,
 }
@@ -473,17 +477,19 @@ impl PaymentEngine {
     /// remembered (up to [`DOMAIN_CACHE`]) when `remember`: the offers of the protected routes (the
     /// operator's), not the terms a facilitator caller chooses, so that callers cannot fill the cache.
     pub(crate) fn separator(&self, chain_id: u64, token: &Token, remember: bool) -> B256 {
-        let cached = self
-            .domains
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(chain_id, token.clone()))
-            .copied();
+        let key = (chain_id, token.address);
+        let lock = || self.domains.lock().unwrap_or_else(|e| e.into_inner());
+        // Looked up by reference: nothing is cloned or allocated for a separator already there.
+        let cached = lock().get(&key).and_then(|(name, version, s)| {
+            (*name == token.name && *version == token.version).then_some(*s)
+        });
         cached.unwrap_or_else(|| {
             let s = domain_separator(chain_id, token);
-            let mut cache = self.domains.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cache = lock();
             if remember && cache.len() < DOMAIN_CACHE {
-                cache.insert((chain_id, token.clone()), s);
+                cache
+                    .entry(key)
+                    .or_insert_with(|| (token.name.clone(), token.version.clone(), s));
             }
             s
         })
@@ -1421,5 +1427,19 @@ mod tests {
             domain_separator(chain, &usdc)
         );
         assert_eq!(cached(), 1);
+        // The same contract under another name is another domain: not the cached separator.
+        let renamed = Token::new(usdc.address, "Renamed Coin", usdc.version.clone(), 6);
+        assert_eq!(
+            engine.separator(chain, &renamed, true),
+            domain_separator(chain, &renamed)
+        );
+        assert_ne!(
+            domain_separator(chain, &renamed),
+            domain_separator(chain, &usdc)
+        );
+        assert_eq!(
+            engine.separator(chain, &usdc, false),
+            domain_separator(chain, &usdc)
+        );
     }
 }

@@ -907,24 +907,39 @@ async fn a_payment_in_flight_when_its_instance_is_killed_is_reconciled_once_stal
     );
     assert_eq!(pair.settle_calls(), 1, "nothing asked while in flight");
 
-    // Stale after 63 s: the buyer keeps resending to the restarted instance until it is delivered.
+    // Stale after 63 s: the buyer keeps resending, a copy to the restarted instance and one to B at the
+    // same time, until it is delivered. Whichever claims the stale record reconciles it; the other copy
+    // waits for that record and answers the same.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let delivered = loop {
+    let (delivered, copy) = loop {
         assert!(
             std::time::Instant::now() < deadline,
             "the payment was never reconciled"
         );
-        let resp = pair.buy(&restarted.base).await.unwrap();
-        if resp.status() == 200 {
-            break resp;
+        let (resp, copy) = tokio::join!(pair.buy(&restarted.base), pair.buy(&pair.b.base));
+        let (resp, copy) = (resp.unwrap(), copy.unwrap());
+        if resp.status() == 200 || copy.status() == 200 {
+            break (resp, copy);
         }
-        assert_eq!(resp.status(), 402);
-        assert_eq!(
-            decode_header(&resp, "payment-response")["errorReason"],
-            "settlement_pending"
-        );
+        for r in [&resp, &copy] {
+            assert_eq!(r.status(), 402);
+            assert_eq!(
+                decode_header(r, "payment-response")["errorReason"],
+                "settlement_pending"
+            );
+        }
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     };
+    assert_eq!(
+        delivered.status(),
+        200,
+        "the copy on the restarted instance"
+    );
+    assert_eq!(copy.status(), 200, "the concurrent copy on B");
+    assert_eq!(
+        decode_header(&copy, "payment-response"),
+        decode_header(&delivered, "payment-response")
+    );
     let settlement = decode_header(&delivered, "payment-response");
     assert_eq!(settlement["transaction"], TX);
     let receipt = signed_receipt(&settlement);

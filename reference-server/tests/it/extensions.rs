@@ -9,6 +9,7 @@ use x402_tower::offer_receipt::{ReceiptCheck, SignedOffer, SignedReceipt};
 
 use crate::common::{Payer, TestServer, decode_header};
 use crate::licensing::{ARTICLE, json as json_body, offer};
+use crate::payments::signed_receipt;
 
 async fn signer_of(server: &TestServer) -> Address {
     let published = json_body(server.get("/receipts/signer").await).await;
@@ -40,7 +41,7 @@ async fn offers_and_receipts_are_signed_by_the_published_key_and_the_receipt_is_
     let resp = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
     assert_eq!(resp.status(), 200);
     let settle = decode_header(&resp, "payment-response");
-    let in_header = settle["extensions"]["offer-receipt"]["info"]["receipt"].clone();
+    let in_header = signed_receipt(&settle);
     let body = json_body(resp).await;
     assert_eq!(body["receipt"]["signed"], in_header);
     let receipt: SignedReceipt = serde_json::from_value(in_header).unwrap();

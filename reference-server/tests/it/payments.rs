@@ -776,7 +776,7 @@ impl FlakyPair {
 }
 
 /// The signed receipt in a settlement's `offer-receipt` extension.
-fn signed_receipt(settlement: &Value) -> Value {
+pub(crate) fn signed_receipt(settlement: &Value) -> Value {
     settlement["extensions"]["offer-receipt"]["info"]["receipt"].clone()
 }
 

@@ -102,8 +102,9 @@ pub struct Config {
 
     /// After how long, in seconds, a payment left in flight by a request that died (a crash, a kill, a lost
     /// instance) is reconciled by the background reconciler or the buyer's resend. The engine raises it to
-    /// the settler's longest wait plus a minute (`--facilitator-settle-timeout-secs`,
-    /// `--rpc-receipt-timeout-secs`), so a settlement still under way is never reconciled underneath itself.
+    /// the settler's longest wait plus a minute (`--facilitator-settle-timeout-secs`, or
+    /// `--rpc-receipt-timeout-secs` and five `--rpc-timeout-secs`), so a settlement still under way is never
+    /// reconciled underneath itself.
     /// 10 to 86400.
     #[arg(
         long,
@@ -182,6 +183,12 @@ pub struct Config {
         default_value_t = 60
     )]
     pub rpc_receipt_timeout_secs: u64,
+
+    /// With `--rpc-url`: how long one JSON-RPC call may take, in seconds (1 to 120). A settlement's send
+    /// phase is at most five calls in a row, so this also sets how soon a payment left in flight by a dead
+    /// process can be reconciled (`--payment-stale-after-secs`).
+    #[arg(long, env = "REFERENCE_SERVER_RPC_TIMEOUT_SECS", default_value_t = 10)]
+    pub rpc_timeout_secs: u64,
 
     /// Bearer token that callers of the facilitator API (`/facilitator/*`) must send
     /// (`Authorization: Bearer <t>`). Without it the facilitator API is off.
@@ -321,6 +328,7 @@ impl Config {
             rpc_url: None,
             settler_key: None,
             rpc_receipt_timeout_secs: 60,
+            rpc_timeout_secs: 10,
             facilitator_token: None,
             facilitator_max_timeout_secs: 600,
             facilitator_pay_to: Vec::new(),
@@ -687,9 +695,17 @@ impl Config {
                         "1 to 3600 seconds",
                     ));
                 }
+                if !(1..=120).contains(&self.rpc_timeout_secs) {
+                    return Err(invalid(
+                        "rpc-timeout-secs",
+                        &self.rpc_timeout_secs.to_string(),
+                        "1 to 120 seconds",
+                    ));
+                }
                 Some(
                     x402_tower::settle::onchain::OnchainSettler::builder(url.clone(), key.clone())
                         .receipt_timeout(Duration::from_secs(self.rpc_receipt_timeout_secs))
+                        .rpc_timeout(Duration::from_secs(self.rpc_timeout_secs))
                         .build()
                         .map_err(|e| invalid("settler-key", "<hidden>", e.to_string()))?,
                 )

@@ -420,6 +420,13 @@ mod stale_tests {
         config.rpc_receipt_timeout_secs = 900;
         // The receipt wait, the send phase (five JSON-RPC calls of at most 10 s) and a minute.
         assert_eq!(stale_after(&config), 900 + 50 + 60);
+        config.rpc_timeout_secs = 2;
+        assert_eq!(stale_after(&config), 900 + 10 + 60);
+        for refused in [0, 121] {
+            config.rpc_timeout_secs = refused;
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains("rpc-timeout-secs"), "{refused}: {err}");
+        }
     }
 }
 

@@ -20,16 +20,23 @@
 //!    the token really is in it, then reports the transaction hash.
 //!
 //! Outcomes: a failure before broadcast is [`SettleOutcome::Failed`] with `authorization_still_usable: true`;
-//! a reverted transaction is `Failed` too, still usable only if `authorizationState(from, nonce)` is false; a
+//! a reverted transaction is `Failed` and still usable when `authorizationState(from, nonce)` is false; a
 //! broadcast whose receipt does not come in time (or a send whose answer was lost) is
 //! [`SettleOutcome::Unknown`] with the transaction hash: not a success, not a failure. Node and gas errors are
 //! reported in the message, never swallowed.
 //!
+//! **An authorization used by another transaction.** When ours reverted because the nonce is used, or no
+//! transaction of ours is known (the process died awaiting its receipt, so its hash was never recorded), the
+//! token's own `AuthorizationUsed` / `AuthorizationCanceled` log for `(from, nonce)` names the transaction
+//! (searched in the last [`OnchainSettlerBuilder::log_lookback_blocks`] blocks): if it logged the payment's
+//! `Transfer(from, to, value)`, the payment is **settled** with that transaction, whoever sent it (the
+//! payer's money moved exactly as signed); cancelled by the payer, or a transfer under the same nonce that
+//! is not this payment: failed for good; no log in reach: unknown (pending), never refused.
+//!
 //! **Reconciliation** ([`Settler::reconcile`]) never broadcasts: it reads the receipt of the reported
 //! transaction (mined: judged as above); a transaction the node still holds stays unknown; with no
 //! transaction (or a dropped one) `authorizationState(from, nonce)` decides: unused → failed and still usable
-//! (the engine settles anew), used → failed for good (spent by a transaction this settler did not send, or
-//! cancelled by the payer).
+//! (the engine settles anew), used → decided by the transaction that used it, as above.
 //!
 //! **Relayer nonces.** One relayer key serves concurrent settlements: a local nonce manager hands out
 //! consecutive nonces (read once with `eth_getTransactionCount(relayer, "pending")`) and only the signing and
@@ -105,6 +112,10 @@ sol! {
     function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
     /// ERC-20 `Transfer`.
     event Transfer(address indexed from, address indexed to, uint256 value);
+    /// EIP-3009: the authorization was used (by `transferWithAuthorization` or `receiveWithAuthorization`).
+    event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
+    /// EIP-3009: the authorizer cancelled the authorization.
+    event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
 }
 
 /// Why an [`OnchainSettler`] could not be built.
@@ -131,6 +142,7 @@ pub struct OnchainSettlerBuilder {
     poll_interval: Duration,
     gas_margin_percent: u64,
     fee_quote_ttl: Duration,
+    log_lookback_blocks: u64,
 }
 
 impl OnchainSettlerBuilder {
@@ -169,6 +181,16 @@ impl OnchainSettlerBuilder {
         self
     }
 
+    /// How many blocks back (from the latest) the token's `AuthorizationUsed` / `AuthorizationCanceled` logs
+    /// are searched when an authorization turns out used and the transaction that used it is not the one
+    /// this settler is waiting for (default 10,000: 5.5 hours of 2-second blocks, 33 hours of 12-second
+    /// ones, and the widest range most JSON-RPC providers answer). A use older than that leaves the payment
+    /// unknown (`settlement_pending`), never refused.
+    pub fn log_lookback_blocks(mut self, blocks: u64) -> Self {
+        self.log_lookback_blocks = blocks;
+        self
+    }
+
     /// Builds the settler. Nothing is sent to the node yet.
     pub fn build(self) -> Result<OnchainSettler, OnchainConfigError> {
         let signer = SecretSigner::from_hex(&self.relayer_key).ok_or_else(|| {
@@ -195,6 +217,7 @@ impl OnchainSettlerBuilder {
                 gas_margin_percent: self.gas_margin_percent,
                 fees: Shared::new(),
                 fee_quote_ttl: self.fee_quote_ttl,
+                log_lookback_blocks: self.log_lookback_blocks,
             }),
         })
     }
@@ -221,6 +244,7 @@ struct Inner {
     /// The fee quote, shared for `fee_quote_ttl`.
     fees: Shared<FeeQuote>,
     fee_quote_ttl: Duration,
+    log_lookback_blocks: u64,
 }
 
 /// `eth_gasPrice` and `eth_maxPriorityFeePerGas` as the node answered them.
@@ -258,6 +282,26 @@ struct Log {
     data: Bytes,
 }
 
+impl Receipt {
+    fn succeeded(&self) -> bool {
+        self.status.as_deref().and_then(hex_u64) == Some(1)
+    }
+
+    /// Whether the token logged the payment's `Transfer(from, to, value)` in this transaction.
+    fn pays(&self, request: &SettleRequest) -> bool {
+        let auth = &request.payload.exact().authorization;
+        self.logs.iter().any(|log| {
+            log.address == request.offer.token.address
+                && log.topics.len() == 3
+                && log.topics[0] == Transfer::SIGNATURE_HASH
+                && log.topics[1] == auth.from.into_word()
+                && log.topics[2] == auth.to.into_word()
+                && log.data.len() == 32
+                && U256::from_be_slice(&log.data) == auth.value
+        })
+    }
+}
+
 impl OnchainSettler {
     /// Starts a builder from the JSON-RPC URL and the relayer's private key (hex, with or without `0x`).
     pub fn builder(
@@ -272,6 +316,7 @@ impl OnchainSettler {
             poll_interval: Duration::from_millis(20),
             gas_margin_percent: 20,
             fee_quote_ttl: Duration::from_secs(1),
+            log_lookback_blocks: 10_000,
         }
     }
 
@@ -293,11 +338,8 @@ impl OnchainSettler {
         let hash = self.inner.send_tx(TxKind::Create, init_code).await?;
         let unknown = |message: String| SendError::Unknown { message, hash };
         let receipt = self.inner.wait_receipt(hash).await.map_err(unknown)?;
-        match (
-            receipt.status.as_deref().and_then(hex_u64),
-            receipt.contract_address,
-        ) {
-            (Some(1), Some(address)) => Ok(address),
+        match (receipt.succeeded(), receipt.contract_address) {
+            (true, Some(address)) => Ok(address),
             _ => Err(SendError::NotSent {
                 reason: "unexpected_settle_error",
                 message: format!("deployment {hash} reverted"),
@@ -309,7 +351,7 @@ impl OnchainSettler {
     /// `Ok(false)` mined and reverted, `Err` no receipt in time (it may still be mined).
     pub async fn transaction_succeeded(&self, hash: B256) -> Result<bool, String> {
         let receipt = self.inner.wait_receipt(hash).await?;
-        Ok(receipt.status.as_deref().and_then(hex_u64) == Some(1))
+        Ok(receipt.succeeded())
     }
 
     /// `eth_call` of `to` with `input` at the latest block.
@@ -670,32 +712,25 @@ impl Inner {
     }
 
     /// What a mined transaction did to the payment: settled when it succeeded with the expected
-    /// `Transfer(from, to, value)` log, failed otherwise (still usable only if the nonce is unused).
+    /// `Transfer(from, to, value)` log. Reverted: still usable if the nonce is unused, else decided by the
+    /// transaction that did use it ([`Inner::used_elsewhere`]); unknown while the nonce cannot be read.
     async fn judge(&self, request: &SettleRequest, hash: B256, receipt: &Receipt) -> SettleOutcome {
-        let auth = &request.payload.exact().authorization;
-        if receipt.status.as_deref().and_then(hex_u64) != Some(1) {
-            let used = self.authorization_used(request).await;
-            let mut message = format!("transaction {hash} reverted");
-            if let Err(e) = &used {
-                // Cannot tell whether the nonce is spent: keep the reservation, and say why.
-                message.push_str(&format!("; authorizationState unknown: {e}"));
-            }
-            return SettleOutcome::Failed {
-                reason: "invalid_transaction_state".to_owned(),
-                message: Some(message),
-                authorization_still_usable: matches!(used, Ok(false)),
+        if !receipt.succeeded() {
+            let reverted = format!("transaction {hash} reverted");
+            return match self.authorization_used(request).await {
+                Ok(false) => SettleOutcome::Failed {
+                    reason: "invalid_transaction_state".to_owned(),
+                    message: Some(reverted),
+                    authorization_still_usable: true,
+                },
+                Ok(true) => self.used_elsewhere(request, Some(hash), &reverted).await,
+                Err(e) => SettleOutcome::Unknown {
+                    message: format!("{reverted}; authorizationState unreadable: {e}"),
+                    transaction: Some(format!("{hash}")),
+                },
             };
         }
-        let moved = receipt.logs.iter().any(|log| {
-            log.address == request.offer.token.address
-                && log.topics.len() == 3
-                && log.topics[0] == Transfer::SIGNATURE_HASH
-                && log.topics[1] == auth.from.into_word()
-                && log.topics[2] == auth.to.into_word()
-                && log.data.len() == 32
-                && U256::from_be_slice(&log.data) == auth.value
-        });
-        if !moved {
+        if !receipt.pays(request) {
             return SettleOutcome::Failed {
                 reason: "invalid_transaction_state".to_owned(),
                 message: Some(format!(
@@ -704,11 +739,108 @@ impl Inner {
                 authorization_still_usable: false,
             };
         }
+        self.settled(request, hash)
+    }
+
+    fn settled(&self, request: &SettleRequest, hash: B256) -> SettleOutcome {
         SettleOutcome::Settled {
             transaction: format!("{hash}"),
-            payer: auth.from,
+            payer: request.payload.exact().authorization.from,
             network: request.wire_network(),
         }
+    }
+
+    /// The authorization is used on chain, and not by `ours` (a transaction of this settler that reverted,
+    /// or none is known): the token's own `AuthorizationUsed` / `AuthorizationCanceled` log says by which
+    /// transaction. Whoever sent it, a transaction that used this authorization and logged its
+    /// `Transfer(from, to, value)` moved exactly what the payer signed for this offer: **settled**, with
+    /// that transaction (a relayer killed while awaiting its receipt, a second broadcast that lost the race
+    /// to the first, a third party who broadcast the signed authorization). Cancelled by the payer, or used
+    /// for another transfer under the same nonce: failed for good. No log within
+    /// [`OnchainSettlerBuilder::log_lookback_blocks`], or the node cannot answer: unknown, so the payment
+    /// stays pending instead of being refused after its money may have moved.
+    async fn used_elsewhere(
+        &self,
+        request: &SettleRequest,
+        ours: Option<B256>,
+        context: &str,
+    ) -> SettleOutcome {
+        let unknown = |message: String, transaction: Option<B256>| SettleOutcome::Unknown {
+            message: format!("{context}; {message}"),
+            transaction: transaction.or(ours).map(|t| format!("{t}")),
+        };
+        let found = match self.authorization_log(request).await {
+            Ok(found) => found,
+            Err(e) => {
+                return unknown(
+                    format!("the token's authorization logs unreadable: {e}"),
+                    None,
+                );
+            }
+        };
+        let Some((event, hash)) = found else {
+            return unknown(
+                format!(
+                    "the authorization is used, and the token logged no use of it in the last {} blocks",
+                    self.log_lookback_blocks
+                ),
+                None,
+            );
+        };
+        let spent = |message: String| SettleOutcome::Failed {
+            reason: RejectReason::NonceAlreadyUsed.as_str().to_owned(),
+            message: Some(format!("{context}; {message}")),
+            authorization_still_usable: false,
+        };
+        if event == AuthorizationCanceled::SIGNATURE_HASH {
+            return spent(format!("the payer cancelled the authorization in {hash}"));
+        }
+        match self
+            .rpc
+            .by_hash::<Option<Receipt>>("eth_getTransactionReceipt", hash)
+            .await
+        {
+            Ok(Some(receipt)) if receipt.succeeded() && receipt.pays(request) => {
+                self.settled(request, hash)
+            }
+            Ok(Some(_)) => spent(format!(
+                "transaction {hash} used the nonce without paying this offer"
+            )),
+            Ok(None) => unknown(format!("the receipt of {hash} is gone"), Some(hash)),
+            Err(e) => unknown(format!("receipt of {hash} unreadable: {e}"), Some(hash)),
+        }
+    }
+
+    /// The token's `AuthorizationUsed` or `AuthorizationCanceled` log for the payment's `(from, nonce)` in
+    /// the last `log_lookback_blocks` blocks: its event and transaction.
+    async fn authorization_log(
+        &self,
+        request: &SettleRequest,
+    ) -> Result<Option<(B256, B256)>, RpcError> {
+        let auth = &request.payload.exact().authorization;
+        let latest = self.rpc.block_number().await?;
+        let filter = json!({
+            "address": request.offer.token.address,
+            "fromBlock": format!("{:#x}", latest.saturating_sub(self.log_lookback_blocks)),
+            "toBlock": format!("{latest:#x}"),
+            "topics": [
+                [AuthorizationUsed::SIGNATURE_HASH, AuthorizationCanceled::SIGNATURE_HASH],
+                auth.from.into_word(),
+                auth.nonce,
+            ],
+        });
+        let logs: Vec<rpc::FoundLog> = self.rpc.logs(filter).await?;
+        // A nonce is used or cancelled once; a log of a block since reorganised away is `removed`.
+        Ok(logs.into_iter().rev().find_map(|log| {
+            let event = *log.topics.first()?;
+            let matches = !log.removed
+                && log.address == request.offer.token.address
+                && log.topics.get(1) == Some(&auth.from.into_word())
+                && log.topics.get(2) == Some(&auth.nonce)
+                && (event == AuthorizationUsed::SIGNATURE_HASH
+                    || event == AuthorizationCanceled::SIGNATURE_HASH);
+            matches.then_some((event, log.transaction_hash?))
+        }))
     }
 
     /// Reconciles an unknown outcome from the chain, never broadcasting: the receipt of `transaction` when
@@ -740,21 +872,21 @@ impl Inner {
                 Err(e) => return unknown(format!("transaction {hash} unreadable: {e}")),
             }
         }
-        // No transaction of ours is known to the node (never sent, or dropped).
+        // No transaction of ours is known to the node (never sent, dropped, or its hash was never
+        // recorded: the process died awaiting its receipt).
         match self.authorization_used(request).await {
             Ok(false) => SettleOutcome::Failed {
                 reason: "unexpected_settle_error".to_owned(),
                 message: Some("no settlement transaction reached the chain".to_owned()),
                 authorization_still_usable: true,
             },
-            Ok(true) => SettleOutcome::Failed {
-                reason: RejectReason::NonceAlreadyUsed.as_str().to_owned(),
-                message: Some(
-                    "the authorization was used or cancelled by a transaction this settler did not send"
-                        .to_owned(),
-                ),
-                authorization_still_usable: false,
-            },
+            Ok(true) => {
+                let context = match hash {
+                    Some(hash) => format!("transaction {hash} is unknown to the node"),
+                    None => "no settlement transaction is recorded".to_owned(),
+                };
+                self.used_elsewhere(request, hash, &context).await
+            }
             Err(e) => unknown(format!("authorizationState unreadable: {e}")),
         }
     }

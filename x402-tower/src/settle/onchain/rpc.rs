@@ -101,6 +101,17 @@ pub(crate) fn call_request(from: Option<Address>, to: Address, data: Bytes) -> T
     }
 }
 
+/// The part of an `eth_getLogs` entry the settler reads.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FoundLog {
+    pub(crate) address: Address,
+    pub(crate) topics: Vec<B256>,
+    pub(crate) transaction_hash: Option<B256>,
+    #[serde(default)]
+    pub(crate) removed: bool,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Rpc {
     provider: RootProvider,
@@ -161,6 +172,21 @@ impl Rpc {
         let r = self.provider.send_raw_transaction(raw).await;
         r.map(|pending| *pending.tx_hash())
             .map_err(|e| RpcError::from_transport("eth_sendRawTransaction", e))
+    }
+
+    /// `eth_blockNumber`.
+    pub(crate) async fn block_number(&self) -> Result<u64, RpcError> {
+        let r = self.provider.get_block_number().await;
+        r.map_err(|e| RpcError::from_transport("eth_blockNumber", e))
+    }
+
+    /// `eth_getLogs` with `filter` (a JSON filter object).
+    pub(crate) async fn logs(&self, filter: serde_json::Value) -> Result<Vec<FoundLog>, RpcError> {
+        let r = self
+            .provider
+            .raw_request(Cow::Borrowed("eth_getLogs"), (filter,))
+            .await;
+        r.map_err(|e| RpcError::from_transport("eth_getLogs", e))
     }
 
     /// A method taking one transaction hash (`eth_getTransactionReceipt`, `eth_getTransactionByHash`), its

@@ -55,6 +55,24 @@ struct Node {
     hang_chain_id: bool,
     /// Every method called, in order.
     calls: Vec<String>,
+    /// The token's log of the authorization's use (`eth_getLogs`): its event, its transaction, and the value
+    /// the `Transfer` in that transaction's receipt moved.
+    use_log: Option<(B256, B256, u64)>,
+    /// The `fromBlock` of every `eth_getLogs`.
+    log_ranges: Vec<String>,
+}
+
+/// The latest block of the scripted node.
+const LATEST_BLOCK: u64 = 20_000;
+
+/// A receipt with `status` and the token's `Transfer(FROM, PAY_TO, value)`.
+fn transfer_receipt(status: &str, value: u64) -> Value {
+    let log = json!({
+        "address": TOKEN,
+        "topics": [Transfer::SIGNATURE_HASH, FROM.into_word(), PAY_TO.into_word()],
+        "data": B256::from(U256::from(value)),
+    });
+    json!({"status": status, "logs": [log]})
 }
 
 fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
@@ -135,15 +153,39 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
             ok(json!(keccak256(&raw)))
         }
         "eth_getTransactionReceipt" => {
+            let hash: B256 = params[0].as_str().unwrap().parse().unwrap();
+            if let Some((_, tx, value)) = n.use_log
+                && tx == hash
+            {
+                return ok(transfer_receipt("0x1", value));
+            }
             if !n.receipts {
                 return ok(Value::Null);
             }
-            let log = json!({
-                "address": TOKEN,
-                "topics": [Transfer::SIGNATURE_HASH, FROM.into_word(), PAY_TO.into_word()],
-                "data": B256::from(U256::from(10_000u64)),
-            });
-            ok(json!({"status": n.receipt_status, "logs": [log]}))
+            ok(transfer_receipt(n.receipt_status, 10_000))
+        }
+        "eth_blockNumber" => ok(json!(format!("{LATEST_BLOCK:#x}"))),
+        "eth_getLogs" => {
+            let filter = &params[0];
+            n.log_ranges
+                .push(filter["fromBlock"].as_str().unwrap_or("").to_owned());
+            assert_eq!(filter["address"], json!(TOKEN));
+            assert_eq!(filter["toBlock"], json!(format!("{LATEST_BLOCK:#x}")));
+            let logs: Vec<Value> = n
+                .use_log
+                .iter()
+                .map(|(event, tx, _)| {
+                    json!({
+                        "address": TOKEN,
+                        "topics": [event, FROM.into_word(), filter["topics"][2]],
+                        "data": "0x",
+                        "transactionHash": tx,
+                        "blockNumber": "0x10",
+                        "removed": false,
+                    })
+                })
+                .collect();
+            ok(json!(logs))
         }
         "eth_getTransactionByHash" => {
             if n.in_mempool {
@@ -554,25 +596,76 @@ async fn no_receipt_in_time_is_unknown_and_a_revert_asks_the_authorization_state
         "{outcome:?}"
     );
 
-    for used in [true, false] {
-        let (url, _node, _) = node(Node {
+    // Reverted with the nonce unused: failed, and the authorization is still usable.
+    let (url, _node, _) = node(Node {
+        receipts: true,
+        receipt_status: "0x0",
+        ..Node::default()
+    })
+    .await;
+    match settler(&url).settle(&request(1)).await {
+        SettleOutcome::Failed {
+            reason,
+            authorization_still_usable: true,
+            ..
+        } => assert_eq!(reason, "invalid_transaction_state"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Our transaction reverted because the nonce was used first: the token's log of the use decides.
+#[tokio::test]
+async fn a_revert_after_the_nonce_was_used_is_judged_by_the_transaction_that_used_it() {
+    let other = B256::repeat_byte(0xee);
+    let used = AuthorizationUsed::SIGNATURE_HASH;
+    let canceled = AuthorizationCanceled::SIGNATURE_HASH;
+    let spent = |reason: &str| reason == "invalid_exact_evm_nonce_already_used";
+    for (use_log, expect) in [
+        // Another transaction carried the payer's authorization and moved the price: the payment is made.
+        (Some((used, other, 10_000)), "settled"),
+        // Another authorization under the same nonce (another amount), or the payer cancelled: spent.
+        (Some((used, other, 9_999)), "spent"),
+        (Some((canceled, other, 0)), "spent"),
+        // Used, and no log of the use in reach: unknown (pending), never refused.
+        (None, "unknown"),
+    ] {
+        let (url, node, _) = node(Node {
             receipts: true,
             receipt_status: "0x0",
-            authorization_used: used,
+            authorization_used: true,
+            use_log,
             ..Node::default()
         })
         .await;
-        match settler(&url).settle(&request(1)).await {
-            SettleOutcome::Failed {
-                reason,
-                authorization_still_usable,
-                ..
-            } => {
-                assert_eq!(reason, "invalid_transaction_state");
-                assert_eq!(authorization_still_usable, !used);
+        let outcome = settler(&url).settle(&request(1)).await;
+        match (&outcome, expect) {
+            (SettleOutcome::Settled { transaction, .. }, "settled") => {
+                assert_eq!(*transaction, format!("{other}"));
             }
-            other => panic!("{other:?}"),
+            (
+                SettleOutcome::Failed {
+                    reason,
+                    authorization_still_usable: false,
+                    ..
+                },
+                "spent",
+            ) if spent(reason) => {}
+            (
+                SettleOutcome::Unknown {
+                    transaction: Some(_),
+                    ..
+                },
+                "unknown",
+            ) => {}
+            _ => panic!("{use_log:?}: expected {expect}, got {outcome:?}"),
         }
+        let n = node.lock().unwrap();
+        assert_eq!(n.sent_nonces.len(), 1, "one transaction, never a second");
+        assert_eq!(
+            n.log_ranges,
+            [format!("{:#x}", LATEST_BLOCK - 10_000)],
+            "the default lookback"
+        );
     }
 }
 
@@ -637,7 +730,27 @@ async fn reconciliation_reads_the_chain_and_never_broadcasts() {
             ..
         }
     ));
+    // Used, and no transaction recorded (the process died awaiting its receipt): the token's log of the
+    // use names the transaction. Not in reach: unknown, never refused.
     node.lock().unwrap().authorization_used = true;
+    assert!(matches!(
+        s.reconcile(&req, None).await,
+        SettleOutcome::Unknown {
+            transaction: None,
+            ..
+        }
+    ));
+    let mined = B256::repeat_byte(0xab);
+    node.lock().unwrap().use_log = Some((AuthorizationUsed::SIGNATURE_HASH, mined, 10_000));
+    assert_eq!(
+        s.reconcile(&req, None).await,
+        SettleOutcome::Settled {
+            transaction: format!("{mined}"),
+            payer: FROM,
+            network: "eip155:31337".into()
+        }
+    );
+    node.lock().unwrap().use_log = Some((AuthorizationCanceled::SIGNATURE_HASH, mined, 0));
     match s.reconcile(&req, None).await {
         SettleOutcome::Failed {
             reason,

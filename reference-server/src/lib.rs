@@ -28,6 +28,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cli;
 pub mod conditional;
 pub mod config;
 pub mod discovery;

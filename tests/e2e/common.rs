@@ -106,17 +106,23 @@ impl RefServer {
 
     /// The settlement log (`/operator/settlements`), read with the operator token `token`.
     pub(crate) async fn settlements(&self, token: &str) -> Value {
-        json_of(
-            http()
-                .get(format!("{}/operator/settlements", self.url))
-                .header("authorization", format!("token {token}")),
-        )
-        .await
+        settlements_at(&self.url, token).await
     }
 
     pub(crate) fn article_url(&self) -> String {
         format!("{}/x402Article?articleId={ARTICLE}", self.url)
     }
+}
+
+/// The settlement log (`/operator/settlements`) of the server at `base`, read with the operator token
+/// `token`.
+pub(crate) async fn settlements_at(base: &str, token: &str) -> Value {
+    json_of(
+        http()
+            .get(format!("{base}/operator/settlements"))
+            .header("authorization", format!("token {token}")),
+    )
+    .await
 }
 
 /// GET `url` and parse its JSON body.
@@ -262,4 +268,117 @@ pub(crate) async fn check_purchase(
         p.receipt
     );
     settlement
+}
+
+/// The reference server as a child process (this package's `e2e-reference-server` binary, which runs the
+/// server's own command line) on a SQLite file in its own directory, for tests that kill it: SIGKILL, and
+/// on drop. The directory outlives the process (a restart opens the same database) and is removed with the
+/// [`ChildDir`].
+pub(crate) struct ChildServer {
+    child: std::process::Child,
+    pub(crate) url: String,
+    log: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+}
+
+/// A directory for child servers' databases, removed on drop.
+pub(crate) struct ChildDir(pub(crate) std::path::PathBuf);
+
+impl ChildDir {
+    pub(crate) fn new(name: &str) -> ChildDir {
+        let dir = std::env::temp_dir().join(format!("e2e-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        ChildDir(dir)
+    }
+}
+
+impl Drop for ChildDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl ChildServer {
+    /// Starts it on `dir`'s database with `flags` (besides `--listen 127.0.0.1:0`, `--database`,
+    /// `--media-dir`, `--seed-assets 5` and `--pay-to`), and waits for its banner.
+    pub(crate) fn start(dir: &ChildDir, flags: &[String]) -> ChildServer {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_e2e-reference-server"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--seed-assets",
+                "5",
+                "--pay-to",
+                PAY_TO,
+            ])
+            .arg("--database")
+            .arg(dir.0.join("shop.sqlite3"))
+            .arg("--media-dir")
+            .arg(dir.0.join("media"))
+            .args(["--log-format", "text"])
+            .args(flags)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn e2e-reference-server");
+        // The last lines of its log, so that a failure says what the server did.
+        let log = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let mut kept = kept.lock().expect("log");
+                if kept.len() == 60 {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let banner = lines.next().and_then(Result::ok);
+        // Keep reading: a closed pipe would kill the server at its next line of output.
+        std::thread::spawn(move || lines.for_each(drop));
+        let mut server = ChildServer {
+            child,
+            url: String::new(),
+            log,
+        };
+        let Some(url) = banner
+            .as_deref()
+            .and_then(|b| b.split_whitespace().find(|w| w.starts_with("http://")))
+        else {
+            let status = server.child.wait();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            panic!(
+                "no banner: the server ended ({status:?}); its log:\n{}",
+                server.log_tail()
+            );
+        };
+        server.url = url.to_owned();
+        server
+    }
+
+    /// SIGKILL, and waits for the process to end.
+    pub(crate) fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("the killed server's status");
+    }
+
+    /// The last lines of its log.
+    pub(crate) fn log_tail(&self) -> String {
+        let log = self.log.lock().expect("log");
+        log.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    pub(crate) fn article_url(&self) -> String {
+        format!("{}/x402Article?articleId={ARTICLE}", self.url)
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -3,14 +3,16 @@
 //! the same facilitator, and the chain's refusals come back as 402s with the right reason.
 
 use alloy_primitives::{B256, U256};
-use serde_json::Value;
-use workspace_tests::chain::{CHAIN_ID, Chain, TOKEN_NAME, TOKEN_VERSION};
+use serde_json::{Value, json};
+use workspace_tests::chain::{
+    CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, address_of, quantity,
+};
 use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
 use workspace_tests::pay::{Knobs, now, pay_v2};
 
 use crate::common::{
-    ARTICLE_PRICE, FACILITATOR_TOKEN, PAY_TO, RefServer, check_purchase, facilitator_for, http,
-    offer, pay_to, payer, receipt_of,
+    ARTICLE_PRICE, ChildDir, ChildServer, FACILITATOR_TOKEN, PAY_TO, RefServer, check_purchase,
+    facilitator_for, http, offer, pay_to, payer, receipt_of, settlements_at,
 };
 
 #[tokio::test]
@@ -385,4 +387,156 @@ async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with
     assert_eq!(rows["totals"]["settled"], 1, "{rows}");
     assert_eq!(rows["totals"]["unknown"], 0, "{rows}");
     assert_eq!(rows["settlements"][0]["resolved_from"], "unknown", "{rows}");
+}
+
+/// The server is killed (SIGKILL) after it broadcast a settlement's `transferWithAuthorization` and before
+/// its receipt came: the payment's record is left `in_flight` without the transaction's hash, and the
+/// buyer's request dies unanswered. The transaction is then mined. A restarted server on the same database
+/// answers `settlement_pending` while the record may still belong to a live request; once it is stale
+/// (75 s here: the 5 s receipt wait, five 2 s JSON-RPC calls and a minute) the buyer's resend (or the
+/// background reconciler) finds the transaction that used the authorization from the token's own
+/// `AuthorizationUsed` log: the article is delivered with that transaction, exactly one transfer moved, and
+/// the relayer never broadcast a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_after_broadcasting_a_settlement_delivers_it_after_restart_with_one_transfer()
+ {
+    let chain = Chain::start().await;
+    let (key, from) = payer(7);
+    chain.mint(from, 1_000_000).await;
+    let relayer = address_of(DEV_KEYS[1]);
+    let relayer_sent = || async {
+        quantity(
+            &chain
+                .rpc
+                .call("eth_getTransactionCount", json!([relayer, "latest"]))
+                .await,
+        )
+    };
+    let sent_before = relayer_sent().await;
+    let dir = ChildDir::new("onchain-kill");
+    let flags: Vec<String> = [
+        "--public-url",
+        "http://shop.test",
+        "--network",
+        &format!("eip155:{CHAIN_ID}"),
+        "--asset",
+        &chain.usdc.to_checksum(None),
+        "--asset-name",
+        TOKEN_NAME,
+        "--asset-version",
+        TOKEN_VERSION,
+        "--rpc-url",
+        &chain.anvil.url,
+        "--settler-key",
+        DEV_KEYS[1],
+        "--rpc-receipt-timeout-secs",
+        "5",
+        "--rpc-timeout-secs",
+        "2",
+        "--payment-stale-after-secs",
+        "10",
+        "--api-token",
+        "op",
+    ]
+    .iter()
+    .map(|f| f.to_string())
+    .collect();
+    let first = ChildServer::start(&dir, &flags);
+    let header = pay_v2(key, &offer(&first.article_url()).await, &Knobs::default());
+
+    // Blocks stop: the settlement waits in the mempool for its receipt, and the server is killed there.
+    chain.rpc.call("evm_setAutomine", json!([false])).await;
+    let lost = tokio::spawn({
+        let (url, header) = (first.article_url(), header.clone());
+        async move {
+            http()
+                .get(url)
+                .header("PAYMENT-SIGNATURE", header)
+                .send()
+                .await
+        }
+    });
+    let broadcast_by = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let pool = chain.rpc.call("txpool_status", json!([])).await;
+        if quantity(&pool["pending"]) > U256::ZERO {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < broadcast_by,
+            "no settlement broadcast; the server's log:\n{}",
+            first.log_tail()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    first.kill();
+    let lost = lost.await.expect("the buyer's task");
+    assert!(
+        lost.is_err(),
+        "the killed server answered: {:?}",
+        lost.map(|r| r.status())
+    );
+    chain.rpc.call("evm_mine", json!([])).await;
+    chain.rpc.call("evm_setAutomine", json!([true])).await;
+    let block = chain
+        .rpc
+        .call("eth_getBlockByNumber", json!(["latest", false]))
+        .await;
+    let mined = block["transactions"][0]
+        .as_str()
+        .expect("the settlement, mined")
+        .to_owned();
+    let price = U256::from(ARTICLE_PRICE);
+    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64) - price);
+
+    // Restarted on the same database. The buyer resends every second until the article comes (bounded).
+    let restarted = ChildServer::start(&dir, &flags);
+    let started = std::time::Instant::now();
+    let mut pending_answers = 0;
+    let delivered = loop {
+        let resp = http()
+            .get(restarted.article_url())
+            .header("PAYMENT-SIGNATURE", &header)
+            .send()
+            .await
+            .expect("the restarted server answers");
+        if resp.status() == 200 {
+            break resp;
+        }
+        assert_eq!(resp.status(), 402, "{}", restarted.log_tail());
+        let receipt = receipt_of(&resp);
+        assert_eq!(
+            receipt["errorReason"],
+            "settlement_pending",
+            "{receipt}; the server's log:\n{}",
+            restarted.log_tail()
+        );
+        pending_answers += 1;
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(150),
+            "not delivered within 150 s; the server's log:\n{}",
+            restarted.log_tail()
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
+    assert!(
+        pending_answers > 0,
+        "delivered before the record was stale: the dead request's record was not respected"
+    );
+    let receipt = receipt_of(&delivered);
+    assert_eq!(receipt["success"], true, "{receipt}");
+    assert_eq!(receipt["transaction"], mined.as_str(), "{receipt}");
+    let body: Value = delivered.json().await.expect("the article");
+    assert!(body["article"]["content"].is_string(), "{body}");
+
+    // Exactly one transfer, one transaction from the relayer, one settlement in the log.
+    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64) - price);
+    assert_eq!(relayer_sent().await, sent_before + U256::from(1));
+    let rows = settlements_at(&restarted.url, "op").await;
+    assert_eq!(rows["totals"]["settled"], 1, "{rows}");
+    assert_eq!(
+        rows["settlements"][0]["transaction"],
+        mined.as_str(),
+        "{rows}"
+    );
 }

@@ -519,6 +519,12 @@ struct Maps {
 
 /// A bounded in-memory [`ReplayStore`] for one process. When full, expired entries are purged; if none
 /// expired, `reserve` fails with [`StoreError::Full`] (the layer answers 503) rather than forget a live key.
+///
+/// A record lives until its payment's `validBefore` plus the engine's
+/// [`keep_after_expiry`](crate::engine::PaymentEngineBuilder::keep_after_expiry) (15 minutes by default), so
+/// the sustained rate a store holds is about `capacity / (maxTimeoutSeconds + keep_after_expiry)`: 83
+/// payments a second for the default 100,000 entries and 300 + 900 s. Size it for the peak rate, or use a
+/// database or Redis store.
 #[derive(Debug)]
 pub struct InMemoryReplayStore {
     capacity: usize,

@@ -428,6 +428,17 @@ pub fn parse_signature_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// When a payment is refused only because its `validBefore` has passed: the last second it was valid
+/// (`validBefore - 6`). The doors check it again as of that second to find the record of its first
+/// presentation: such a payment is never settled again, only redelivered (or told it is pending).
+pub(crate) fn last_valid_second(payload: &PaymentPayload, now: u64) -> Option<u64> {
+    let valid_before = u64::try_from(payload.exact().authorization.valid_before).ok()?;
+    if valid_before >= now.saturating_add(VALID_BEFORE_MARGIN) {
+        return None; // refused for being too far ahead, not for having passed
+    }
+    valid_before.checked_sub(VALID_BEFORE_MARGIN)
+}
+
 /// Verifies a decoded payment against the offers, in the spec's order. `now` is unix seconds.
 pub(crate) fn verify(
     decoded: Decoded,

@@ -274,6 +274,8 @@ struct Checked {
     stored: Arc<StoredPayment>,
     fingerprint: B256,
     resource: String,
+    /// Past its `validBefore` (checked as of its last valid second): answered from its record only.
+    expired: bool,
 }
 
 impl PaymentEngine {
@@ -304,9 +306,21 @@ impl PaymentEngine {
                 &request.offer.token,
                 known,
             );
-            let (_, fingerprint) =
-                checked_authorization(&request.payload, &request.offer, &separator, self.now())
-                    .map_err(|r| Invalid::new(r.reason.as_str(), r.detail, payer))?;
+            let check =
+                |at| checked_authorization(&request.payload, &request.offer, &separator, at);
+            let now = self.now();
+            // Past its validBefore, checked as of its last valid second: only its record may answer it.
+            let (fingerprint, expired) = match check(now) {
+                Ok((_, fingerprint)) => (fingerprint, false),
+                Err(r) => match (r.reason == RejectReason::ValidBefore)
+                    .then(|| crate::verify::last_valid_second(&request.payload, now))
+                    .flatten()
+                    .and_then(|at| check(at).ok())
+                {
+                    Some((_, fingerprint)) => (fingerprint, true),
+                    None => return Err(Invalid::new(r.reason.as_str(), r.detail, payer)),
+                },
+            };
             let url = match (&request.payload, &request.requirements) {
                 (PaymentPayload::V2(p), _) => p.resource.as_ref().map(|r| r.url.clone()),
                 (_, PaymentRequirements::V1(r)) => Some(r.resource.clone()),
@@ -323,6 +337,7 @@ impl PaymentEngine {
                 request,
                 stored,
                 fingerprint,
+                expired,
                 resource: format!("facilitator:{}", url.unwrap_or_default()),
             })
         })
@@ -360,6 +375,14 @@ impl PaymentEngine {
                     )
                 });
                 return Ok(verify_response(invalid, payer));
+            }
+            Ok(None) if checked.expired => {
+                let invalid = Invalid::new(
+                    RejectReason::ValidBefore.as_str(),
+                    "validBefore has passed, and this facilitator holds no record of the payment",
+                    payer,
+                );
+                return Ok(verify_response(Some(invalid), payer));
             }
             Ok(None) => {}
         }
@@ -399,6 +422,7 @@ impl PaymentEngine {
                 &checked.resource,
                 None,
                 None,
+                checked.expired,
             )
             .await
         {

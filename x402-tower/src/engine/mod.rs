@@ -17,6 +17,11 @@
 //! # The rules, in order
 //!
 //! 1. A payment that fails local verification is refused (402 with the spec's reason); nothing is stored.
+//!    One exception: a payment refused only because its `validBefore` has passed, which passes every check
+//!    as of its last valid second, is looked up instead (never reserved, never settled): its own record
+//!    answers it (settled: delivered again; unresolved: reconciled, and released and refused if nothing
+//!    moved), else it is refused. Records are kept [`PaymentEngineBuilder::keep_after_expiry`] past
+//!    `validBefore` for this and for the reconciler.
 //! 2. With the `payment-identifier` extension declared, the id is bound to the payment and the request:
 //!    another payment under the same id is a conflict (409); a missing id where required is a 400.
 //! 3. The authorization's record is reserved (`InFlight`). If a record exists ([`PaymentEngine`]'s
@@ -73,6 +78,8 @@ pub const DEFAULT_MAX_HEADER_LEN: usize = 16 * 1024;
 pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(5);
 /// Default of [`PaymentEngineBuilder::stale_after`].
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(180);
+/// Default of [`PaymentEngineBuilder::keep_after_expiry`].
+pub const DEFAULT_KEEP_AFTER_EXPIRY: Duration = Duration::from_secs(15 * 60);
 /// How much longer than a settler's [`settle_deadline`](Settler::settle_deadline) an in-flight payment must
 /// be left untouched before it counts as abandoned.
 pub const STALE_MARGIN: Duration = Duration::from_secs(60);
@@ -226,6 +233,7 @@ pub struct PaymentEngine {
     max_header_len: usize,
     in_flight_wait: Duration,
     stale_after: u64,
+    keep_after_expiry: u64,
     verify_only: bool,
     verify_only_warned: std::sync::atomic::AtomicBool,
     pub(crate) metrics: Arc<X402Metrics>,
@@ -282,6 +290,7 @@ pub struct PaymentEngineBuilder {
     max_header_len: usize,
     in_flight_wait: Duration,
     stale_after: Duration,
+    keep_after_expiry: Duration,
     clock: Option<Clock>,
 }
 
@@ -346,6 +355,23 @@ impl PaymentEngineBuilder {
         self
     }
 
+    /// How long a payment's record is kept after its `validBefore` (default 15 minutes; raised to the stale
+    /// time plus a minute). No authorization can be used past its `validBefore`, so a record is no longer
+    /// needed against replays then; it is kept so that
+    ///
+    /// - a payment whose outcome was unknown at `validBefore` (a settlement pending, a request that died) is
+    ///   still reconciled ([`PaymentEngine::reconcile_unresolved`]), and
+    /// - a buyer who resends a settled payment after its `validBefore` (a response lost near the end of the
+    ///   window, a pending settlement reconciled late) gets the content again instead of a refusal. Such a
+    ///   payment is checked as of its last valid second and only ever redelivered, never settled.
+    ///
+    /// Records (and payment identifiers) live `validBefore` plus this: an in-memory store holds them that
+    /// long against its capacity.
+    pub fn keep_after_expiry(mut self, keep: Duration) -> Self {
+        self.keep_after_expiry = keep;
+        self
+    }
+
     /// Replaces the clock (unix seconds). For tests with fixed signatures.
     pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -371,6 +397,10 @@ impl PaymentEngineBuilder {
             max_header_len: self.max_header_len,
             in_flight_wait: self.in_flight_wait,
             stale_after: stale_after.as_secs().max(1),
+            keep_after_expiry: self
+                .keep_after_expiry
+                .max(stale_after + STALE_MARGIN)
+                .as_secs(),
             verify_only: self.verify_only,
             verify_only_warned: std::sync::atomic::AtomicBool::new(false),
             metrics: Arc::new(X402Metrics::default()),
@@ -413,8 +443,20 @@ impl PaymentEngine {
             max_header_len: DEFAULT_MAX_HEADER_LEN,
             in_flight_wait: DEFAULT_IN_FLIGHT_WAIT,
             stale_after: DEFAULT_STALE_AFTER,
+            keep_after_expiry: DEFAULT_KEEP_AFTER_EXPIRY,
             clock: None,
         }
+    }
+
+    /// How long a record is kept after its `validBefore` ([`PaymentEngineBuilder::keep_after_expiry`], as
+    /// raised).
+    pub fn keep_after_expiry(&self) -> Duration {
+        Duration::from_secs(self.keep_after_expiry)
+    }
+
+    /// Until when the record of a payment valid before `valid_before` is kept (unix seconds).
+    pub(crate) fn kept_until(&self, valid_before: u64) -> u64 {
+        valid_before.saturating_add(self.keep_after_expiry)
     }
 
     /// The engine's counters.
@@ -537,16 +579,19 @@ impl PaymentEngine {
                 decoded.and_then(|decoded| verify::verify(decoded, offers, now))
             }
         };
-        let local = match local {
-            Ok(v) => v,
-            Err(r) => {
-                debug!(
-                    reason = r.reason.as_str(),
-                    detail = r.detail,
-                    "payment rejected"
-                );
-                return Begin::Answer(self.refuse(r.reason, 2));
-            }
+        let (local, expired) = match local {
+            Ok(v) => (v, false),
+            Err(r) => match self.verify_expired(&r, offers, header, now) {
+                Some(v) => (v, true),
+                None => {
+                    debug!(
+                        reason = r.reason.as_str(),
+                        detail = r.detail,
+                        "payment rejected"
+                    );
+                    return Begin::Answer(self.refuse(r.reason, 2));
+                }
+            },
         };
         let offer_index = local.offer_index;
         let compiled = &offers[offer_index];
@@ -581,6 +626,7 @@ impl PaymentEngine {
             signature: local.signature,
         };
         if let Some(policy) = &route.identifier
+            && !expired
             && let Err(answer) = self
                 .bind_identifier(policy, &request, fingerprint, resource_url, now)
                 .await
@@ -595,6 +641,7 @@ impl PaymentEngine {
                 resource_url,
                 Some(route.timing),
                 route.on_settled.as_ref(),
+                expired,
             )
             .await
         {
@@ -670,6 +717,23 @@ impl PaymentEngine {
         }
     }
 
+    /// A payment refused only because its `validBefore` has passed, checked again as of its last valid
+    /// second ([`verify::last_valid_second`]): `Some` when it passes, to be looked up (never settled).
+    fn verify_expired(
+        &self,
+        refused: &Rejection,
+        offers: &[CompiledOffer],
+        header: &[u8],
+        now: u64,
+    ) -> Option<verify::LocallyVerified> {
+        if refused.reason != RejectReason::ValidBefore {
+            return None;
+        }
+        let decoded = verify::decode(header).ok()?;
+        let at = verify::last_valid_second(&decoded.payload, now)?;
+        verify::verify(decoded, offers, at).ok()
+    }
+
     async fn bind_identifier(
         &self,
         policy: &PaymentIdentifier,
@@ -702,8 +766,10 @@ impl PaymentEngine {
         let binding = IdBinding {
             fingerprint: keccak256(&bound),
             key,
-            expires_at: u64::try_from(request.payload.exact().authorization.valid_before)
-                .unwrap_or(u64::MAX),
+            expires_at: self.kept_until(
+                u64::try_from(request.payload.exact().authorization.valid_before)
+                    .unwrap_or(u64::MAX),
+            ),
         };
         match self.store.bind_id(&id, &binding, now).await {
             Ok(IdClaim::New | IdClaim::Same) => Ok(()),
@@ -716,7 +782,10 @@ impl PaymentEngine {
         }
     }
 
-    /// Reserves the payment's record, or decides from the record another request left.
+    /// Reserves the payment's record, or decides from the record another request left. An `expired`
+    /// payment (past its `validBefore`) reserves nothing and is never settled: only its record (settled:
+    /// redelivered; unresolved: reconciled, or pending) answers it, else it is refused as expired.
+    #[allow(clippy::too_many_arguments)]
     async fn admit(
         &self,
         request: SettleRequest,
@@ -725,6 +794,7 @@ impl PaymentEngine {
         resource: &str,
         timing: Option<SettleTiming>,
         on_settled: Option<&SettledHook>,
+        expired: bool,
     ) -> Admitted {
         let key = replay_key(&request);
         let mut verified = VerifiedPayment::from_request(&request);
@@ -735,14 +805,25 @@ impl PaymentEngine {
             fingerprint,
             settlement: None,
             payment: stored,
-            expires_at: verified.valid_before,
+            expires_at: self.kept_until(verified.valid_before),
             updated_at: now,
             revision: 0,
         };
         let deadline = Instant::now() + self.in_flight_wait;
         let mut pause = Duration::from_millis(10);
+        let version = verified.x402_version;
+        let expired_refusal = || self.refuse(RejectReason::ValidBefore, version);
         loop {
-            let existing = match self.store.reserve(&key, &record, now).await {
+            let reserved = if expired {
+                match self.store.get(&key, self.now()).await {
+                    Err(e) => Err(e),
+                    Ok(Some(existing)) => Ok(Reservation::Taken(Box::new(existing))),
+                    Ok(None) => return Admitted::Answer(expired_refusal()),
+                }
+            } else {
+                self.store.reserve(&key, &record, now).await
+            };
+            let existing = match reserved {
                 Err(e) => return Admitted::Answer(self.store_failed(&e)),
                 Ok(Reservation::Reserved { revision }) => {
                     return Admitted::Fresh(Box::new(Attempt {
@@ -784,7 +865,15 @@ impl PaymentEngine {
                         verified,
                         on_settled: on_settled.cloned(),
                     });
-                    return self.reconcile_claimed(attempt, timing).await;
+                    return match self.reconcile_claimed(attempt, timing).await {
+                        // Nothing moved, and the authorization can no longer be used: released, refused.
+                        Admitted::Fresh(mut attempt) if expired => {
+                            let event = Event::SettlementFailed { still_usable: true };
+                            self.dispose(&mut attempt, event, None).await;
+                            Admitted::Answer(expired_refusal())
+                        }
+                        admitted => admitted,
+                    };
                 }
                 Taken::Busy => {}
                 Taken::Changed => continue,

@@ -423,7 +423,9 @@ impl Settler for FacilitatorSettler {
 
     /// Asks `/settle` again with the identical payment (the facilitator settles it if nothing moved, or
     /// answers it idempotently). "Nonce already used" proves nothing here (the first attempt may have spent
-    /// it), so it stays unknown: the reconciler asks again until the authorization expires.
+    /// it), and neither does "validBefore has passed" (a facilitator that keeps no record can only refuse
+    /// an expired payment): both stay unknown, and the reconciler asks again while the engine keeps the
+    /// record ([`keep_after_expiry`](crate::engine::PaymentEngineBuilder::keep_after_expiry)).
     fn reconcile<'a>(
         &'a self,
         request: &'a SettleRequest,
@@ -433,13 +435,18 @@ impl Settler for FacilitatorSettler {
             match self.settle(request).await {
                 SettleOutcome::Failed {
                     reason, message, ..
-                } if reason == RejectReason::NonceAlreadyUsed.as_str() => SettleOutcome::Unknown {
-                    message: format!(
-                        "the facilitator says the nonce is used ({}); whether by the first attempt is unknown",
-                        message.unwrap_or_default()
-                    ),
-                    transaction: transaction.map(str::to_owned),
-                },
+                } if reason == RejectReason::NonceAlreadyUsed.as_str()
+                    || reason == RejectReason::ValidBefore.as_str() =>
+                {
+                    SettleOutcome::Unknown {
+                        message: format!(
+                            "the facilitator refuses the payment again ({reason}: {}); whether the first \
+                             attempt moved money is unknown",
+                            message.unwrap_or_default()
+                        ),
+                        transaction: transaction.map(str::to_owned),
+                    }
+                }
                 other => other,
             }
         })

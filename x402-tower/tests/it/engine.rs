@@ -626,3 +626,76 @@ async fn the_background_reconciler_and_a_resend_never_both_act_on_one_pending_pa
         assert_eq!((s.reconciles(), s.settles()), (1, 1));
     }
 }
+
+/// `/settle` of `body` through the facilitator door of `e`, with the default policy.
+async fn settle(e: &PaymentEngine, body: &Value) -> x402_tower::proto::SettleResponse {
+    e.facilitator_settle(&FacilitatorPolicy::default(), body.to_string().as_bytes())
+        .await
+        .unwrap()
+}
+
+/// Through the facilitator door and the reconciler: a payment whose outcome was still unknown at its
+/// `validBefore` is reconciled after it (its record is kept `keep_after_expiry` longer), and the identical
+/// `/settle` after `validBefore` is answered from its record, never settled; found unsettled then, it is
+/// released and refused (the authorization can no longer be used), not settled anew.
+#[tokio::test]
+async fn past_valid_before_a_pending_payment_is_still_reconciled_and_never_settled_again() {
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
+    let engine_on = |s: &Arc<Scripted>, store: &Arc<InMemoryReplayStore>| {
+        let c = clock.clone();
+        PaymentEngine::builder()
+            .settler(s.clone())
+            .replay_store(store.clone())
+            .clock(move || c.load(Ordering::SeqCst))
+            .build()
+            .unwrap()
+    };
+    let p = FacilitatorPolicy::default();
+    let expired = Some("invalid_exact_evm_payload_authorization_valid_before");
+    let (settled, unsettled, unseen) = (body(0x60), body(0x61), body(0x62));
+
+    let s = unknown_outcome();
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = engine_on(&s, &store);
+    let first = settle(&e, &settled).await;
+    assert_eq!(first.error_reason.as_deref(), Some("settlement_pending"));
+    // validBefore (now + 300) passes with the outcome unknown; then the chain shows it settled.
+    clock.store(now() + 400, Ordering::SeqCst);
+    let still = settle(&e, &settled).await;
+    assert_eq!(still.error_reason.as_deref(), Some("settlement_pending"));
+    s.reconcile_to(settled_outcome());
+    let report = e.reconcile_unresolved(10).await.unwrap();
+    assert_eq!((report.examined, report.settled), (1, 1));
+    let done = settle(&e, &settled).await;
+    assert!(done.success, "{done:?}");
+    assert!(
+        e.facilitator_verify(&p, settled.to_string().as_bytes())
+            .await
+            .unwrap()
+            .is_valid
+    );
+    assert_eq!((s.settles(), s.reconciles()), (1, 2));
+
+    // Found unsettled and usable past validBefore: released and refused, not settled anew.
+    clock.store(now(), Ordering::SeqCst);
+    let s = unknown_outcome();
+    let store = Arc::new(InMemoryReplayStore::default());
+    let e = engine_on(&s, &store);
+    settle(&e, &unsettled).await;
+    clock.store(now() + 400, Ordering::SeqCst);
+    s.reconcile_to(failed("unexpected_settle_error", true));
+    let refused = settle(&e, &unsettled).await;
+    assert_eq!(refused.error_reason.as_deref(), expired);
+    assert_eq!((s.settles(), s.reconciles()), (1, 1));
+    assert!(store.is_empty(), "released");
+
+    // Never presented: refused as expired by both calls, nothing asked of the settler.
+    let verified = e
+        .facilitator_verify(&p, unseen.to_string().as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(verified.invalid_reason.as_deref(), expired);
+    let refused = settle(&e, &unseen).await;
+    assert_eq!(refused.error_reason.as_deref(), expired);
+    assert_eq!((s.settles(), s.verifies()), (1, 1));
+}

@@ -19,6 +19,8 @@ enum Mode {
     Hang,
     Garbage,
     SettleFails,
+    /// `/settle` refuses every payment as expired.
+    SettleExpired,
 }
 
 /// (endpoint, body, authorization header, body as sent) of each call.
@@ -65,6 +67,11 @@ async fn fake_facilitator(mode: Mode) -> (String, Fake) {
             (_, "verify") => {
                 axum::Json(json!({"isValid": true, "payer": ACCOUNT0.to_checksum(None)})).into_response()
             }
+            (Mode::SettleExpired, "settle") => axum::Json(json!({
+                "success": false, "errorReason": "invalid_exact_evm_payload_authorization_valid_before",
+                "transaction": "", "network": "eip155:84532"
+            }))
+            .into_response(),
             (Mode::SettleFails, "settle") => axum::Json(json!({
                 "success": false, "errorReason": "invalid_transaction_state", "transaction": "", "network": "eip155:84532"
             }))
@@ -519,4 +526,43 @@ async fn a_forged_payment_is_refused_here_and_never_reaches_the_facilitator() {
     assert!(requests.lock().unwrap().is_empty());
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 0);
     assert_eq!(inner.calls(), 0);
+}
+
+/// After a payment's `validBefore` a facilitator that keeps no record can only refuse it as expired, which
+/// says nothing of whether the first attempt moved the money: reconciling, that stays unknown (the record is
+/// kept, never released as unpaid). A first settlement refused so is a plain failure.
+#[tokio::test]
+async fn an_expired_refusal_while_reconciling_proves_nothing_and_stays_unknown() {
+    use x402_tower::settle::SettleOutcome;
+    let (url, _fake) = fake_facilitator(Mode::SettleExpired).await;
+    let settler = facilitator(&url);
+    let payload = unb64(&v2_header(0x70));
+    let request = x402_tower::engine::facilitator::settle_request(
+        payload.to_string().into(),
+        &payload["accepted"].to_string(),
+    )
+    .unwrap();
+    let first = settler.settle(&request).await;
+    assert!(
+        matches!(
+            first,
+            SettleOutcome::Failed {
+                authorization_still_usable: true,
+                ..
+            }
+        ),
+        "{first:?}"
+    );
+    let tx = "0xfeed";
+    let reconciled = settler.reconcile(&request, Some(tx)).await;
+    match reconciled {
+        SettleOutcome::Unknown {
+            transaction,
+            message,
+        } => {
+            assert_eq!(transaction.as_deref(), Some(tx));
+            assert!(message.contains("valid_before"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -465,7 +465,7 @@ async fn payment_identifier_declared_cached_conflicting_and_required() {
 }
 
 #[tokio::test]
-async fn payment_identifiers_expire_with_their_payment() {
+async fn payment_identifiers_expire_with_their_payments_record() {
     let clock = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(now()));
     let c = clock.clone();
     let svc = config()
@@ -482,13 +482,19 @@ async fn payment_identifiers_expire_with_their_payment() {
             .status,
         StatusCode::OK
     );
-    // Past the first payment's validBefore (now + 300), the id is free for a new purchase.
-    clock.store(now() + 301, std::sync::atomic::Ordering::SeqCst);
+    // The id is bound as long as the payment's record is kept: 15 minutes (the default keep_after_expiry)
+    // past its validBefore (now + 300). Before that another payment under it is a conflict; after, the id
+    // is free for a new purchase.
     let mut a = Auth::v2(0x57);
-    a.valid_before = now() + 301 + 300;
+    let later = now() + 300 + 15 * 60;
+    a.valid_before = later + 300;
     let mut p = payload_v2(&a, &a.sign(&signer(), &domain_base_sepolia()));
     p["extensions"] =
         serde_json::json!({"payment-identifier": {"info": {"required": false, "id": id}}});
+    clock.store(later - 2, std::sync::atomic::Ordering::SeqCst);
+    let r = send(svc.clone(), req("/r", &[("payment-signature", &b64(&p))])).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    clock.store(later + 1, std::sync::atomic::Ordering::SeqCst);
     let r = send(svc, req("/r", &[("payment-signature", &b64(&p))])).await;
     assert_eq!(r.status, StatusCode::OK);
 }

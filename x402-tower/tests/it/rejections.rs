@@ -500,3 +500,66 @@ async fn time_window_boundaries_with_a_fixed_clock() {
         }
     }
 }
+
+/// A payment past its `validBefore` is never settled, only redelivered from the record of its first
+/// presentation: the identical payment gets the content and the same receipt again (a buyer whose response
+/// was lost near the end of the window) until the record is let go (`validBefore` + `keep_after_expiry`). A
+/// payment never presented, the paid authorization under a forged signature, the paid one for another
+/// resource, or a resend after the record is gone: refused, and the service never runs.
+#[tokio::test]
+async fn a_payment_past_its_valid_before_is_only_redelivered_from_its_record() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const T: u64 = 1_800_000_000;
+    const EXPIRED: &str = "invalid_exact_evm_payload_authorization_valid_before";
+    let clock = Arc::new(AtomicU64::new(T));
+    let c = clock.clone();
+    let inner = Inner::new();
+    let svc = config()
+        .clock(move || c.load(Ordering::SeqCst))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let pay =
+        |header: &str, path: &str| send(svc.clone(), req(path, &[("payment-signature", header)]));
+    let paid = Auth {
+        valid_after: 0,
+        valid_before: T + 300,
+        ..Auth::v2(0x51)
+    };
+    let header = signed_v2(&paid);
+    let first = pay(&header, "/report").await;
+    assert_eq!(first.status, StatusCode::OK, "{first:?}");
+    let receipt = first.header("payment-response").unwrap().to_owned();
+
+    clock.store(T + 301, Ordering::SeqCst);
+    let again = pay(&header, "/report").await;
+    assert_eq!(again.status, StatusCode::OK, "{again:?}");
+    assert_eq!(again.header("payment-response"), Some(receipt.as_str()));
+    assert_eq!(inner.calls(), 2);
+
+    let unseen = signed_v2(&Auth {
+        valid_after: 0,
+        valid_before: T + 300,
+        ..Auth::v2(0x52)
+    });
+    let forged = b64(&payload_v2(
+        &paid,
+        &paid.sign(&stranger(), &domain_base_sepolia()),
+    ));
+    for refused in [unseen, forged] {
+        assert_eq!(pay(&refused, "/report").await.error(), EXPIRED);
+    }
+    assert_eq!(
+        pay(&header, "/other").await.error(),
+        "invalid_exact_evm_nonce_already_used"
+    );
+    assert_eq!(inner.calls(), 2);
+
+    // The record is let go 15 minutes (the default) after validBefore.
+    clock.store(T + 300 + 15 * 60 - 1, Ordering::SeqCst);
+    assert_eq!(pay(&header, "/report").await.status, StatusCode::OK);
+    clock.store(T + 300 + 15 * 60 + 1, Ordering::SeqCst);
+    assert_eq!(pay(&header, "/report").await.error(), EXPIRED);
+    assert_eq!(inner.calls(), 3);
+}

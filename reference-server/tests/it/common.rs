@@ -381,6 +381,15 @@ impl Payer {
         self.pay(payment_required, &SignOptions::default())
     }
 
+    /// [`Payer::pay_v2`] with `validBefore` at `valid_before` (unix seconds).
+    pub fn pay_v2_valid_before(&self, payment_required: &Value, valid_before: u64) -> String {
+        let options = SignOptions {
+            valid_before: Some(U256::from(valid_before)),
+            ..Default::default()
+        };
+        self.pay(payment_required, &options)
+    }
+
     /// [`Payer::pay_v2`] for the offer in `payment_required`, re-using the nonce of an earlier
     /// `PAYMENT-SIGNATURE` value: the same authorization key (chain, token, payer, nonce), signed anew.
     pub fn pay_v2_with_nonce_of(&self, payment_required: &Value, earlier: &str) -> String {

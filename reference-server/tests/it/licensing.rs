@@ -251,6 +251,50 @@ async fn a_resend_gets_the_same_article_and_receipt_and_another_resource_is_refu
     assert_eq!(settlement_rows(&server, "settled", None).await.len(), 1);
 }
 
+/// A buyer whose answer was lost near the end of the payment's window resends it after its `validBefore`:
+/// the article and the same receipt again, from the payment's record in the server's store (kept 15 minutes
+/// past `validBefore`), and nothing settled twice. A payment never presented and already expired, or the paid
+/// one for another resource, is refused and nothing is recorded for it.
+#[tokio::test]
+async fn a_purchase_resent_after_its_valid_before_is_delivered_again_from_its_record() {
+    let server = TestServer::start().await;
+    let (required, _) = offer(&server, ARTICLE).await;
+    let payer = Payer::new();
+    let valid_before = crate::common::now() + 8;
+    let header = payer.pay_v2_valid_before(&required, valid_before);
+    let unseen = payer.pay_v2_valid_before(&required, valid_before);
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+    let first = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(first.status(), 200);
+    let first_receipt = decode_header(&first, "payment-response");
+    let first_body = json(first).await;
+    while crate::common::now() <= valid_before {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let again = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(decode_header(&again, "payment-response"), first_receipt);
+    assert_eq!(json(again).await, first_body);
+    for (url, header, error) in [
+        (
+            url.clone(),
+            &unseen,
+            "invalid_exact_evm_payload_authorization_valid_before",
+        ),
+        (
+            format!("{url}&copy=2"),
+            &header,
+            "invalid_exact_evm_nonce_already_used",
+        ),
+    ] {
+        let refused = server.get_with(&url, "PAYMENT-SIGNATURE", header).await;
+        assert_eq!(refused.status(), 402);
+        assert_eq!(json(refused).await["error"], error);
+    }
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
+    assert_eq!(settlement_rows(&server, "settled", None).await.len(), 1);
+}
+
 #[tokio::test]
 async fn v1_purchase_with_x_payment() {
     let server = TestServer::start().await;

@@ -65,22 +65,35 @@ async fn settles_on_chain_and_moves_exactly_the_amount() {
     let price = U256::from(ARTICLE_PRICE);
     assert_eq!(chain.balance(from).await, before.0 - price);
     assert_eq!(chain.balance(pay_to()).await, before.1 + price);
-    // The same authorization again: the chain says the nonce is used, no second transfer.
+    // The same authorization again: the chain says the nonce is used, and FiatToken's own
+    // `AuthorizationUsed` log names the transaction that paid it: reported again, nothing sent, no second
+    // transfer (refusing it for another resource is the replay store's job, not the chain's).
+    let relayer_sent = chain
+        .rpc
+        .call(
+            "eth_getTransactionCount",
+            json!([settler.relayer(), "latest"]),
+        )
+        .await;
     assert_eq!(
-        invalid_reason(settler.verify(&req).await.expect("rpc")),
-        "invalid_exact_evm_nonce_already_used"
+        settler.verify(&req).await.expect("rpc"),
+        VerifyOutcome::Valid
     );
     match settler.settle(&req).await {
-        SettleOutcome::Failed {
-            reason,
-            authorization_still_usable,
-            ..
-        } => {
-            assert_eq!(reason, "invalid_exact_evm_nonce_already_used");
-            assert!(!authorization_still_usable);
-        }
-        other => panic!("replay settled: {other:?}"),
+        SettleOutcome::Settled { transaction, .. } => assert_eq!(transaction, tx),
+        other => panic!("not reported again: {other:?}"),
     }
+    assert_eq!(
+        chain
+            .rpc
+            .call(
+                "eth_getTransactionCount",
+                json!([settler.relayer(), "latest"])
+            )
+            .await,
+        relayer_sent,
+        "nothing sent"
+    );
     assert_eq!(chain.balance(from).await, before.0 - price);
 }
 

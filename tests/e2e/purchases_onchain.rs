@@ -8,7 +8,8 @@ use workspace_tests::chain::{
     CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, address_of, quantity,
 };
 use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
-use workspace_tests::pay::{Knobs, now, pay_v2};
+use workspace_tests::pay::{Knobs, decode_b64_json, now, pay_v2};
+use x402_tower::settle::onchain::transfer_calldata;
 
 use crate::common::{
     ARTICLE_PRICE, ChildDir, ChildServer, FACILITATOR_TOKEN, PAY_TO, RefServer, check_purchase,
@@ -403,16 +404,7 @@ async fn a_server_killed_after_broadcasting_a_settlement_delivers_it_after_resta
     let chain = Chain::start().await;
     let (key, from) = payer(7);
     chain.mint(from, 1_000_000).await;
-    let relayer = address_of(DEV_KEYS[1]);
-    let relayer_sent = || async {
-        quantity(
-            &chain
-                .rpc
-                .call("eth_getTransactionCount", json!([relayer, "latest"]))
-                .await,
-        )
-    };
-    let sent_before = relayer_sent().await;
+    let sent_before = relayer_transactions(&chain).await;
     let dir = ChildDir::new("onchain-kill");
     let flags: Vec<String> = [
         "--public-url",
@@ -531,7 +523,10 @@ async fn a_server_killed_after_broadcasting_a_settlement_delivers_it_after_resta
 
     // Exactly one transfer, one transaction from the relayer, one settlement in the log.
     assert_eq!(chain.balance(from).await, U256::from(1_000_000u64) - price);
-    assert_eq!(relayer_sent().await, sent_before + U256::from(1));
+    assert_eq!(
+        relayer_transactions(&chain).await,
+        sent_before + U256::from(1)
+    );
     let rows = settlements_at(&restarted.url, "op").await;
     assert_eq!(rows["totals"]["settled"], 1, "{rows}");
     assert_eq!(
@@ -539,4 +534,61 @@ async fn a_server_killed_after_broadcasting_a_settlement_delivers_it_after_resta
         mined.as_str(),
         "{rows}"
     );
+}
+
+/// How many transactions the servers' relayer (dev account #1) has had mined.
+async fn relayer_transactions(chain: &Chain) -> U256 {
+    let relayer = address_of(DEV_KEYS[1]);
+    quantity(
+        &chain
+            .rpc
+            .call("eth_getTransactionCount", json!([relayer, "latest"]))
+            .await,
+    )
+}
+
+/// Somebody else broadcast the buyer's signed authorization before the buyer presented it (another
+/// facilitator the buyer's first attempt reached, anybody watching the mempool): the money moved to payTo
+/// exactly as signed. The server finds that transaction from FiatToken's own `AuthorizationUsed` log and
+/// delivers the article with it: its relayer sends nothing, one transfer moved. The same authorization for
+/// another resource is still refused (the replay store).
+#[tokio::test]
+async fn an_authorization_somebody_else_broadcast_first_is_delivered_with_that_transaction() {
+    let chain = Chain::start().await;
+    let server = RefServer::settling_on(&chain, |_| {}).await;
+    let (key, from) = payer(8);
+    chain.mint(from, 1_000_000).await;
+    let header = pay_v2(key, &offer(&server.article_url()).await, &Knobs::default());
+    let payload = decode_b64_json(&header);
+    let request = x402_tower::engine::facilitator::settle_request(
+        payload.to_string().into(),
+        &payload["accepted"].to_string(),
+    )
+    .expect("a settle request");
+    let mined = chain
+        .transact(chain.usdc, transfer_calldata(&request).to_vec())
+        .await;
+    let theirs = mined["transactionHash"].as_str().expect("hash").to_owned();
+    let paid = U256::from(1_000_000 - ARTICLE_PRICE);
+    assert_eq!(chain.balance(from).await, paid);
+    let sent_before = relayer_transactions(&chain).await;
+
+    let resp = server.pay(&header).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(receipt_of(&resp)["transaction"], theirs.as_str());
+    let body: Value = resp.json().await.expect("article");
+    assert!(body["article"]["content"].is_string(), "{body}");
+    assert_eq!(chain.balance(from).await, paid, "one transfer");
+    assert_eq!(
+        relayer_transactions(&chain).await,
+        sent_before,
+        "nothing sent"
+    );
+
+    let other = server
+        .pay_at(&format!("{}&copy=2", server.article_url()), &header)
+        .await;
+    assert_eq!(other.status(), 402);
+    let body: Value = other.json().await.expect("402 body");
+    assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
 }

@@ -25,13 +25,18 @@
 //! [`SettleOutcome::Unknown`] with the transaction hash: not a success, not a failure. Node and gas errors are
 //! reported in the message, never swallowed.
 //!
-//! **An authorization used by another transaction.** When ours reverted because the nonce is used, or no
-//! transaction of ours is known (the process died awaiting its receipt, so its hash was never recorded), the
+//! **An authorization used by another transaction.** When the simulation says the nonce is used before
+//! anything is sent (another facilitator, or anybody holding the signed authorization, broadcast it first),
+//! when ours reverted because the nonce is used, or when no transaction of ours is known (the process died
+//! awaiting its receipt, so its hash was never recorded), the
 //! token's own `AuthorizationUsed` / `AuthorizationCanceled` log for `(from, nonce)` names the transaction
 //! (searched in the last [`OnchainSettlerBuilder::log_lookback_blocks`] blocks): if it logged the payment's
 //! `Transfer(from, to, value)`, the payment is **settled** with that transaction, whoever sent it (the
-//! payer's money moved exactly as signed); cancelled by the payer, or a transfer under the same nonce that
-//! is not this payment: failed for good; no log in reach: unknown (pending), never refused.
+//! payer's money moved exactly as signed), and `verify` finds it valid; cancelled by the payer, or a
+//! transfer under the same nonce that is not this payment: failed for good; no log in reach: unknown
+//! (pending), never refused. So settling an authorization twice reports the one transfer twice: refusing it
+//! for a second resource is the replay store's job ([`PaymentEngine`](crate::engine::PaymentEngine)), not
+//! the chain's.
 //!
 //! **Reconciliation** ([`Settler::reconcile`]) never broadcasts: it reads the receipt of the reported
 //! transaction (mined: judged as above); a transaction the node still holds stays unknown; with no
@@ -684,12 +689,17 @@ impl Inner {
     async fn settle(&self, request: &SettleRequest) -> SettleOutcome {
         let hash = match self.send(request).await {
             Ok(hash) => hash,
+            Err(SendError::NotSent { reason, message })
+                if reason == RejectReason::NonceAlreadyUsed.as_str() =>
+            {
+                // Used before this settler sent anything: by whom, and did it pay this offer?
+                return self.used_elsewhere(request, None, &message).await;
+            }
             Err(SendError::NotSent { reason, message }) => {
-                let still_usable = reason != "invalid_exact_evm_nonce_already_used";
                 return SettleOutcome::Failed {
                     reason: reason.to_owned(),
                     message: Some(message),
-                    authorization_still_usable: still_usable,
+                    authorization_still_usable: true,
                 };
             }
             Err(SendError::Unknown { message, hash }) => {
@@ -924,6 +934,18 @@ impl Settler for OnchainSettler {
                         .map_err(to_settle_error)?
                     {
                         None => VerifyOutcome::Valid,
+                        // Already used by a transaction that paid exactly this: settling will report it.
+                        Some(revert)
+                            if revert.reason == RejectReason::NonceAlreadyUsed.as_str()
+                                && matches!(
+                                    self.inner
+                                        .used_elsewhere(request, None, &revert.message)
+                                        .await,
+                                    SettleOutcome::Settled { .. }
+                                ) =>
+                        {
+                            VerifyOutcome::Valid
+                        }
                         Some(revert) => VerifyOutcome::Invalid {
                             reason: revert.reason.to_owned(),
                             message: Some(revert.message),

@@ -558,8 +558,14 @@ async fn simulation_reverts_map_to_spec_strings_and_nothing_is_sent() {
         ),
         ("Pausable: paused", "invalid_transaction_state", true),
     ] {
+        // The nonce-used revert: the payer cancelled the authorization (the token's log says so).
+        let use_log = (!still_usable).then(|| {
+            let canceled = AuthorizationCanceled::SIGNATURE_HASH;
+            (canceled, B256::repeat_byte(0xcc), 0)
+        });
         let (url, node, _) = node(Node {
             revert: Some(revert),
+            use_log,
             ..Node::default()
         })
         .await;
@@ -585,6 +591,43 @@ async fn simulation_reverts_map_to_spec_strings_and_nothing_is_sent() {
         }
         assert!(node.lock().unwrap().sent_nonces.is_empty());
     }
+}
+
+/// Somebody else broadcast the payer's authorization before this settler: the simulation says the nonce is
+/// used, and the token's log names the transaction that paid exactly this offer. Verify finds it valid and
+/// settling reports that transaction, sending nothing; used with no log in reach stays unknown.
+#[tokio::test]
+async fn an_authorization_another_transaction_paid_with_is_settled_by_that_transaction() {
+    let paid = B256::repeat_byte(0xdd);
+    let (url, node, _) = node(Node {
+        revert: Some("FiatTokenV2: authorization is used or canceled"),
+        use_log: Some((AuthorizationUsed::SIGNATURE_HASH, paid, 10_000)),
+        ..Node::default()
+    })
+    .await;
+    let s = settler(&url);
+    assert_eq!(s.verify(&request(1)).await.unwrap(), VerifyOutcome::Valid);
+    assert_eq!(
+        s.settle(&request(1)).await,
+        SettleOutcome::Settled {
+            transaction: format!("{paid}"),
+            payer: FROM,
+            network: "eip155:31337".into()
+        }
+    );
+    node.lock().unwrap().use_log = None;
+    assert!(matches!(
+        s.verify(&request(1)).await.unwrap(),
+        VerifyOutcome::Invalid { .. }
+    ));
+    assert!(matches!(
+        s.settle(&request(1)).await,
+        SettleOutcome::Unknown {
+            transaction: None,
+            ..
+        }
+    ));
+    assert!(node.lock().unwrap().sent_nonces.is_empty(), "nothing sent");
 }
 
 #[tokio::test]

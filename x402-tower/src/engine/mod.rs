@@ -366,7 +366,9 @@ impl PaymentEngineBuilder {
     ///   payment is checked as of its last valid second and only ever redelivered, never settled.
     ///
     /// Records (and payment identifiers) live `validBefore` plus this: an in-memory store holds them that
-    /// long against its capacity.
+    /// long against its capacity. As before `validBefore`, whoever holds the identical payment is served
+    /// its resource again; a payment settled on chain is public (its calldata), so this is also how long a
+    /// chain observer who rebuilds it could be served that one resource again.
     pub fn keep_after_expiry(mut self, keep: Duration) -> Self {
         self.keep_after_expiry = keep;
         self

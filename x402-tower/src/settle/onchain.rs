@@ -36,7 +36,9 @@
 //! transfer under the same nonce that is not this payment: failed for good; no log in reach: unknown
 //! (pending), never refused. So settling an authorization twice reports the one transfer twice: refusing it
 //! for a second resource is the replay store's job ([`PaymentEngine`](crate::engine::PaymentEngine)), not
-//! the chain's.
+//! the chain's. It follows that a transfer to `payTo` made through another deployment (another replay store)
+//! is accepted here, once, as payment for the offer it signs (its exact amount and `payTo`, still unexpired):
+//! deployments that share a `payTo` must share one store.
 //!
 //! **Reconciliation** ([`Settler::reconcile`]) never broadcasts: it reads the receipt of the reported
 //! transaction (mined: judged as above); a transaction the node still holds stays unknown; with no

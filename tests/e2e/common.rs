@@ -382,3 +382,17 @@ impl Drop for ChildServer {
         let _ = self.child.wait();
     }
 }
+
+/// How many transactions the tests' relayer (dev account #1, [`settler`]'s key) has had mined.
+pub(crate) async fn relayer_transactions(chain: &Chain) -> alloy_primitives::U256 {
+    let relayer = address_of(DEV_KEYS[1]);
+    workspace_tests::chain::quantity(
+        &chain
+            .rpc
+            .call(
+                "eth_getTransactionCount",
+                serde_json::json!([relayer, "latest"]),
+            )
+            .await,
+    )
+}

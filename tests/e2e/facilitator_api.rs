@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 use workspace_tests::chain::{CHAIN_ID, Chain};
 use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
 
-use crate::common::{ARTICLE_PRICE, FACILITATOR_TOKEN, facilitator_for, http, pay_to, payer};
+use crate::common::{
+    ARTICLE_PRICE, FACILITATOR_TOKEN, facilitator_for, http, pay_to, payer, relayer_transactions,
+};
 use crate::onchain_settler::payment_required;
 
 async fn post(url: &str, body: &Value) -> (u16, Value) {
@@ -173,4 +175,47 @@ async fn verify_settle_supported_speak_the_facilitator_api() {
         .await
         .expect("POST");
     assert_eq!(resp.status(), 400);
+}
+
+/// A resource server fails over to this facilitator after another one broadcast the payment and never
+/// answered: the chain says the nonce is used, and FiatToken's own `AuthorizationUsed` log names the
+/// transaction that paid it. `/verify` is valid and `/settle` answers success with that transaction; nothing
+/// is sent again and one transfer moved.
+#[tokio::test]
+async fn a_payment_another_facilitator_broadcast_settles_here_with_its_transaction() {
+    let chain = Chain::start().await;
+    let base = facilitator_for(&chain).await;
+    let (key, from) = payer(3);
+    chain.mint(from, 1_000_000).await;
+    let body = body_for(&chain, key, &Knobs::default());
+    let request = x402_tower::engine::facilitator::settle_request(
+        body["paymentPayload"].to_string().into(),
+        &body["paymentRequirements"].to_string(),
+    )
+    .expect("a settle request");
+    let mined = chain
+        .transact(
+            chain.usdc,
+            x402_tower::settle::onchain::transfer_calldata(&request).to_vec(),
+        )
+        .await;
+    let theirs = mined["transactionHash"].as_str().expect("hash").to_owned();
+    let sent_before = relayer_transactions(&chain).await;
+
+    let (_, verdict) = post(&format!("{base}/verify"), &body).await;
+    assert_eq!(verdict["isValid"], true, "{verdict}");
+    let (status, settled) = post(&format!("{base}/settle"), &body).await;
+    assert_eq!(status, 200);
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(settled["transaction"], theirs.as_str());
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE),
+        "one transfer"
+    );
+    assert_eq!(
+        relayer_transactions(&chain).await,
+        sent_before,
+        "nothing sent"
+    );
 }

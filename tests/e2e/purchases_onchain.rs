@@ -4,16 +4,14 @@
 
 use alloy_primitives::{B256, U256};
 use serde_json::{Value, json};
-use workspace_tests::chain::{
-    CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, address_of, quantity,
-};
+use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, quantity};
 use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
 use workspace_tests::pay::{Knobs, decode_b64_json, now, pay_v2};
 use x402_tower::settle::onchain::transfer_calldata;
 
 use crate::common::{
     ARTICLE_PRICE, ChildDir, ChildServer, FACILITATOR_TOKEN, PAY_TO, RefServer, check_purchase,
-    facilitator_for, http, offer, pay_to, payer, receipt_of, settlements_at,
+    facilitator_for, http, offer, pay_to, payer, receipt_of, relayer_transactions, settlements_at,
 };
 
 #[tokio::test]
@@ -534,17 +532,6 @@ async fn a_server_killed_after_broadcasting_a_settlement_delivers_it_after_resta
         mined.as_str(),
         "{rows}"
     );
-}
-
-/// How many transactions the servers' relayer (dev account #1) has had mined.
-async fn relayer_transactions(chain: &Chain) -> U256 {
-    let relayer = address_of(DEV_KEYS[1]);
-    quantity(
-        &chain
-            .rpc
-            .call("eth_getTransactionCount", json!([relayer, "latest"]))
-            .await,
-    )
 }
 
 /// Somebody else broadcast the buyer's signed authorization before the buyer presented it (another

@@ -521,10 +521,13 @@ struct Maps {
 /// expired, `reserve` fails with [`StoreError::Full`] (the layer answers 503) rather than forget a live key.
 ///
 /// A record lives until its payment's `validBefore` plus the engine's
-/// [`keep_after_expiry`](crate::engine::PaymentEngineBuilder::keep_after_expiry) (15 minutes by default), so
-/// the sustained rate a store holds is about `capacity / (maxTimeoutSeconds + keep_after_expiry)`: 83
-/// payments a second for the default 100,000 entries and 300 + 900 s. Size it for the peak rate, or use a
-/// database or Redis store.
+/// [`keep_after_expiry`](crate::engine::PaymentEngineBuilder::keep_after_expiry) (15 minutes by default).
+/// That extra time serves only a late resend or a late reconciliation, so a store told about it
+/// ([`InMemoryReplayStore::evicting_settled_after`]; the engine's own default store is) gives up, when
+/// full, the `Settled` records (and payment identifiers) already past their payment's `validBefore` before
+/// it refuses anything: its sustained rate stays about `capacity / maxTimeoutSeconds` (333 payments a
+/// second for the default 100,000 entries and 300 s). Records still needed against replays, and unresolved
+/// ones, are never given up.
 #[derive(Debug)]
 pub struct InMemoryReplayStore {
     capacity: usize,
@@ -533,6 +536,8 @@ pub struct InMemoryReplayStore {
     /// second would find nothing more to drop (new entries expire at `validBefore >= now + 6`), so a store
     /// full of live keys scans its entries at most once per second instead of on every request.
     purged_at: AtomicU64,
+    /// [`InMemoryReplayStore::evicting_settled_after`], in seconds (0: never).
+    grace: u64,
 }
 
 impl Default for InMemoryReplayStore {
@@ -548,7 +553,18 @@ impl InMemoryReplayStore {
             capacity: capacity.max(1),
             maps: Mutex::new(Maps::default()),
             purged_at: AtomicU64::new(0),
+            grace: 0,
         }
+    }
+
+    /// When full, gives up `Settled` records, and payment identifiers, whose payment's `validBefore` has
+    /// passed, records being kept `grace` past it (the engine's
+    /// [`keep_after_expiry`](crate::engine::PaymentEngineBuilder::keep_after_expiry)), before refusing a
+    /// new payment. No authorization can be used past its `validBefore`, so nothing can be settled twice for
+    /// it; what is lost is only the late redelivery of such a payment (then refused as expired).
+    pub fn evicting_settled_after(mut self, grace: std::time::Duration) -> Self {
+        self.grace = grace.as_secs();
+        self
     }
 
     /// Number of payments held (expired ones included until purged).
@@ -584,6 +600,14 @@ impl InMemoryReplayStore {
         if self.purged_at.load(Ordering::Relaxed) != stamp {
             maps.payments.retain(|_, e| e.expires_at >= now);
             maps.ids.retain(|_, e| e.expires_at >= now);
+            if self.grace > 0 && maps.payments.len().max(maps.ids.len()) >= self.capacity {
+                // Past `validBefore` (records live `grace` beyond it): a settled one serves only a late
+                // resend, an identifier nothing at all.
+                let expired = |expires_at: u64| expires_at.saturating_sub(self.grace) < now;
+                maps.payments
+                    .retain(|_, e| !(e.state == PaymentState::Settled && expired(e.expires_at)));
+                maps.ids.retain(|_, e| !expired(e.expires_at));
+            }
             self.purged_at.store(stamp, Ordering::Relaxed);
         }
         let len = maps.payments.len().max(maps.ids.len());
@@ -814,6 +838,39 @@ mod tests {
 
     fn reserved(r: Result<Reservation, StoreError>) -> bool {
         matches!(r, Ok(Reservation::Reserved { .. }))
+    }
+
+    /// Full, a store told the engine's grace gives up settled records past their payment's `validBefore`
+    /// (records live `validBefore + grace`), and only those: not one still within `validBefore`, not an
+    /// unresolved one. Without the grace it refuses.
+    #[test]
+    fn a_full_store_gives_up_only_settled_records_past_valid_before() {
+        let now = 1_000;
+        let grace = std::time::Duration::from_secs(900);
+        let settled = |valid_before: u64| PaymentRecord {
+            state: PaymentState::Settled,
+            ..record(valid_before + 900)
+        };
+        for (evicting, room) in [(true, true), (false, false)] {
+            let s = InMemoryReplayStore::with_capacity(3);
+            let s = if evicting {
+                s.evicting_settled_after(grace)
+            } else {
+                s
+            };
+            // Settled, validBefore passed; settled, validBefore to come; in flight, validBefore passed.
+            assert!(reserved(s.reserve_now(&key(1), &settled(now - 1), 0)));
+            assert!(reserved(s.reserve_now(&key(2), &settled(now + 60), 0)));
+            assert!(reserved(s.reserve_now(&key(3), &record(now - 1 + 900), 0)));
+            let fourth = s.reserve_now(&key(4), &record(now + 60 + 900), now);
+            assert_eq!(reserved(fourth), room, "evicting: {evicting}");
+            assert_eq!(s.contains(&key(1), now), !evicting);
+            assert!(s.contains(&key(2), now), "still needed against replays");
+            assert!(
+                s.contains(&key(3), now),
+                "unresolved: kept for the reconciler"
+            );
+        }
     }
 
     #[test]

@@ -365,8 +365,9 @@ impl PaymentEngineBuilder {
     ///   window, a pending settlement reconciled late) gets the content again instead of a refusal. Such a
     ///   payment is checked as of its last valid second and only ever redelivered, never settled.
     ///
-    /// Records (and payment identifiers) live `validBefore` plus this: an in-memory store holds them that
-    /// long against its capacity. As before `validBefore`, whoever holds the identical payment is served
+    /// Records (and payment identifiers) live `validBefore` plus this (the engine's default in-memory store
+    /// gives up settled ones past `validBefore` when it is full:
+    /// [`InMemoryReplayStore::evicting_settled_after`]). As before `validBefore`, whoever holds the identical payment is served
     /// its resource again; a payment settled on chain is public (its calldata), so this is also how long a
     /// chain observer who rebuilds it could be served that one resource again.
     pub fn keep_after_expiry(mut self, keep: Duration) -> Self {
@@ -390,19 +391,17 @@ impl PaymentEngineBuilder {
             Some(deadline) => self.stale_after.max(deadline + STALE_MARGIN),
             None => self.stale_after,
         };
+        let keep_after_expiry = self.keep_after_expiry.max(stale_after + STALE_MARGIN);
         Ok(PaymentEngine {
             settler,
             observer: self.observer,
-            store: self
-                .store
-                .unwrap_or_else(|| Arc::new(InMemoryReplayStore::default())),
+            store: self.store.unwrap_or_else(|| {
+                Arc::new(InMemoryReplayStore::default().evicting_settled_after(keep_after_expiry))
+            }),
             max_header_len: self.max_header_len,
             in_flight_wait: self.in_flight_wait,
             stale_after: stale_after.as_secs().max(1),
-            keep_after_expiry: self
-                .keep_after_expiry
-                .max(stale_after + STALE_MARGIN)
-                .as_secs(),
+            keep_after_expiry: keep_after_expiry.as_secs(),
             verify_only: self.verify_only,
             verify_only_warned: std::sync::atomic::AtomicBool::new(false),
             metrics: Arc::new(X402Metrics::default()),

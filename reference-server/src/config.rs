@@ -190,6 +190,18 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_RPC_TIMEOUT_SECS", default_value_t = 10)]
     pub rpc_timeout_secs: u64,
 
+    /// With `--rpc-url`: how many blocks back USDC's `AuthorizationUsed` log is searched for a payment whose
+    /// authorization the chain shows used by a transaction this server did not record (it died awaiting the
+    /// receipt, or somebody else broadcast it first). Past it such a payment stays pending, never refused.
+    /// 1 to 10,000,000; the default covers 5.5 hours of 2-second blocks, and is the widest range most
+    /// JSON-RPC providers answer.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_RPC_LOG_LOOKBACK_BLOCKS",
+        default_value_t = 10_000
+    )]
+    pub rpc_log_lookback_blocks: u64,
+
     /// Bearer token that callers of the facilitator API (`/facilitator/*`) must send
     /// (`Authorization: Bearer <t>`). Without it the facilitator API is off.
     #[arg(
@@ -329,6 +341,7 @@ impl Config {
             settler_key: None,
             rpc_receipt_timeout_secs: 60,
             rpc_timeout_secs: 10,
+            rpc_log_lookback_blocks: 10_000,
             facilitator_token: None,
             facilitator_max_timeout_secs: 600,
             facilitator_pay_to: Vec::new(),
@@ -702,10 +715,18 @@ impl Config {
                         "1 to 120 seconds",
                     ));
                 }
+                if !(1..=10_000_000).contains(&self.rpc_log_lookback_blocks) {
+                    return Err(invalid(
+                        "rpc-log-lookback-blocks",
+                        &self.rpc_log_lookback_blocks.to_string(),
+                        "1 to 10000000 blocks",
+                    ));
+                }
                 Some(
                     x402_tower::settle::onchain::OnchainSettler::builder(url.clone(), key.clone())
                         .receipt_timeout(Duration::from_secs(self.rpc_receipt_timeout_secs))
                         .rpc_timeout(Duration::from_secs(self.rpc_timeout_secs))
+                        .log_lookback_blocks(self.rpc_log_lookback_blocks)
                         .build()
                         .map_err(|e| invalid("settler-key", "<hidden>", e.to_string()))?,
                 )

@@ -427,6 +427,16 @@ mod stale_tests {
             let err = config.validate().unwrap_err().to_string();
             assert!(err.contains("rpc-timeout-secs"), "{refused}: {err}");
         }
+        config.rpc_timeout_secs = 10;
+        config.rpc_log_lookback_blocks = 250_000;
+        let settings = config.validate().unwrap();
+        let settler = settings.onchain.as_ref().expect("an on-chain settler");
+        assert_eq!(settler.log_lookback_blocks(), 250_000);
+        for refused in [0, 10_000_001] {
+            config.rpc_log_lookback_blocks = refused;
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains("rpc-log-lookback-blocks"), "{refused}: {err}");
+        }
     }
 }
 

@@ -327,6 +327,12 @@ impl OnchainSettler {
         }
     }
 
+    /// How many blocks back the token's authorization logs are searched
+    /// ([`OnchainSettlerBuilder::log_lookback_blocks`]).
+    pub fn log_lookback_blocks(&self) -> u64 {
+        self.inner.log_lookback_blocks
+    }
+
     /// The relayer's address (it sends the transactions and pays the gas).
     pub fn relayer(&self) -> Address {
         self.inner.relayer

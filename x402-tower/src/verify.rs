@@ -428,15 +428,27 @@ pub fn parse_signature_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// When a payment is refused only because its `validBefore` has passed: the last second it was valid
-/// (`validBefore - 6`). The doors check it again as of that second to find the record of its first
-/// presentation: such a payment is never settled again, only redelivered (or told it is pending).
-pub(crate) fn last_valid_second(payload: &PaymentPayload, now: u64) -> Option<u64> {
-    let valid_before = u64::try_from(payload.exact().authorization.valid_before).ok()?;
-    if valid_before >= now.saturating_add(VALID_BEFORE_MARGIN) {
-        return None; // refused for being too far ahead, not for having passed
+/// The one rule for a payment past its `validBefore`, for every door: a check `refused` only because
+/// `validBefore` has passed (not because it is too far ahead) is run again as of the payment's last valid
+/// second (`validBefore - 6`; `valid_before` is the authorization's). `Ok`: the payment was valid then, and only its record may answer it (it is
+/// never settled again, only redelivered or told it is pending). `Err`: the first refusal.
+pub(crate) fn as_of_last_valid_second<T>(
+    refused: Rejection,
+    valid_before: U256,
+    now: u64,
+    check: impl FnOnce(u64) -> Result<T, Rejection>,
+) -> Result<T, Rejection> {
+    let valid_before = u64::try_from(valid_before).ok();
+    let at = valid_before
+        .filter(|vb| {
+            refused.reason == RejectReason::ValidBefore
+                && *vb < now.saturating_add(VALID_BEFORE_MARGIN)
+        })
+        .and_then(|vb| vb.checked_sub(VALID_BEFORE_MARGIN));
+    match at {
+        Some(at) => check(at).map_err(|_| refused),
+        None => Err(refused),
     }
-    valid_before.checked_sub(VALID_BEFORE_MARGIN)
 }
 
 /// Verifies a decoded payment against the offers, in the spec's order. `now` is unix seconds.

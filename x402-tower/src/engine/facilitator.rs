@@ -312,14 +312,13 @@ impl PaymentEngine {
             // Past its validBefore, checked as of its last valid second: only its record may answer it.
             let (fingerprint, expired) = match check(now) {
                 Ok((_, fingerprint)) => (fingerprint, false),
-                Err(r) => match (r.reason == RejectReason::ValidBefore)
-                    .then(|| crate::verify::last_valid_second(&request.payload, now))
-                    .flatten()
-                    .and_then(|at| check(at).ok())
-                {
-                    Some((_, fingerprint)) => (fingerprint, true),
-                    None => return Err(Invalid::new(r.reason.as_str(), r.detail, payer)),
-                },
+                Err(r) => {
+                    let valid_before = request.payload.exact().authorization.valid_before;
+                    match crate::verify::as_of_last_valid_second(r, valid_before, now, check) {
+                        Ok((_, fingerprint)) => (fingerprint, true),
+                        Err(r) => return Err(Invalid::new(r.reason.as_str(), r.detail, payer)),
+                    }
+                }
             };
             let url = match (&request.payload, &request.requirements) {
                 (PaymentPayload::V2(p), _) => p.resource.as_ref().map(|r| r.url.clone()),

@@ -582,9 +582,9 @@ impl PaymentEngine {
         };
         let (local, expired) = match local {
             Ok(v) => (v, false),
-            Err(r) => match self.verify_expired(&r, offers, header, now) {
-                Some(v) => (v, true),
-                None => {
+            Err(r) => match self.verify_expired(r, offers, header, now) {
+                Ok(v) => (v, true),
+                Err(r) => {
                     debug!(
                         reason = r.reason.as_str(),
                         detail = r.detail,
@@ -719,20 +719,25 @@ impl PaymentEngine {
     }
 
     /// A payment refused only because its `validBefore` has passed, checked again as of its last valid
-    /// second ([`verify::last_valid_second`]): `Some` when it passes, to be looked up (never settled).
+    /// second ([`verify::as_of_last_valid_second`]): `Ok` to be looked up (never settled), else the first
+    /// refusal. Decoded again: the first check consumed the decoding, and only this rare path needs it twice.
     fn verify_expired(
         &self,
-        refused: &Rejection,
+        refused: Rejection,
         offers: &[CompiledOffer],
         header: &[u8],
         now: u64,
-    ) -> Option<verify::LocallyVerified> {
+    ) -> Result<verify::LocallyVerified, Rejection> {
         if refused.reason != RejectReason::ValidBefore {
-            return None;
+            return Err(refused);
         }
-        let decoded = verify::decode(header).ok()?;
-        let at = verify::last_valid_second(&decoded.payload, now)?;
-        verify::verify(decoded, offers, at).ok()
+        let Ok(decoded) = verify::decode(header) else {
+            return Err(refused);
+        };
+        let valid_before = decoded.payload.exact().authorization.valid_before;
+        verify::as_of_last_valid_second(refused, valid_before, now, |at| {
+            verify::verify(decoded, offers, at)
+        })
     }
 
     async fn bind_identifier(

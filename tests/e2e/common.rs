@@ -23,6 +23,7 @@ pub(crate) const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 
 /// A running reference server, stopped on drop.
 pub(crate) struct RefServer {
+    /// Its listening address, as a base URL.
     pub(crate) url: String,
     /// Its state (stores), for tests that set up data directly.
     pub(crate) state: Arc<reference_server::AppState>,
@@ -38,7 +39,8 @@ impl RefServer {
         let server = Server::bind(config.validate().expect("valid config"))
             .await
             .expect("server starts");
-        let url = server.public_url().to_owned();
+        // Where the tests reach it (its public URL, which payments are bound to, may name another host).
+        let url = format!("http://{}", server.local_addr());
         let state = server.state().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(server.run(async {

@@ -579,3 +579,73 @@ async fn an_authorization_somebody_else_broadcast_first_is_delivered_with_that_t
     let body: Value = other.json().await.expect("402 body");
     assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
 }
+
+/// The same case across the deployment's boundaries: two instances on one database, and copies of the
+/// payment sent to both at once. Every copy is answered with the transaction that paid (or
+/// `settlement_pending` while another copy holds the record, then that transaction on the resend); the
+/// relayers send nothing and one transfer moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_copies_on_two_instances_of_a_payment_broadcast_elsewhere_get_its_transaction() {
+    let chain = Chain::start().await;
+    let dir = ChildDir::new("broadcast-elsewhere");
+    let database = format!("sqlite:{}", dir.0.join("shop.sqlite3").display());
+    // One deployment: one database and one public URL (the resource a payment is bound to).
+    let instance = || {
+        RefServer::settling_on(&chain, |c| {
+            c.database = Some(database.clone());
+            c.public_url = Some("http://shop.test".into());
+        })
+    };
+    let (a, b) = (instance().await, instance().await);
+    let (key, from) = payer(8);
+    chain.mint(from, 1_000_000).await;
+    let header = pay_v2(key, &offer(&a.article_url()).await, &Knobs::default());
+    let payload = decode_b64_json(&header);
+    let request = x402_tower::engine::facilitator::settle_request(
+        payload.to_string().into(),
+        &payload["accepted"].to_string(),
+    )
+    .expect("a settle request");
+    let mined = chain
+        .transact(chain.usdc, transfer_calldata(&request).to_vec())
+        .await;
+    let theirs = mined["transactionHash"].as_str().expect("hash").to_owned();
+    let sent_before = relayer_transactions(&chain).await;
+
+    let copies = [&a, &b, &a, &b].map(|server| {
+        let (url, header) = (server.article_url(), header.clone());
+        tokio::spawn(async move {
+            http()
+                .get(url)
+                .header("PAYMENT-SIGNATURE", header)
+                .send()
+                .await
+                .expect("GET")
+        })
+    });
+    for (copy, server) in copies.into_iter().zip([&a, &b, &a, &b]) {
+        let mut resp = copy.await.expect("task");
+        if resp.status() == 402 {
+            if !resp.headers().contains_key("payment-response") {
+                panic!(
+                    "a 402 without a receipt: {}",
+                    resp.text().await.unwrap_or_default()
+                );
+            }
+            assert_eq!(receipt_of(&resp)["errorReason"], "settlement_pending");
+            resp = server.pay(&header).await;
+        }
+        assert_eq!(resp.status(), 200);
+        assert_eq!(receipt_of(&resp)["transaction"], theirs.as_str());
+    }
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE),
+        "one transfer"
+    );
+    assert_eq!(
+        relayer_transactions(&chain).await,
+        sent_before,
+        "nothing sent"
+    );
+}

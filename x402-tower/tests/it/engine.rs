@@ -699,3 +699,44 @@ async fn past_valid_before_a_pending_payment_is_still_reconciled_and_never_settl
     assert_eq!(refused.error_reason.as_deref(), expired);
     assert_eq!((s.settles(), s.verifies()), (1, 1));
 }
+
+/// Past `validBefore`, a settled payment is answered from the shared store by another instance too, and
+/// concurrent copies of the late resend all get the one settlement; nothing is settled again. The record is
+/// kept at least the stale time plus a minute, whatever the builder is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_valid_before_every_instance_and_every_concurrent_copy_gets_the_one_settlement() {
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
+    let s = Scripted::new(settled_outcome());
+    let store = Arc::new(InMemoryReplayStore::default());
+    let instance = || {
+        let c = clock.clone();
+        PaymentEngine::builder()
+            .settler(s.clone())
+            .replay_store(store.clone())
+            .keep_after_expiry(std::time::Duration::ZERO)
+            .clock(move || c.load(Ordering::SeqCst))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (instance(), instance());
+    assert_eq!(
+        a.keep_after_expiry(),
+        a.stale_after() + std::time::Duration::from_secs(60),
+        "raised to the stale time plus a minute"
+    );
+    let paid = body(0x63);
+    let first = settle(&a, &paid).await;
+    assert!(first.success, "{first:?}");
+
+    // validBefore (now + 300) has passed; the record is kept (180 + 60 s past it).
+    clock.store(now() + 400, Ordering::SeqCst);
+    let (x, y, z) = tokio::join!(settle(&b, &paid), settle(&b, &paid), settle(&a, &paid));
+    for again in [x, y, z] {
+        assert_eq!(again, first);
+    }
+    assert_eq!(
+        s.settles(),
+        1,
+        "answered from the record, never settled again"
+    );
+}

@@ -193,8 +193,8 @@ pub struct Config {
     /// With `--rpc-url`: how many blocks back USDC's `AuthorizationUsed` log is searched for a payment whose
     /// authorization the chain shows used by a transaction this server did not record (it died awaiting the
     /// receipt, or somebody else broadcast it first). Past it such a payment stays pending, never refused.
-    /// 1 to 10,000,000; the default covers 5.5 hours of 2-second blocks, and is the widest range most
-    /// JSON-RPC providers answer.
+    /// 1 to 10,000,000; the default covers 5.5 hours of 2-second blocks. Keep it within the `eth_getLogs`
+    /// range your JSON-RPC provider answers: a refused query leaves the payment pending.
     #[arg(
         long,
         env = "REFERENCE_SERVER_RPC_LOG_LOOKBACK_BLOCKS",

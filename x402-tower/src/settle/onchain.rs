@@ -191,8 +191,9 @@ impl OnchainSettlerBuilder {
     /// How many blocks back (from the latest) the token's `AuthorizationUsed` / `AuthorizationCanceled` logs
     /// are searched when an authorization turns out used and the transaction that used it is not the one
     /// this settler is waiting for (default 10,000: 5.5 hours of 2-second blocks, 33 hours of 12-second
-    /// ones, and the widest range most JSON-RPC providers answer). A use older than that leaves the payment
-    /// unknown (`settlement_pending`), never refused.
+    /// ones). A use older than that, or a node that refuses the range (providers cap `eth_getLogs`
+    /// differently: keep it within yours), leaves the payment unknown (`settlement_pending`), never refused.
+    /// Only anvil was tested.
     pub fn log_lookback_blocks(mut self, blocks: u64) -> Self {
         self.log_lookback_blocks = blocks;
         self

@@ -4,7 +4,7 @@
 use alloy_primitives::U256;
 use serde_json::{Value, json};
 use workspace_tests::chain::{CHAIN_ID, Chain};
-use workspace_tests::pay::{Knobs, decode_b64_json, pay_v2};
+use workspace_tests::pay::{Knobs, cancel_calldata, decode_b64_json, pay_v2};
 
 use crate::common::{
     ARTICLE_PRICE, FACILITATOR_TOKEN, facilitator_for, http, pay_to, payer, relayer_transactions,
@@ -213,6 +213,53 @@ async fn a_payment_another_facilitator_broadcast_settles_here_with_its_transacti
         U256::from(1_000_000 - ARTICLE_PRICE),
         "one transfer"
     );
+    assert_eq!(
+        relayer_transactions(&chain).await,
+        sent_before,
+        "nothing sent"
+    );
+}
+
+/// A payment its payer cancelled (EIP-3009 `cancelAuthorization` on the real FiatTokenV2_2) is invalid at
+/// `/verify`, which names the cancelling transaction (read from the token's `AuthorizationCanceled` log),
+/// and fails for good at `/settle` (called alone, as a resource server settling without verifying does);
+/// nothing is sent and no money moves.
+#[tokio::test]
+async fn a_payment_its_payer_cancelled_is_refused_for_good_and_nothing_is_sent() {
+    let chain = Chain::start().await;
+    let base = facilitator_for(&chain).await;
+    let (key, from) = payer(3);
+    chain.mint(from, 1_000_000).await;
+    let body = body_for(&chain, key, &Knobs::default());
+    let nonce = body["paymentPayload"]["payload"]["authorization"]["nonce"]
+        .as_str()
+        .expect("nonce")
+        .parse()
+        .expect("bytes32");
+    let cancelled = chain
+        .transact(chain.usdc, cancel_calldata(key, chain.usdc, nonce))
+        .await;
+    let theirs = cancelled["transactionHash"].as_str().expect("hash");
+    let sent_before = relayer_transactions(&chain).await;
+
+    let (_, verdict) = post(&format!("{base}/verify"), &body).await;
+    assert_eq!(verdict["isValid"], false, "{verdict}");
+    assert_eq!(
+        verdict["invalidReason"], "invalid_exact_evm_nonce_already_used",
+        "{verdict}"
+    );
+    let message = verdict["invalidMessage"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the payer cancelled the authorization") && message.contains(theirs),
+        "the cancellation named: {verdict}"
+    );
+    let (_, settled) = post(&format!("{base}/settle"), &body).await;
+    assert_eq!(settled["success"], false, "{settled}");
+    assert_eq!(
+        settled["errorReason"], "invalid_exact_evm_nonce_already_used",
+        "{settled}"
+    );
+    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64));
     assert_eq!(
         relayer_transactions(&chain).await,
         sent_before,

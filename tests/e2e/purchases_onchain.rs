@@ -6,7 +6,7 @@ use alloy_primitives::{B256, U256};
 use serde_json::{Value, json};
 use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, quantity};
 use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
-use workspace_tests::pay::{Knobs, decode_b64_json, now, pay_v2};
+use workspace_tests::pay::{Knobs, cancel_calldata, decode_b64_json, now, pay_v2};
 use x402_tower::settle::onchain::transfer_calldata;
 
 use crate::common::{
@@ -578,6 +578,38 @@ async fn an_authorization_somebody_else_broadcast_first_is_delivered_with_that_t
     assert_eq!(other.status(), 402);
     let body: Value = other.json().await.expect("402 body");
     assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
+}
+
+/// A payer who cancelled the authorization (EIP-3009 `cancelAuthorization`, on the real FiatTokenV2_2)
+/// before the server settled it: 402 with "nonce already used" and no article, nothing sent, no money moved.
+#[tokio::test]
+async fn an_authorization_its_payer_cancelled_is_refused_and_moves_nothing() {
+    let chain = Chain::start().await;
+    let server = RefServer::settling_on(&chain, |_| {}).await;
+    let (key, from) = payer(8);
+    chain.mint(from, 1_000_000).await;
+    let header = pay_v2(key, &offer(&server.article_url()).await, &Knobs::default());
+    let nonce: B256 = decode_b64_json(&header)["payload"]["authorization"]["nonce"]
+        .as_str()
+        .expect("nonce")
+        .parse()
+        .expect("bytes32");
+    chain
+        .transact(chain.usdc, cancel_calldata(key, chain.usdc, nonce))
+        .await;
+    let sent_before = relayer_transactions(&chain).await;
+
+    let resp = server.pay(&header).await;
+    assert_eq!(resp.status(), 402);
+    let body: Value = resp.json().await.expect("402 body");
+    assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
+    assert!(body.get("article").is_none(), "{body}");
+    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64));
+    assert_eq!(
+        relayer_transactions(&chain).await,
+        sent_before,
+        "nothing sent"
+    );
 }
 
 /// The same case across the deployment's boundaries: two instances on one database, and copies of the

@@ -133,3 +133,44 @@ pub fn settle_request(
         signature,
     }
 }
+
+alloy_sol_types::sol! {
+    /// EIP-3009's cancellation, as FiatTokenV2_2 hashes it.
+    struct CancelAuthorization {
+        address authorizer;
+        bytes32 nonce;
+    }
+    /// FiatTokenV2_2's `cancelAuthorization` with a (v, r, s) signature.
+    function cancelAuthorization(address authorizer, bytes32 nonce, uint8 v, bytes32 r, bytes32 s);
+}
+
+/// The calldata of the anvil token `usdc`'s `cancelAuthorization` by `key` for the authorization `nonce`:
+/// anybody may send it; the token then refuses every authorization of the payer under that nonce and logs
+/// `AuthorizationCanceled`.
+pub fn cancel_calldata(key: &str, usdc: Address, nonce: B256) -> Vec<u8> {
+    use crate::chain::{CHAIN_ID, TOKEN_NAME, TOKEN_VERSION};
+    use alloy_signer::SignerSync as _;
+    use alloy_sol_types::{SolCall as _, SolStruct as _};
+
+    let signer: PrivateKeySigner = key.parse().expect("key");
+    let domain = alloy_sol_types::eip712_domain! {
+        name: TOKEN_NAME,
+        version: TOKEN_VERSION,
+        chain_id: CHAIN_ID,
+        verifying_contract: usdc,
+    };
+    let hash = CancelAuthorization {
+        authorizer: signer.address(),
+        nonce,
+    }
+    .eip712_signing_hash(&domain);
+    let signature = signer.sign_hash_sync(&hash).expect("sign");
+    cancelAuthorizationCall {
+        authorizer: signer.address(),
+        nonce,
+        v: 27 + u8::from(signature.v()),
+        r: signature.r().into(),
+        s: signature.s().into(),
+    }
+    .abi_encode()
+}

@@ -33,8 +33,10 @@
 //! (searched in the last [`OnchainSettlerBuilder::log_lookback_blocks`] blocks): if it logged the payment's
 //! `Transfer(from, to, value)`, the payment is **settled** with that transaction, whoever sent it (the
 //! payer's money moved exactly as signed), and `verify` finds it valid; cancelled by the payer, or a
-//! transfer under the same nonce that is not this payment: failed for good; no log in reach: unknown
-//! (pending), never refused. So settling an authorization twice reports the one transfer twice: refusing it
+//! transfer under the same nonce that is not this payment: failed for good (`verify` names the cancelling
+//! transaction in its message); no log in reach: unknown (pending), never refused, when settling, while
+//! `verify` refuses with the token's revert (nothing of ours is at stake before we settle); a node that
+//! cannot answer the log query makes `verify` an error (retryable), never a refusal. So settling an authorization twice reports the one transfer twice: refusing it
 //! for a second resource is the replay store's job ([`PaymentEngine`](crate::engine::PaymentEngine)), not
 //! the chain's. It follows that a transfer to `payTo` made through another deployment (another replay store)
 //! is accepted here, once, as payment for the offer it signs (its exact amount and `payTo`, still unexpired):
@@ -784,18 +786,27 @@ impl Inner {
         ours: Option<B256>,
         context: &str,
     ) -> SettleOutcome {
+        match self.authorization_log(request).await {
+            Ok(found) => self.used_by(request, ours, context, found).await,
+            Err(e) => SettleOutcome::Unknown {
+                message: format!("{context}; the token's authorization logs unreadable: {e}"),
+                transaction: ours.map(|t| format!("{t}")),
+            },
+        }
+    }
+
+    /// [`Inner::used_elsewhere`] once the token's log of the use (`found`: its event and transaction) is
+    /// read.
+    async fn used_by(
+        &self,
+        request: &SettleRequest,
+        ours: Option<B256>,
+        context: &str,
+        found: Option<(B256, B256)>,
+    ) -> SettleOutcome {
         let unknown = |message: String, transaction: Option<B256>| SettleOutcome::Unknown {
             message: format!("{context}; {message}"),
             transaction: transaction.or(ours).map(|t| format!("{t}")),
-        };
-        let found = match self.authorization_log(request).await {
-            Ok(found) => found,
-            Err(e) => {
-                return unknown(
-                    format!("the token's authorization logs unreadable: {e}"),
-                    None,
-                );
-            }
         };
         let Some((event, hash)) = found else {
             return unknown(
@@ -827,6 +838,36 @@ impl Inner {
             )),
             Ok(None) => unknown(format!("the receipt of {hash} is gone"), Some(hash)),
             Err(e) => unknown(format!("receipt of {hash} unreadable: {e}"), Some(hash)),
+        }
+    }
+
+    /// Verification of an authorization the token says is used (`revert`), before this settler sent
+    /// anything: **valid** when its log names a transaction that paid exactly this offer (settling reports
+    /// that transaction, sending nothing); refused with what the log says otherwise (cancelled by the payer,
+    /// a transfer that is not this payment), or with the token's revert when no use is logged within the
+    /// lookback. A node that cannot answer is an error (retryable), never a refusal: the money may have
+    /// moved.
+    async fn verify_used(
+        &self,
+        request: &SettleRequest,
+        revert: Revert,
+    ) -> Result<VerifyOutcome, SettleError> {
+        let found = self
+            .authorization_log(request)
+            .await
+            .map_err(settle_error)?;
+        if found.is_none() {
+            return Ok(VerifyOutcome::Invalid {
+                reason: revert.reason.to_owned(),
+                message: Some(revert.message),
+            });
+        }
+        match self.used_by(request, None, &revert.message, found).await {
+            SettleOutcome::Settled { .. } => Ok(VerifyOutcome::Valid),
+            SettleOutcome::Failed {
+                reason, message, ..
+            } => Ok(VerifyOutcome::Invalid { reason, message }),
+            SettleOutcome::Unknown { message, .. } => Err(SettleError::Transport(message)),
         }
     }
 
@@ -911,6 +952,15 @@ impl Inner {
     }
 }
 
+/// A JSON-RPC failure as the settler trait reports it.
+fn settle_error(e: RpcError) -> SettleError {
+    match e {
+        RpcError::Timeout { .. } => SettleError::Timeout,
+        RpcError::BadResponse { .. } => SettleError::BadResponse(e.to_string()),
+        other => SettleError::Transport(other.to_string()),
+    }
+}
+
 impl Settler for OnchainSettler {
     fn verify<'a>(
         &'a self,
@@ -919,16 +969,11 @@ impl Settler for OnchainSettler {
         let span = info_span!("x402.onchain.simulate", payer = %request.payer());
         Box::pin(
             async move {
-                let to_settle_error = |e: RpcError| match e {
-                    RpcError::Timeout { .. } => SettleError::Timeout,
-                    RpcError::BadResponse { .. } => SettleError::BadResponse(e.to_string()),
-                    other => SettleError::Transport(other.to_string()),
-                };
                 if let Err(message) = self
                     .inner
                     .check_network(request)
                     .await
-                    .map_err(to_settle_error)?
+                    .map_err(settle_error)?
                 {
                     return Ok(VerifyOutcome::Invalid {
                         reason: "invalid_network".to_owned(),
@@ -936,24 +981,12 @@ impl Settler for OnchainSettler {
                     });
                 }
                 Ok(
-                    match self
-                        .inner
-                        .simulate(request)
-                        .await
-                        .map_err(to_settle_error)?
-                    {
+                    match self.inner.simulate(request).await.map_err(settle_error)? {
                         None => VerifyOutcome::Valid,
-                        // Already used by a transaction that paid exactly this: settling will report it.
                         Some(revert)
-                            if revert.reason == RejectReason::NonceAlreadyUsed.as_str()
-                                && matches!(
-                                    self.inner
-                                        .used_elsewhere(request, None, &revert.message)
-                                        .await,
-                                    SettleOutcome::Settled { .. }
-                                ) =>
+                            if revert.reason == RejectReason::NonceAlreadyUsed.as_str() =>
                         {
-                            VerifyOutcome::Valid
+                            return self.inner.verify_used(request, revert).await;
                         }
                         Some(revert) => VerifyOutcome::Invalid {
                             reason: revert.reason.to_owned(),

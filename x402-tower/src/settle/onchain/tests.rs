@@ -60,6 +60,8 @@ struct Node {
     use_log: Option<(B256, B256, u64)>,
     /// The `fromBlock` of every `eth_getLogs`.
     log_ranges: Vec<String>,
+    /// Answer `eth_getLogs` with an error (a provider that refuses the range).
+    logs_fail: bool,
 }
 
 /// The latest block of the scripted node.
@@ -169,6 +171,13 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
             let filter = &params[0];
             n.log_ranges
                 .push(filter["fromBlock"].as_str().unwrap_or("").to_owned());
+            if n.logs_fail {
+                return Some(rpc_error(
+                    id,
+                    -32005,
+                    "query returned more than 10000 results",
+                ));
+            }
             assert_eq!(filter["address"], json!(TOKEN));
             assert_eq!(filter["toBlock"], json!(format!("{LATEST_BLOCK:#x}")));
             let logs: Vec<Value> = n
@@ -571,11 +580,16 @@ async fn simulation_reverts_map_to_spec_strings_and_nothing_is_sent() {
         .await;
         let s = settler(&url);
         let verdict = s.verify(&request(1)).await.unwrap();
+        // The refusal of a cancelled authorization names the cancellation.
+        let message = match use_log {
+            Some((_, tx, _)) => format!("{revert}; the payer cancelled the authorization in {tx}"),
+            None => revert.to_owned(),
+        };
         assert_eq!(
             verdict,
             VerifyOutcome::Invalid {
                 reason: reason.to_owned(),
-                message: Some(revert.to_owned()),
+                message: Some(message),
             }
         );
         match s.settle(&request(1)).await {
@@ -615,11 +629,35 @@ async fn an_authorization_another_transaction_paid_with_is_settled_by_that_trans
             network: "eip155:31337".into()
         }
     );
-    node.lock().unwrap().use_log = None;
+    // The node cannot read the token's logs: verification is an error (retryable), never a refusal, since
+    // the money may have moved; settling stays unknown.
+    node.lock().unwrap().logs_fail = true;
+    let verdict = s.verify(&request(1)).await;
+    assert!(
+        matches!(verdict, Err(SettleError::Transport(_))),
+        "{verdict:?}"
+    );
     assert!(matches!(
-        s.verify(&request(1)).await.unwrap(),
-        VerifyOutcome::Invalid { .. }
+        s.settle(&request(1)).await,
+        SettleOutcome::Unknown {
+            transaction: None,
+            ..
+        }
     ));
+    // No use logged within the lookback: refused with the token's revert at verification; unknown when
+    // settling.
+    {
+        let mut n = node.lock().unwrap();
+        n.logs_fail = false;
+        n.use_log = None;
+    }
+    assert_eq!(
+        s.verify(&request(1)).await.unwrap(),
+        VerifyOutcome::Invalid {
+            reason: "invalid_exact_evm_nonce_already_used".into(),
+            message: Some("FiatTokenV2: authorization is used or canceled".into()),
+        }
+    );
     assert!(matches!(
         s.settle(&request(1)).await,
         SettleOutcome::Unknown {

@@ -113,6 +113,18 @@ pub struct Config {
     )]
     pub payment_stale_after_secs: u64,
 
+    /// How long a payment's record is kept after its `validBefore`: while it is, a payment whose settlement
+    /// was still unknown at `validBefore` is reconciled, and a buyer who resends a settled payment (an
+    /// answer lost near the end of its window) gets the article again instead of a refusal. Raised to the
+    /// stale time plus a minute. Longer keeps more rows, and serves a settled payment's resource again to
+    /// whoever rebuilds it from the chain's public calldata for that long. 60 to 86400.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_PAYMENT_KEEP_AFTER_EXPIRY_SECS",
+        default_value_t = 900
+    )]
+    pub payment_keep_after_expiry_secs: u64,
+
     /// API token required to register assets and to read the operator endpoints (`Authorization: token
     /// <t>`). Without it POST is refused and a token for the operator endpoints is generated at start and
     /// printed in the banner.
@@ -337,6 +349,7 @@ impl Config {
             facilitator_url_token: None,
             facilitator_settle_timeout_secs: 90,
             payment_stale_after_secs: 180,
+            payment_keep_after_expiry_secs: 900,
             rpc_url: None,
             settler_key: None,
             rpc_receipt_timeout_secs: 60,
@@ -452,6 +465,9 @@ pub struct Settings {
     /// After how long an in-flight payment is taken for the leftover of a request that died (the engine
     /// raises it to the settler's longest wait plus a minute).
     pub payment_stale_after: Duration,
+    /// How long a payment's record is kept after its `validBefore` (the engine raises it to the stale time
+    /// plus a minute).
+    pub payment_keep_after_expiry: Duration,
     /// On-chain settler (`--rpc-url` + `--settler-key`), if any.
     pub onchain: Option<x402_tower::settle::onchain::OnchainSettler>,
     /// The facilitator API: its token (off without one) and limits.
@@ -683,6 +699,13 @@ impl Config {
                 "10 to 86400 seconds",
             ));
         }
+        if !(60..=86_400).contains(&self.payment_keep_after_expiry_secs) {
+            return Err(invalid(
+                "payment-keep-after-expiry-secs",
+                &self.payment_keep_after_expiry_secs.to_string(),
+                "60 to 86400 seconds",
+            ));
+        }
         if self.seed_assets > 1_000_000 {
             return Err(invalid(
                 "seed-assets",
@@ -806,6 +829,7 @@ impl Config {
             facilitator_url_token: self.facilitator_url_token.clone(),
             facilitator_settle_timeout: Duration::from_secs(self.facilitator_settle_timeout_secs),
             payment_stale_after: Duration::from_secs(self.payment_stale_after_secs),
+            payment_keep_after_expiry: Duration::from_secs(self.payment_keep_after_expiry_secs),
             api_token: self.api_token.clone(),
             operator_token: self.api_token.clone().map_or_else(
                 || OperatorToken::Generated(uuid::Uuid::new_v4().simple().to_string()),

@@ -263,6 +263,7 @@ pub(crate) fn x402_layer(
         .replay_store(store)
         .settle_timing(SettleTiming::BeforeHandler)
         .stale_after(settings.payment_stale_after)
+        .keep_after_expiry(settings.payment_keep_after_expiry)
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, licensing))

@@ -295,6 +295,31 @@ async fn a_purchase_resent_after_its_valid_before_is_delivered_again_from_its_re
     assert_eq!(settlement_rows(&server, "settled", None).await.len(), 1);
 }
 
+/// `--payment-keep-after-expiry-secs` reaches the paid route's engine (raised to the stale time plus a
+/// minute), and a value out of its range is refused with the flag's name.
+#[tokio::test]
+async fn how_long_records_outlive_their_valid_before_is_the_operators_choice() {
+    let keep = |server: &TestServer| server.state.payments.engine().keep_after_expiry().as_secs();
+    assert_eq!(keep(&TestServer::start().await), 900);
+    let longer = TestServer::start_with(|c| c.payment_keep_after_expiry_secs = 7_200).await;
+    assert_eq!(keep(&longer), 7_200);
+    let raised = TestServer::start_with(|c| {
+        c.payment_keep_after_expiry_secs = 60;
+        c.payment_stale_after_secs = 600;
+    })
+    .await;
+    assert_eq!(keep(&raised), 660);
+    for refused in [59, 86_401] {
+        let mut config = reference_server::Config::for_tests();
+        config.payment_keep_after_expiry_secs = refused;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("payment-keep-after-expiry-secs"),
+            "{refused}: {err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn v1_purchase_with_x_payment() {
     let server = TestServer::start().await;

@@ -471,6 +471,14 @@ impl X402Config {
         self
     }
 
+    /// How long a payment's record is kept after its `validBefore` (default 15 minutes, raised to the stale
+    /// time plus a minute). See [`PaymentEngineBuilder::keep_after_expiry`].
+    pub fn keep_after_expiry(mut self, keep: Duration) -> Self {
+        self.engine = self.engine.keep_after_expiry(keep);
+        self.engine_parts = true;
+        self
+    }
+
     /// Replaces the clock (unix seconds). For tests with fixed signatures.
     pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
         self.engine = self.engine.clock(clock);

@@ -18,8 +18,9 @@
 //!   `maxTimeoutSeconds`.
 //! - `--facilitator-pay-to` (repeatable) restricts the recipients it settles for.
 //!
-//! Answers are 200 with `isValid`/`success` false and the spec's error string for a bad payment
-//! (`settlement_pending` with the transaction when the outcome is not known yet: send the same request
+//! Answers are 200 with `isValid`/`success` false and the spec's error string for a bad payment, with the
+//! settler's own words in `invalidMessage`/`errorMessage` when it refused (the token's revert, or the
+//! transaction that cancelled the authorization) (`settlement_pending` with the transaction when the outcome is not known yet: send the same request
 //! again); 400 for a body that is not a facilitator request; 401 without the token; 502 when the settler
 //! cannot be reached; 503 when the payment store fails.
 //!

@@ -222,8 +222,8 @@ async fn a_payment_another_facilitator_broadcast_settles_here_with_its_transacti
 
 /// A payment its payer cancelled (EIP-3009 `cancelAuthorization` on the real FiatTokenV2_2) is invalid at
 /// `/verify`, which names the cancelling transaction (read from the token's `AuthorizationCanceled` log),
-/// and fails for good at `/settle` (called alone, as a resource server settling without verifying does);
-/// nothing is sent and no money moves.
+/// and fails for good at `/settle` (called alone, as a resource server settling without verifying does)
+/// with the same message; nothing is sent and no money moves.
 #[tokio::test]
 async fn a_payment_its_payer_cancelled_is_refused_for_good_and_nothing_is_sent() {
     let chain = Chain::start().await;
@@ -258,6 +258,10 @@ async fn a_payment_its_payer_cancelled_is_refused_for_good_and_nothing_is_sent()
     assert_eq!(
         settled["errorReason"], "invalid_exact_evm_nonce_already_used",
         "{settled}"
+    );
+    assert_eq!(
+        settled["errorMessage"], verdict["invalidMessage"],
+        "the settler's message: {settled}"
     );
     assert_eq!(chain.balance(from).await, U256::from(1_000_000u64));
     assert_eq!(

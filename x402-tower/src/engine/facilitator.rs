@@ -398,7 +398,7 @@ impl PaymentEngine {
     }
 
     /// `POST /settle`: settles the payment once. The identical payment sent again is answered with the
-    /// stored settlement; an outcome not known yet is `success:false, errorReason:"settlement_pending"` with
+    /// stored settlement; a payment the settler refuses is `success:false` with its reason and message; an outcome not known yet is `success:false, errorReason:"settlement_pending"` with
     /// the transaction when there is one (send the same request again later).
     pub async fn facilitator_settle(
         &self,
@@ -435,7 +435,16 @@ impl PaymentEngine {
                 }
             }
             Admitted::Fresh(mut attempt) => match self.settler_verify(&mut attempt).await {
-                Err(a) => a,
+                // The settler's refusal with its message.
+                Err(refused) => match refused.failure {
+                    Some(mut failure) => {
+                        failure
+                            .error_message
+                            .get_or_insert_with(|| "the payment was refused".to_owned());
+                        return Ok(failure);
+                    }
+                    None => refused.answer,
+                },
                 Ok(()) => match self.settle(&mut attempt, None).await {
                     Ok(sr) => return Ok(sr),
                     Err(a) => a,

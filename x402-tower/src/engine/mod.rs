@@ -78,6 +78,15 @@ pub const DEFAULT_MAX_HEADER_LEN: usize = 16 * 1024;
 pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(5);
 /// Default of [`PaymentEngineBuilder::stale_after`].
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(180);
+/// The settler's refusal of a payment at verification ([`PaymentEngine::settler_verify`]).
+struct VerifyRefusal {
+    /// What the client is answered.
+    answer: Answer,
+    /// The refusal as a settlement response (reason and the settler's message), when the settler refused
+    /// (not when it could not be reached).
+    failure: Option<SettleResponse>,
+}
+
 /// Default of [`PaymentEngineBuilder::keep_after_expiry`].
 pub const DEFAULT_KEEP_AFTER_EXPIRY: Duration = Duration::from_secs(15 * 60);
 /// How much longer than a settler's [`settle_deadline`](Settler::settle_deadline) an in-flight payment must
@@ -657,9 +666,9 @@ impl PaymentEngine {
         attempt.verified.offer_index = offer_index;
         let settling_now = route.timing == SettleTiming::BeforeHandler;
         if !(settling_now && route.settle_without_verify)
-            && let Err(a) = self.settler_verify(&mut attempt).await
+            && let Err(refused) = self.settler_verify(&mut attempt).await
         {
-            return Begin::Answer(a);
+            return Begin::Answer(refused.answer);
         }
         let mut recording = None;
         if settling_now {
@@ -995,8 +1004,9 @@ impl PaymentEngine {
         }
     }
 
-    /// The settler's own verification (balance, nonce on chain, smart wallets).
-    async fn settler_verify(&self, attempt: &mut Attempt) -> Result<(), Answer> {
+    /// The settler's own verification (balance, nonce on chain, smart wallets). Refused: the answer, and
+    /// the failure as a settlement response (with the settler's message) for a door that answers with one.
+    async fn settler_verify(&self, attempt: &mut Attempt) -> Result<(), VerifyRefusal> {
         let version = attempt.verified.x402_version;
         match self
             .settler
@@ -1009,22 +1019,32 @@ impl PaymentEngine {
                 debug!(%reason, ?message, "settler rejected the payment");
                 let nonce_used = reason == RejectReason::NonceAlreadyUsed.as_str();
                 let failure = self.failure(attempt, &reason, message);
-                self.dispose(attempt, Event::SettlerRefused { nonce_used }, Some(failure))
-                    .await;
+                self.dispose(
+                    attempt,
+                    Event::SettlerRefused { nonce_used },
+                    Some(failure.clone()),
+                )
+                .await;
                 self.metrics.rejected(RejectReason::SettlerRejected);
-                Err(Answer::PaymentRequired {
-                    error: Cow::Owned(reason),
-                    receipt: None,
-                    version,
+                Err(VerifyRefusal {
+                    answer: Answer::PaymentRequired {
+                        error: Cow::Owned(reason),
+                        receipt: None,
+                        version,
+                    },
+                    failure: Some(failure),
                 })
             }
             Err(e) => {
                 warn!(error = %e, "settler verify failed");
                 self.dispose(attempt, Event::SettlerUnreachable, None).await;
                 self.metrics.upstream_error();
-                Err(Answer::Unavailable {
-                    status: 502,
-                    message: "payment verification unavailable",
+                Err(VerifyRefusal {
+                    answer: Answer::Unavailable {
+                        status: 502,
+                        message: "payment verification unavailable",
+                    },
+                    failure: None,
                 })
             }
         }

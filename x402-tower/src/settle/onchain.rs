@@ -28,19 +28,20 @@
 //! **An authorization used by another transaction.** When the simulation says the nonce is used before
 //! anything is sent (another facilitator, or anybody holding the signed authorization, broadcast it first),
 //! when ours reverted because the nonce is used, or when no transaction of ours is known (the process died
-//! awaiting its receipt, so its hash was never recorded), the
-//! token's own `AuthorizationUsed` / `AuthorizationCanceled` log for `(from, nonce)` names the transaction
-//! (searched in the last [`OnchainSettlerBuilder::log_lookback_blocks`] blocks): if it logged the payment's
-//! `Transfer(from, to, value)`, the payment is **settled** with that transaction, whoever sent it (the
-//! payer's money moved exactly as signed), and `verify` finds it valid; cancelled by the payer, or a
-//! transfer under the same nonce that is not this payment: failed for good (`verify` names the cancelling
-//! transaction in its message); no log in reach: unknown (pending), never refused, when settling, while
-//! `verify` refuses with the token's revert (nothing of ours is at stake before we settle); a node that
-//! cannot answer the log query makes `verify` an error (retryable), never a refusal. So settling an authorization twice reports the one transfer twice: refusing it
-//! for a second resource is the replay store's job ([`PaymentEngine`](crate::engine::PaymentEngine)), not
-//! the chain's. It follows that a transfer to `payTo` made through another deployment (another replay store)
-//! is accepted here, once, as payment for the offer it signs (its exact amount and `payTo`, still unexpired):
-//! deployments that share a `payTo` must share one store.
+//! awaiting its receipt, so its hash was never recorded), the token's own `AuthorizationUsed` /
+//! `AuthorizationCanceled` log for `(from, nonce)` names the transaction (searched in the last
+//! [`OnchainSettlerBuilder::log_lookback_blocks`] blocks): if it logged the payment's `Transfer(from, to,
+//! value)`, the payment is **settled** with that transaction, whoever sent it (the payer's money moved
+//! exactly as signed), and `verify` finds it valid; cancelled by the payer, or a transfer under the same
+//! nonce that is not this payment: failed for good (`verify` names the cancelling transaction in its
+//! message); no log in reach: unknown (pending) when settling, never refused, while `verify` (asked before
+//! this settler sends anything) refuses with the token's revert; a node that cannot answer the log query
+//! makes `verify` an error (retryable), never a refusal. So settling an authorization twice reports the one
+//! transfer twice: refusing it for a second resource is the replay store's job
+//! ([`PaymentEngine`](crate::engine::PaymentEngine)), not the chain's. It follows that a transfer to `payTo`
+//! made through another deployment (another replay store) is accepted here, once, as payment for the offer it
+//! signs (its exact amount and `payTo`, still unexpired): deployments that share a `payTo` must share one
+//! store.
 //!
 //! **Reconciliation** ([`Settler::reconcile`]) never broadcasts: it reads the receipt of the reported
 //! transaction (mined: judged as above); a transaction the node still holds stays unknown; with no

@@ -586,27 +586,49 @@ async fn an_authorization_somebody_else_broadcast_first_is_delivered_with_that_t
 async fn an_authorization_its_payer_cancelled_is_refused_and_moves_nothing() {
     let chain = Chain::start().await;
     let server = RefServer::settling_on(&chain, |_| {}).await;
+    refused_after_a_cancellation(&chain, &server, 0, 1).await;
+}
+
+/// A payer signs a new authorization under a nonce they cancelled long before (more blocks ago than the
+/// server's log lookback): nothing of the server's can have used it, and it is no payment made within its
+/// window. Refused for good at once, and again on the resend, instead of `settlement_pending` (which would
+/// keep the payment reconciled from the chain until it expired, for free); nothing sent, no money moved.
+#[tokio::test]
+async fn an_authorization_under_a_nonce_used_before_the_lookback_is_refused_at_once() {
+    let chain = Chain::start().await;
+    let server = RefServer::settling_on(&chain, |c| c.rpc_log_lookback_blocks = 10).await;
+    refused_after_a_cancellation(&chain, &server, 100, 2).await;
+}
+
+/// A payer cancels a nonce, `blocks` empty blocks are mined, then the payer pays `server`'s article under
+/// that nonce, `sends` times: each is refused with "nonce already used" and no article; nothing is sent and
+/// no money moves.
+async fn refused_after_a_cancellation(
+    chain: &Chain,
+    server: &RefServer,
+    blocks: u64,
+    sends: usize,
+) {
     let (key, from) = payer(8);
     chain.mint(from, 1_000_000).await;
-    let header = pay_v2(key, &offer(&server.article_url()).await, &Knobs::default());
-    let nonce: B256 = decode_b64_json(&header)["payload"]["authorization"]["nonce"]
-        .as_str()
-        .expect("nonce")
-        .parse()
-        .expect("bytes32");
+    let nonce = B256::repeat_byte(0x42);
     chain
         .transact(chain.usdc, cancel_calldata(key, chain.usdc, nonce))
         .await;
-    let sent_before = relayer_transactions(&chain).await;
-
-    let resp = server.pay(&header).await;
-    assert_eq!(resp.status(), 402);
-    let body: Value = resp.json().await.expect("402 body");
-    assert_eq!(body["error"], "invalid_exact_evm_nonce_already_used");
-    assert!(body.get("article").is_none(), "{body}");
+    if blocks > 0 {
+        chain.mine(blocks).await;
+    }
+    let knobs = Knobs {
+        nonce: Some(nonce),
+        ..Knobs::default()
+    };
+    let sent_before = relayer_transactions(chain).await;
+    for _ in 0..sends {
+        refused(server, key, &knobs, "invalid_exact_evm_nonce_already_used").await;
+    }
     assert_eq!(chain.balance(from).await, U256::from(1_000_000u64));
     assert_eq!(
-        relayer_transactions(&chain).await,
+        relayer_transactions(chain).await,
         sent_before,
         "nothing sent"
     );

@@ -394,6 +394,13 @@ impl Chain {
         self.rpc.call("anvil_setCode", json!([who, code])).await;
     }
 
+    /// Mines `blocks` empty blocks.
+    pub async fn mine(&self, blocks: u64) {
+        self.rpc
+            .call("anvil_mine", json!([format!("{blocks:#x}")]))
+            .await;
+    }
+
     /// Moves the chain's clock `seconds` ahead and mines a block.
     pub async fn advance_time(&self, seconds: u64) {
         self.rpc.call("evm_increaseTime", json!([seconds])).await;

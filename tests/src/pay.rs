@@ -34,6 +34,8 @@ pub struct Knobs {
     pub from: Option<Address>,
     /// Send these signature bytes instead of the ECDSA signature (a smart wallet's own format).
     pub signature: Option<Vec<u8>>,
+    /// The EIP-3009 nonce (default a random one).
+    pub nonce: Option<B256>,
 }
 
 /// Decodes a Base64 JSON header.
@@ -62,6 +64,7 @@ pub fn pay_v2(key: &str, payment_required: &Value, knobs: &Knobs) -> String {
     let options = SignOptions {
         valid_before: knobs.valid_before.map(U256::from),
         from: knobs.from,
+        nonce: knobs.nonce,
         ..Default::default()
     };
     let mut payment = sign_sync(&signer, &requirements, offer, &token, &options).expect("sign");

@@ -34,10 +34,16 @@
 //! value)`, the payment is **settled** with that transaction, whoever sent it (the payer's money moved
 //! exactly as signed), and `verify` finds it valid; cancelled by the payer, or a transfer under the same
 //! nonce that is not this payment: failed for good (`verify` names the cancelling transaction in its
-//! message); no log in reach: unknown (pending) when settling, never refused, while `verify` (asked before
-//! this settler sends anything) refuses with the token's revert; a node that cannot answer the log query
-//! makes `verify` an error (retryable), never a refusal. So settling an authorization twice reports the one
-//! transfer twice: refusing it for a second resource is the replay store's job
+//! message). No log in reach: if this settler may have sent the transaction (ours reverted, or its hash was
+//! never recorded), unknown (pending), never refused; if it sent nothing (`verify`, or a send the simulation
+//! refused), the authorization's state 64 blocks back decides: already used then, the use is older than the
+//! lookback, so it is no payment made within its window (clients sign one to be used within
+//! `maxTimeoutSeconds`): failed for good, with nothing left to reconcile; not used then, the use is recent
+//! and its log may not be indexed yet: unknown. Unknown makes `verify` an error (retryable), never a refusal.
+//! Keep the lookback longer than a payment record's life (its window plus `keep_after_expiry`: 20 minutes by
+//! default; the default 10,000 blocks are, on chains with blocks of 0.12 s or more), so that a use by this
+//! settler, or by anybody within a payment's window, is always within reach. So settling an authorization
+//! twice reports the one transfer twice: refusing it for a second resource is the replay store's job
 //! ([`PaymentEngine`](crate::engine::PaymentEngine)), not the chain's. It follows that a transfer to `payTo`
 //! made through another deployment (another replay store) is accepted here, once, as payment for the offer it
 //! signs (its exact amount and `payTo`, still unexpired): deployments that share a `payTo` must share one
@@ -87,6 +93,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_eips::BlockId;
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
 use alloy_sol_types::{SolCall, SolEvent, sol};
@@ -194,9 +201,11 @@ impl OnchainSettlerBuilder {
     /// How many blocks back (from the latest) the token's `AuthorizationUsed` / `AuthorizationCanceled` logs
     /// are searched when an authorization turns out used and the transaction that used it is not the one
     /// this settler is waiting for (default 10,000: 5.5 hours of 2-second blocks, 33 hours of 12-second
-    /// ones). A use older than that, or a node that refuses the range (providers cap `eth_getLogs`
-    /// differently: keep it within yours), leaves the payment unknown (`settlement_pending`), never refused.
-    /// Only anvil was tested.
+    /// ones). Keep it longer than a payment record's life (20 minutes by default) and within the range your
+    /// provider answers (providers cap `eth_getLogs` differently). A node that refuses the range leaves the
+    /// payment unknown (`settlement_pending`), never refused; so does a use older than the lookback when
+    /// this settler may have sent it, while one it cannot have sent, already made 64 blocks back, is
+    /// refused (see the module docs). Only anvil was tested.
     pub fn log_lookback_blocks(mut self, blocks: u64) -> Self {
         self.log_lookback_blocks = blocks;
         self
@@ -521,6 +530,15 @@ impl Inner {
     }
 
     async fn authorization_used(&self, request: &SettleRequest) -> Result<bool, RpcError> {
+        self.authorization_used_at(request, BlockId::latest()).await
+    }
+
+    /// `authorizationState(from, nonce)` as of `block`.
+    async fn authorization_used_at(
+        &self,
+        request: &SettleRequest,
+        block: BlockId,
+    ) -> Result<bool, RpcError> {
         let auth = &request.payload.exact().authorization;
         let data: Bytes = authorizationStateCall {
             authorizer: auth.from,
@@ -530,7 +548,10 @@ impl Inner {
         .into();
         let out = self
             .rpc
-            .call(rpc::call_request(None, request.offer.token.address, data))
+            .call_at(
+                rpc::call_request(None, request.offer.token.address, data),
+                block,
+            )
             .await?;
         Ok(out.len() >= 32 && out[31] == 1)
     }
@@ -705,7 +726,7 @@ impl Inner {
                 if reason == RejectReason::NonceAlreadyUsed.as_str() =>
             {
                 // Used before this settler sent anything: by whom, and did it pay this offer?
-                return self.used_elsewhere(request, None, &message).await;
+                return self.used_elsewhere(request, Ours::Nothing, &message).await;
             }
             Err(SendError::NotSent { reason, message }) => {
                 return SettleOutcome::Failed {
@@ -745,7 +766,10 @@ impl Inner {
                     message: Some(reverted),
                     authorization_still_usable: true,
                 },
-                Ok(true) => self.used_elsewhere(request, Some(hash), &reverted).await,
+                Ok(true) => {
+                    self.used_elsewhere(request, Ours::Sent(hash), &reverted)
+                        .await
+                }
                 Err(e) => SettleOutcome::Unknown {
                     message: format!("{reverted}; authorizationState unreadable: {e}"),
                     transaction: Some(format!("{hash}")),
@@ -772,56 +796,76 @@ impl Inner {
         }
     }
 
-    /// The authorization is used on chain, and not by `ours` (a transaction of this settler that reverted,
-    /// or none is known): the token's own `AuthorizationUsed` / `AuthorizationCanceled` log says by which
+    /// The authorization is used on chain, and not by a transaction of this settler known to have used it
+    /// (`ours`): the token's own `AuthorizationUsed` / `AuthorizationCanceled` log says by which
     /// transaction. Whoever sent it, a transaction that used this authorization and logged its
     /// `Transfer(from, to, value)` moved exactly what the payer signed for this offer: **settled**, with
     /// that transaction (a relayer killed while awaiting its receipt, a second broadcast that lost the race
     /// to the first, a third party who broadcast the signed authorization). Cancelled by the payer, or used
     /// for another transfer under the same nonce: failed for good. No log within
-    /// [`OnchainSettlerBuilder::log_lookback_blocks`], or the node cannot answer: unknown, so the payment
-    /// stays pending instead of being refused after its money may have moved.
+    /// [`OnchainSettlerBuilder::log_lookback_blocks`]:
+    ///
+    /// - when this settler may have sent the transaction ([`Ours::Sent`], [`Ours::Unrecorded`]): unknown, so
+    ///   the payment stays pending instead of being refused after its money may have moved;
+    /// - when it sent nothing ([`Ours::Nothing`]): the authorization's state [`RECENT_BLOCKS`] blocks ago
+    ///   decides. Used already then, the use is older than the lookback: no payment made within its window
+    ///   (a client signs one to be used within `maxTimeoutSeconds`), and nothing of ours: failed for good.
+    ///   Not used then, the use is recent and its log may not be indexed yet: unknown.
+    ///
+    /// A node that cannot answer: unknown.
     async fn used_elsewhere(
         &self,
         request: &SettleRequest,
-        ours: Option<B256>,
+        ours: Ours,
         context: &str,
     ) -> SettleOutcome {
-        match self.authorization_log(request).await {
-            Ok(found) => self.used_by(request, ours, context, found).await,
-            Err(e) => SettleOutcome::Unknown {
-                message: format!("{context}; the token's authorization logs unreadable: {e}"),
-                transaction: ours.map(|t| format!("{t}")),
-            },
-        }
-    }
-
-    /// [`Inner::used_elsewhere`] once the token's log of the use (`found`: its event and transaction) is
-    /// read.
-    async fn used_by(
-        &self,
-        request: &SettleRequest,
-        ours: Option<B256>,
-        context: &str,
-        found: Option<(B256, B256)>,
-    ) -> SettleOutcome {
-        let unknown = |message: String, transaction: Option<B256>| SettleOutcome::Unknown {
+        let transaction = ours.transaction();
+        let unknown = |message: String, found: Option<B256>| SettleOutcome::Unknown {
             message: format!("{context}; {message}"),
-            transaction: transaction.or(ours).map(|t| format!("{t}")),
-        };
-        let Some((event, hash)) = found else {
-            return unknown(
-                format!(
-                    "the authorization is used, and the token logged no use of it in the last {} blocks",
-                    self.log_lookback_blocks
-                ),
-                None,
-            );
+            transaction: found.or(transaction).map(|t| format!("{t}")),
         };
         let spent = |message: String| SettleOutcome::Failed {
             reason: RejectReason::NonceAlreadyUsed.as_str().to_owned(),
             message: Some(format!("{context}; {message}")),
             authorization_still_usable: false,
+        };
+        let (found, latest) = match self.authorization_log(request).await {
+            Ok(read) => read,
+            Err(e) => {
+                return unknown(
+                    format!("the token's authorization logs unreadable: {e}"),
+                    None,
+                );
+            }
+        };
+        let Some((event, hash)) = found else {
+            let none = format!(
+                "the authorization is used, and the token logged no use of it in the last {} blocks",
+                self.log_lookback_blocks
+            );
+            if !matches!(ours, Ours::Nothing) {
+                return unknown(none, None);
+            }
+            let before = latest.saturating_sub(RECENT_BLOCKS);
+            return match self
+                .authorization_used_at(request, BlockId::number(before))
+                .await
+            {
+                Ok(true) => spent(format!(
+                    "{none}; it was used by block {before} already: not a payment made within its window"
+                )),
+                Ok(false) => unknown(
+                    format!(
+                        "{none}; it was used within the last {RECENT_BLOCKS} blocks, whose logs may not be \
+                         indexed yet"
+                    ),
+                    None,
+                ),
+                Err(e) => unknown(
+                    format!("{none}; its state at block {before} unreadable: {e}"),
+                    None,
+                ),
+            };
         };
         if event == AuthorizationCanceled::SIGNATURE_HASH {
             return spent(format!("the payer cancelled the authorization in {hash}"));
@@ -843,27 +887,20 @@ impl Inner {
     }
 
     /// Verification of an authorization the token says is used (`revert`), before this settler sent
-    /// anything: **valid** when its log names a transaction that paid exactly this offer (settling reports
-    /// that transaction, sending nothing); refused with what the log says otherwise (cancelled by the payer,
-    /// a transfer that is not this payment), or with the token's revert when no use is logged within the
-    /// lookback. A node that cannot answer is an error (retryable), never a refusal: the money may have
-    /// moved.
+    /// anything ([`Inner::used_elsewhere`] with [`Ours::Nothing`]): **valid** when its log names a
+    /// transaction that paid exactly this offer (settling reports that transaction, sending nothing);
+    /// refused when it is decided otherwise (cancelled by the payer, a transfer that is not this payment, a
+    /// use older than the lookback), with what decided it; an error (retryable), never a refusal, when it
+    /// is not known (a recent use not logged yet, a node that cannot answer): the money may have moved.
     async fn verify_used(
         &self,
         request: &SettleRequest,
         revert: Revert,
     ) -> Result<VerifyOutcome, SettleError> {
-        let found = self
-            .authorization_log(request)
+        match self
+            .used_elsewhere(request, Ours::Nothing, &revert.message)
             .await
-            .map_err(settle_error)?;
-        if found.is_none() {
-            return Ok(VerifyOutcome::Invalid {
-                reason: revert.reason.to_owned(),
-                message: Some(revert.message),
-            });
-        }
-        match self.used_by(request, None, &revert.message, found).await {
+        {
             SettleOutcome::Settled { .. } => Ok(VerifyOutcome::Valid),
             SettleOutcome::Failed {
                 reason, message, ..
@@ -873,11 +910,11 @@ impl Inner {
     }
 
     /// The token's `AuthorizationUsed` or `AuthorizationCanceled` log for the payment's `(from, nonce)` in
-    /// the last `log_lookback_blocks` blocks: its event and transaction.
+    /// the last `log_lookback_blocks` blocks (its event and transaction), and the latest block then.
     async fn authorization_log(
         &self,
         request: &SettleRequest,
-    ) -> Result<Option<(B256, B256)>, RpcError> {
+    ) -> Result<(Option<(B256, B256)>, u64), RpcError> {
         let auth = &request.payload.exact().authorization;
         let latest = self.rpc.block_number().await?;
         let filter = json!({
@@ -892,7 +929,7 @@ impl Inner {
         });
         let logs: Vec<rpc::FoundLog> = self.rpc.logs(filter).await?;
         // A nonce is used or cancelled once; a log of a block since reorganised away is `removed`.
-        Ok(logs.into_iter().rev().find_map(|log| {
+        let found = logs.into_iter().rev().find_map(|log| {
             let event = *log.topics.first()?;
             let matches = !log.removed
                 && log.address == request.offer.token.address
@@ -901,7 +938,8 @@ impl Inner {
                 && (event == AuthorizationUsed::SIGNATURE_HASH
                     || event == AuthorizationCanceled::SIGNATURE_HASH);
             matches.then_some((event, log.transaction_hash?))
-        }))
+        });
+        Ok((found, latest))
     }
 
     /// Reconciles an unknown outcome from the chain, never broadcasting: the receipt of `transaction` when
@@ -946,9 +984,36 @@ impl Inner {
                     Some(hash) => format!("transaction {hash} is unknown to the node"),
                     None => "no settlement transaction is recorded".to_owned(),
                 };
-                self.used_elsewhere(request, hash, &context).await
+                let ours = hash.map_or(Ours::Unrecorded, Ours::Sent);
+                self.used_elsewhere(request, ours, &context).await
             }
             Err(e) => unknown(format!("authorizationState unreadable: {e}")),
+        }
+    }
+}
+
+/// How many blocks back [`Inner::used_elsewhere`] reads an authorization's state to tell a recent use whose
+/// log may not be indexed yet (unknown) from one older than the log lookback (failed for good): more than a
+/// node's log index lags behind its state (seconds), within the recent states a full node keeps (geth: 128).
+const RECENT_BLOCKS: u64 = 64;
+
+/// Which transaction of this settler may have used an authorization the chain shows used.
+#[derive(Debug, Clone, Copy)]
+enum Ours {
+    /// None: asked before this settler sent anything for the payment (`verify`, or a send its simulation
+    /// refused).
+    Nothing,
+    /// Perhaps one whose hash was never recorded (the process died awaiting its receipt).
+    Unrecorded,
+    /// This one (it reverted, or the node does not know it).
+    Sent(B256),
+}
+
+impl Ours {
+    fn transaction(self) -> Option<B256> {
+        match self {
+            Ours::Sent(hash) => Some(hash),
+            Ours::Nothing | Ours::Unrecorded => None,
         }
     }
 }

@@ -142,7 +142,16 @@ impl Rpc {
 
     /// `eth_call` at the latest block: the returned data, or the node's error (a revert).
     pub(crate) async fn call(&self, tx: TransactionRequest) -> Result<Bytes, RpcError> {
-        let r = self.provider.call(tx).block(BlockId::latest()).await;
+        self.call_at(tx, BlockId::latest()).await
+    }
+
+    /// `eth_call` at `block`.
+    pub(crate) async fn call_at(
+        &self,
+        tx: TransactionRequest,
+        block: BlockId,
+    ) -> Result<Bytes, RpcError> {
+        let r = self.provider.call(tx).block(block).await;
         r.map_err(|e| RpcError::from_transport("eth_call", e))
     }
 

@@ -62,6 +62,9 @@ struct Node {
     log_ranges: Vec<String>,
     /// Answer `eth_getLogs` with an error (a provider that refuses the range).
     logs_fail: bool,
+    /// The block whose transaction used the authorization: `authorizationState` at an earlier block is
+    /// false, at this one or later (or `latest`) true. `None`: `authorization_used` at every block.
+    used_in_block: Option<u64>,
 }
 
 /// The latest block of the scripted node.
@@ -114,7 +117,16 @@ fn answer(node: &Mutex<Node>, hung: &Notify, body: &Value) -> Option<Value> {
         "eth_call" => {
             let data = params[0]["data"].as_str().unwrap_or("");
             if data.starts_with("0xe94a0102") {
-                let word = B256::with_last_byte(u8::from(n.authorization_used));
+                let at = match params[1].as_str() {
+                    Some("latest") | None => LATEST_BLOCK,
+                    Some(number) => {
+                        u64::from_str_radix(number.trim_start_matches("0x"), 16).unwrap()
+                    }
+                };
+                let used = n
+                    .used_in_block
+                    .map_or(n.authorization_used, |block| at >= block);
+                let word = B256::with_last_byte(u8::from(used));
                 ok(json!(word))
             } else if let Some(m) = n.revert {
                 Some(rpc_error(id, 3, &format!("execution reverted: {m}")))
@@ -644,19 +656,18 @@ async fn an_authorization_another_transaction_paid_with_is_settled_by_that_trans
             ..
         }
     ));
-    // No use logged within the lookback: refused with the token's revert at verification; unknown when
-    // settling.
+    // No use logged within the lookback, and used within the last 64 blocks: its log may not be indexed
+    // yet, so verification is an error (retryable) and settling unknown.
     {
         let mut n = node.lock().unwrap();
         n.logs_fail = false;
         n.use_log = None;
+        n.used_in_block = Some(LATEST_BLOCK - 63);
     }
-    assert_eq!(
-        s.verify(&request(1)).await.unwrap(),
-        VerifyOutcome::Invalid {
-            reason: "invalid_exact_evm_nonce_already_used".into(),
-            message: Some("FiatTokenV2: authorization is used or canceled".into()),
-        }
+    let verdict = s.verify(&request(1)).await;
+    assert!(
+        matches!(&verdict, Err(SettleError::Transport(m)) if m.contains("may not be indexed yet")),
+        "{verdict:?}"
     );
     assert!(matches!(
         s.settle(&request(1)).await,
@@ -665,6 +676,28 @@ async fn an_authorization_another_transaction_paid_with_is_settled_by_that_trans
             ..
         }
     ));
+    // Used 64 blocks ago already, and no log in the lookback: older than any payment made within its
+    // window, and this settler sent nothing: refused at verification, failed for good when settling.
+    node.lock().unwrap().used_in_block = Some(LATEST_BLOCK - 64);
+    match s.verify(&request(1)).await.unwrap() {
+        VerifyOutcome::Invalid { reason, message } => {
+            assert_eq!(reason, "invalid_exact_evm_nonce_already_used");
+            let message = message.unwrap_or_default();
+            assert!(
+                message.contains("not a payment made within its window"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match s.settle(&request(1)).await {
+        SettleOutcome::Failed {
+            reason,
+            authorization_still_usable: false,
+            ..
+        } => assert_eq!(reason, "invalid_exact_evm_nonce_already_used"),
+        other => panic!("{other:?}"),
+    }
     assert!(node.lock().unwrap().sent_nonces.is_empty(), "nothing sent");
 }
 

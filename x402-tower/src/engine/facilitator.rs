@@ -398,8 +398,9 @@ impl PaymentEngine {
     }
 
     /// `POST /settle`: settles the payment once. The identical payment sent again is answered with the
-    /// stored settlement; a payment the settler refuses is `success:false` with its reason and message; an outcome not known yet is `success:false, errorReason:"settlement_pending"` with
-    /// the transaction when there is one (send the same request again later).
+    /// stored settlement; a payment the settler refuses is `success:false` with its reason and message; an
+    /// outcome not known yet is `success:false, errorReason:"settlement_pending"` with the transaction when
+    /// there is one (send the same request again later).
     pub async fn facilitator_settle(
         &self,
         policy: &FacilitatorPolicy,

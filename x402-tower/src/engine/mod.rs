@@ -78,15 +78,6 @@ pub const DEFAULT_MAX_HEADER_LEN: usize = 16 * 1024;
 pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(5);
 /// Default of [`PaymentEngineBuilder::stale_after`].
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(180);
-/// The settler's refusal of a payment at verification ([`PaymentEngine::settler_verify`]).
-struct VerifyRefusal {
-    /// What the client is answered.
-    answer: Answer,
-    /// The refusal as a settlement response (reason and the settler's message), when the settler refused
-    /// (not when it could not be reached).
-    failure: Option<SettleResponse>,
-}
-
 /// Default of [`PaymentEngineBuilder::keep_after_expiry`].
 pub const DEFAULT_KEEP_AFTER_EXPIRY: Duration = Duration::from_secs(15 * 60);
 /// How much longer than a settler's [`settle_deadline`](Settler::settle_deadline) an in-flight payment must
@@ -219,6 +210,15 @@ pub(crate) enum Finish {
     Pass(Option<SettleResponse>, u8),
     /// Drop the served response, answer this.
     Replace(Answer),
+}
+
+/// The settler's refusal of a payment at verification ([`PaymentEngine::settler_verify`]).
+struct VerifyRefusal {
+    /// What the client is answered.
+    answer: Answer,
+    /// The refusal as a settlement response (reason and the settler's message), when the settler refused
+    /// (not when it could not be reached).
+    failure: Option<SettleResponse>,
 }
 
 /// What [`PaymentEngine::admit`] decided.

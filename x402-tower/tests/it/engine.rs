@@ -165,7 +165,7 @@ impl Settler for Refusing {
         let r = match self.reason {
             Some(reason) => Ok(VerifyOutcome::Invalid {
                 reason: reason.into(),
-                message: None,
+                message: Some(format!("the settler's words on {reason}")),
             }),
             None => Err(SettleError::Timeout),
         };
@@ -199,7 +199,13 @@ async fn settler_verify_invalid_or_unreachable_releases_and_nonce_used_is_spent(
             .facilitator_settle(&p, body(4).to_string().as_bytes())
             .await;
         match reason {
-            Some(r) => assert_eq!(first.unwrap().error_reason.as_deref(), Some(r)),
+            Some(r) => {
+                // The reason and the settler's own message.
+                let first = first.unwrap();
+                assert_eq!(first.error_reason.as_deref(), Some(r));
+                let words = format!("the settler's words on {r}");
+                assert_eq!(first.error_message.as_deref(), Some(words.as_str()));
+            }
             None => assert!(first.is_err(), "no answer from the settler: 502"),
         }
         assert_eq!(store.is_empty(), released, "{reason:?}");

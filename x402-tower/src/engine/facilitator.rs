@@ -391,9 +391,13 @@ impl PaymentEngine {
                 Some(Invalid::new(reason, message.unwrap_or_default(), payer)),
                 payer,
             )),
-            Err(_) => Err(FacilitatorError::Upstream(
-                "the settler did not answer verify",
-            )),
+            Err(e) => {
+                // Not known now (the settler unreachable, or the chain cannot say yet): retryable.
+                tracing::warn!(error = %e, "settler verify failed");
+                Err(FacilitatorError::Upstream(
+                    "payment verification unavailable",
+                ))
+            }
         }
     }
 

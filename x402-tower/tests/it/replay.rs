@@ -328,3 +328,63 @@ async fn an_echoing_payment_copied_resent_and_sent_to_another_instance_settles_o
         assert!(receipts.iter().all(|r| *r == receipts[0]), "one receipt");
     }
 }
+
+/// The engine's own default store, full of settled records whose `validBefore` has passed (kept only for a
+/// late resend), gives them up for a new payment instead of refusing it (503); a plain in-memory store
+/// given by the user, without `evicting_settled_after`, refuses.
+#[tokio::test]
+async fn the_engines_default_store_when_full_makes_room_from_settled_records_past_valid_before() {
+    use alloy_primitives::{Address, B256, U256};
+    use std::sync::Arc;
+    use x402_tower::PaymentEngine;
+    use x402_tower::replay::{
+        InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
+        StoreError, StoredPayment,
+    };
+    use x402_tower::settle::VerifyOnlySettler;
+
+    const CAPACITY: u64 = 100_000; // InMemoryReplayStore::default()
+    let now = 1_700_000_000;
+    let key = |n: u64| ReplayKey {
+        chain_id: 84532,
+        asset: Address::ZERO,
+        from: Address::ZERO,
+        nonce: B256::from(U256::from(n)),
+    };
+    let record = |state, expires_at| PaymentRecord {
+        state,
+        resource: "https://shop.example/r".into(),
+        fingerprint: B256::ZERO,
+        settlement: None,
+        payment: StoredPayment::forgotten(),
+        expires_at,
+        updated_at: now,
+        revision: 0,
+    };
+    let default = PaymentEngine::builder()
+        .settler(Arc::new(VerifyOnlySettler))
+        .build()
+        .unwrap();
+    let keep = default.keep_after_expiry().as_secs();
+    let plain = PaymentEngine::builder()
+        .settler(Arc::new(VerifyOnlySettler))
+        .replay_store(Arc::new(InMemoryReplayStore::default()))
+        .build()
+        .unwrap();
+    for (engine, room) in [(&default, true), (&plain, false)] {
+        let store = engine.store();
+        // Settled, their `validBefore` a second ago: kept `keep` longer for a late resend only.
+        let past = record(PaymentState::Settled, now - 1 + keep);
+        for n in 0..CAPACITY {
+            let r = store.reserve(&key(n), &past, now).await.unwrap();
+            assert!(matches!(r, Reservation::Reserved { .. }));
+        }
+        let fresh = record(PaymentState::InFlight, now + 300 + keep);
+        let next = store.reserve(&key(CAPACITY), &fresh, now).await;
+        match (room, next) {
+            (true, Ok(Reservation::Reserved { .. })) => {}
+            (false, Err(StoreError::Full(_))) => {}
+            (room, other) => panic!("room: {room}, got {other:?}"),
+        }
+    }
+}

@@ -98,12 +98,7 @@ impl RefServer {
 
     /// GET `url` with `header` as `PAYMENT-SIGNATURE`.
     pub(crate) async fn pay_at(&self, url: &str, header: &str) -> reqwest::Response {
-        http()
-            .get(url)
-            .header("PAYMENT-SIGNATURE", header)
-            .send()
-            .await
-            .expect("GET")
+        get_paid(url, header).await
     }
 
     /// The settlement log (`/operator/settlements`), read with the operator token `token`.
@@ -397,4 +392,51 @@ pub(crate) async fn relayer_transactions(chain: &Chain) -> alloy_primitives::U25
             )
             .await,
     )
+}
+
+/// A third party (anvil's admin) broadcasts the payer's signed authorization of `payload` (a decoded v2
+/// `PaymentPayload`) for `requirements` itself, as another facilitator or anybody holding it could: the
+/// hash of the mined transaction.
+pub(crate) async fn broadcast_elsewhere(
+    chain: &Chain,
+    payload: &serde_json::Value,
+    requirements: &serde_json::Value,
+) -> String {
+    let request = x402_tower::engine::facilitator::settle_request(
+        payload.to_string().into(),
+        &requirements.to_string(),
+    )
+    .expect("a settle request");
+    let mined = chain
+        .transact(
+            chain.usdc,
+            x402_tower::settle::onchain::transfer_calldata(&request).to_vec(),
+        )
+        .await;
+    mined["transactionHash"].as_str().expect("hash").to_owned()
+}
+
+/// The payer `from` holds `balance` and the relayer sent no transaction since it had sent `sent_before`.
+pub(crate) async fn assert_balance_and_nothing_sent(
+    chain: &Chain,
+    from: alloy_primitives::Address,
+    balance: alloy_primitives::U256,
+    sent_before: alloy_primitives::U256,
+) {
+    assert_eq!(chain.balance(from).await, balance);
+    assert_eq!(
+        relayer_transactions(chain).await,
+        sent_before,
+        "nothing sent"
+    );
+}
+
+/// GET `url` with `header` as `PAYMENT-SIGNATURE`.
+pub(crate) async fn get_paid(url: &str, header: &str) -> reqwest::Response {
+    http()
+        .get(url)
+        .header("PAYMENT-SIGNATURE", header)
+        .send()
+        .await
+        .expect("GET")
 }

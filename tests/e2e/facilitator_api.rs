@@ -7,7 +7,8 @@ use workspace_tests::chain::{CHAIN_ID, Chain};
 use workspace_tests::pay::{Knobs, cancel_calldata, decode_b64_json, pay_v2};
 
 use crate::common::{
-    ARTICLE_PRICE, FACILITATOR_TOKEN, facilitator_for, http, pay_to, payer, relayer_transactions,
+    ARTICLE_PRICE, FACILITATOR_TOKEN, assert_balance_and_nothing_sent, broadcast_elsewhere,
+    facilitator_for, http, pay_to, payer, relayer_transactions,
 };
 use crate::onchain_settler::payment_required;
 
@@ -188,18 +189,12 @@ async fn a_payment_another_facilitator_broadcast_settles_here_with_its_transacti
     let (key, from) = payer(3);
     chain.mint(from, 1_000_000).await;
     let body = body_for(&chain, key, &Knobs::default());
-    let request = x402_tower::engine::facilitator::settle_request(
-        body["paymentPayload"].to_string().into(),
-        &body["paymentRequirements"].to_string(),
+    let theirs = broadcast_elsewhere(
+        &chain,
+        &body["paymentPayload"],
+        &body["paymentRequirements"],
     )
-    .expect("a settle request");
-    let mined = chain
-        .transact(
-            chain.usdc,
-            x402_tower::settle::onchain::transfer_calldata(&request).to_vec(),
-        )
-        .await;
-    let theirs = mined["transactionHash"].as_str().expect("hash").to_owned();
+    .await;
     let sent_before = relayer_transactions(&chain).await;
 
     let (_, verdict) = post(&format!("{base}/verify"), &body).await;
@@ -208,16 +203,8 @@ async fn a_payment_another_facilitator_broadcast_settles_here_with_its_transacti
     assert_eq!(status, 200);
     assert_eq!(settled["success"], true, "{settled}");
     assert_eq!(settled["transaction"], theirs.as_str());
-    assert_eq!(
-        chain.balance(from).await,
-        U256::from(1_000_000 - ARTICLE_PRICE),
-        "one transfer"
-    );
-    assert_eq!(
-        relayer_transactions(&chain).await,
-        sent_before,
-        "nothing sent"
-    );
+    let one_transfer = U256::from(1_000_000 - ARTICLE_PRICE);
+    assert_balance_and_nothing_sent(&chain, from, one_transfer, sent_before).await;
 }
 
 /// A payment its payer cancelled (EIP-3009 `cancelAuthorization` on the real FiatTokenV2_2) is invalid at
@@ -263,10 +250,5 @@ async fn a_payment_its_payer_cancelled_is_refused_for_good_and_nothing_is_sent()
         settled["errorMessage"], verdict["invalidMessage"],
         "the settler's message: {settled}"
     );
-    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64));
-    assert_eq!(
-        relayer_transactions(&chain).await,
-        sent_before,
-        "nothing sent"
-    );
+    assert_balance_and_nothing_sent(&chain, from, U256::from(1_000_000u64), sent_before).await;
 }

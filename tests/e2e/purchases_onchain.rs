@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, quantity};
 use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
 use workspace_tests::pay::{Knobs, cancel_calldata, decode_b64_json, now, pay_v2};
-use x402_tower::settle::onchain::transfer_calldata;
 
 use crate::common::{
-    ARTICLE_PRICE, ChildDir, ChildServer, FACILITATOR_TOKEN, PAY_TO, RefServer, check_purchase,
-    facilitator_for, http, offer, pay_to, payer, receipt_of, relayer_transactions, settlements_at,
+    ARTICLE_PRICE, ChildDir, ChildServer, FACILITATOR_TOKEN, PAY_TO, RefServer,
+    assert_balance_and_nothing_sent, broadcast_elsewhere, check_purchase, facilitator_for,
+    get_paid, http, offer, pay_to, payer, receipt_of, relayer_transactions, settlements_at,
 };
 
 #[tokio::test]
@@ -547,15 +547,7 @@ async fn an_authorization_somebody_else_broadcast_first_is_delivered_with_that_t
     chain.mint(from, 1_000_000).await;
     let header = pay_v2(key, &offer(&server.article_url()).await, &Knobs::default());
     let payload = decode_b64_json(&header);
-    let request = x402_tower::engine::facilitator::settle_request(
-        payload.to_string().into(),
-        &payload["accepted"].to_string(),
-    )
-    .expect("a settle request");
-    let mined = chain
-        .transact(chain.usdc, transfer_calldata(&request).to_vec())
-        .await;
-    let theirs = mined["transactionHash"].as_str().expect("hash").to_owned();
+    let theirs = broadcast_elsewhere(&chain, &payload, &payload["accepted"]).await;
     let paid = U256::from(1_000_000 - ARTICLE_PRICE);
     assert_eq!(chain.balance(from).await, paid);
     let sent_before = relayer_transactions(&chain).await;
@@ -565,12 +557,7 @@ async fn an_authorization_somebody_else_broadcast_first_is_delivered_with_that_t
     assert_eq!(receipt_of(&resp)["transaction"], theirs.as_str());
     let body: Value = resp.json().await.expect("article");
     assert!(body["article"]["content"].is_string(), "{body}");
-    assert_eq!(chain.balance(from).await, paid, "one transfer");
-    assert_eq!(
-        relayer_transactions(&chain).await,
-        sent_before,
-        "nothing sent"
-    );
+    assert_balance_and_nothing_sent(&chain, from, paid, sent_before).await;
 
     let other = server
         .pay_at(&format!("{}&copy=2", server.article_url()), &header)
@@ -626,12 +613,7 @@ async fn refused_after_a_cancellation(
     for _ in 0..sends {
         refused(server, key, &knobs, "invalid_exact_evm_nonce_already_used").await;
     }
-    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64));
-    assert_eq!(
-        relayer_transactions(chain).await,
-        sent_before,
-        "nothing sent"
-    );
+    assert_balance_and_nothing_sent(chain, from, U256::from(1_000_000u64), sent_before).await;
 }
 
 /// The same case across the deployment's boundaries: two instances on one database, and copies of the
@@ -655,27 +637,12 @@ async fn concurrent_copies_on_two_instances_of_a_payment_broadcast_elsewhere_get
     chain.mint(from, 1_000_000).await;
     let header = pay_v2(key, &offer(&a.article_url()).await, &Knobs::default());
     let payload = decode_b64_json(&header);
-    let request = x402_tower::engine::facilitator::settle_request(
-        payload.to_string().into(),
-        &payload["accepted"].to_string(),
-    )
-    .expect("a settle request");
-    let mined = chain
-        .transact(chain.usdc, transfer_calldata(&request).to_vec())
-        .await;
-    let theirs = mined["transactionHash"].as_str().expect("hash").to_owned();
+    let theirs = broadcast_elsewhere(&chain, &payload, &payload["accepted"]).await;
     let sent_before = relayer_transactions(&chain).await;
 
     let copies = [&a, &b, &a, &b].map(|server| {
         let (url, header) = (server.article_url(), header.clone());
-        tokio::spawn(async move {
-            http()
-                .get(url)
-                .header("PAYMENT-SIGNATURE", header)
-                .send()
-                .await
-                .expect("GET")
-        })
+        tokio::spawn(async move { get_paid(&url, &header).await })
     });
     for (copy, server) in copies.into_iter().zip([&a, &b, &a, &b]) {
         let mut resp = copy.await.expect("task");
@@ -692,14 +659,6 @@ async fn concurrent_copies_on_two_instances_of_a_payment_broadcast_elsewhere_get
         assert_eq!(resp.status(), 200);
         assert_eq!(receipt_of(&resp)["transaction"], theirs.as_str());
     }
-    assert_eq!(
-        chain.balance(from).await,
-        U256::from(1_000_000 - ARTICLE_PRICE),
-        "one transfer"
-    );
-    assert_eq!(
-        relayer_transactions(&chain).await,
-        sent_before,
-        "nothing sent"
-    );
+    let one_transfer = U256::from(1_000_000 - ARTICLE_PRICE);
+    assert_balance_and_nothing_sent(&chain, from, one_transfer, sent_before).await;
 }

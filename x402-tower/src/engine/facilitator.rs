@@ -394,9 +394,7 @@ impl PaymentEngine {
             Err(e) => {
                 // Not known now (the settler unreachable, or the chain cannot say yet): retryable.
                 tracing::warn!(error = %e, "settler verify failed");
-                Err(FacilitatorError::Upstream(
-                    "payment verification unavailable",
-                ))
+                Err(FacilitatorError::Upstream(super::VERIFY_UNAVAILABLE))
             }
         }
     }

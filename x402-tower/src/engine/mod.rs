@@ -78,6 +78,9 @@ pub const DEFAULT_MAX_HEADER_LEN: usize = 16 * 1024;
 pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(5);
 /// Default of [`PaymentEngineBuilder::stale_after`].
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(180);
+/// What a door answers (502) when the settler cannot verify a payment now (unreachable, or the chain cannot
+/// say yet): send it again.
+const VERIFY_UNAVAILABLE: &str = "payment verification unavailable";
 /// Default of [`PaymentEngineBuilder::keep_after_expiry`].
 pub const DEFAULT_KEEP_AFTER_EXPIRY: Duration = Duration::from_secs(15 * 60);
 /// How much longer than a settler's [`settle_deadline`](Settler::settle_deadline) an in-flight payment must
@@ -1042,7 +1045,7 @@ impl PaymentEngine {
                 Err(VerifyRefusal {
                     answer: Answer::Unavailable {
                         status: 502,
-                        message: "payment verification unavailable",
+                        message: VERIFY_UNAVAILABLE,
                     },
                     failure: None,
                 })

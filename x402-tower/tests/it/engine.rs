@@ -206,7 +206,22 @@ async fn settler_verify_invalid_or_unreachable_releases_and_nonce_used_is_spent(
                 let words = format!("the settler's words on {r}");
                 assert_eq!(first.error_message.as_deref(), Some(words.as_str()));
             }
-            None => assert!(first.is_err(), "no answer from the settler: 502"),
+            None => {
+                assert!(first.is_err(), "no answer from the settler: 502");
+                // `/verify` says the same: retryable, never a refusal.
+                let verdict = e
+                    .facilitator_verify(&p, body(4).to_string().as_bytes())
+                    .await;
+                assert!(
+                    matches!(
+                        verdict,
+                        Err(x402_tower::engine::facilitator::FacilitatorError::Upstream(
+                            "payment verification unavailable"
+                        ))
+                    ),
+                    "{verdict:?}"
+                );
+            }
         }
         assert_eq!(store.is_empty(), released, "{reason:?}");
         assert_eq!(s.settles.load(Ordering::SeqCst), 0, "nothing broadcast");

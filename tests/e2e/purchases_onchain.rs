@@ -587,6 +587,54 @@ async fn an_authorization_under_a_nonce_used_before_the_lookback_is_refused_at_o
     refused_after_a_cancellation(&chain, &server, 100, 2).await;
 }
 
+/// The same across the deployment's boundaries: copies of such a payment sent at once to two instances on
+/// one database. Every copy is refused with "nonce already used" (or answered `settlement_pending` while
+/// another copy holds the record, and refused on the resend); nothing is sent, no money moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_copies_on_two_instances_of_a_payment_under_a_nonce_used_long_ago_are_all_refused()
+ {
+    let chain = Chain::start().await;
+    let dir = ChildDir::new("old-nonce");
+    let database = format!("sqlite:{}", dir.0.join("shop.sqlite3").display());
+    let instance = || {
+        RefServer::settling_on(&chain, |c| {
+            c.database = Some(database.clone());
+            c.public_url = Some("http://shop.test".into());
+            c.rpc_log_lookback_blocks = 10;
+        })
+    };
+    let (a, b) = (instance().await, instance().await);
+    let (key, from) = payer(8);
+    chain.mint(from, 1_000_000).await;
+    let nonce = B256::repeat_byte(0x43);
+    chain
+        .transact(chain.usdc, cancel_calldata(key, chain.usdc, nonce))
+        .await;
+    chain.mine(100).await;
+    let knobs = Knobs {
+        nonce: Some(nonce),
+        ..Knobs::default()
+    };
+    let header = pay_v2(key, &offer(&a.article_url()).await, &knobs);
+    let sent_before = relayer_transactions(&chain).await;
+    let copies = [&a, &b, &a, &b].map(|server| {
+        let (url, header) = (server.article_url(), header.clone());
+        tokio::spawn(async move { get_paid(&url, &header).await })
+    });
+    for (copy, server) in copies.into_iter().zip([&a, &b, &a, &b]) {
+        let mut body: Value = copy.await.expect("task").json().await.expect("402 body");
+        if body["error"] == "settlement_pending" {
+            body = server.pay(&header).await.json().await.expect("402 body");
+        }
+        assert_eq!(
+            body["error"], "invalid_exact_evm_nonce_already_used",
+            "{body}"
+        );
+        assert!(body.get("article").is_none(), "{body}");
+    }
+    assert_balance_and_nothing_sent(&chain, from, U256::from(1_000_000u64), sent_before).await;
+}
+
 /// A payer cancels a nonce, `blocks` empty blocks are mined, then the payer pays `server`'s article under
 /// that nonce, `sends` times: each is refused with "nonce already used" and no article; nothing is sent and
 /// no money moves.

@@ -1,6 +1,7 @@
 //! The payment engine's durable state: [`PaymentStore`] is x402-tower's [`ReplayStore`] plus the
 //! housekeeping the server does; [`SqlitePaymentStore`] implements it over the `payment_states` and
-//! `payment_ids` tables of `migrations/sqlite/0004_payments.sql`, `PgPaymentStore` over PostgreSQL's.
+//! `payment_ids` tables of `migrations/sqlite/0004_payments.sql` (`payment_states` rebuilt by `0013`),
+//! `PgPaymentStore` over PostgreSQL's.
 //!
 //! Every instance that opens the same database file shares it, so one authorization is settled at most once
 //! whichever instance or door (a paid route, `/facilitator/settle`) it comes through, and survives a restart:

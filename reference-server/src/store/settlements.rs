@@ -2,9 +2,9 @@
 //! outcome (`settled`, `failed`, `unknown`).
 //!
 //! [`SettlementStore`] is what the application uses; [`SqliteSettlementStore`] implements it over the table of
-//! `migrations/sqlite/0003_settlements.sql`, `PgSettlementStore` over PostgreSQL's. The rows are written by the x402 layer's
-//! settlement observer ([`crate::licensing::settlements`]) before the client is answered, and read by the
-//! operator endpoint `GET /operator/settlements`.
+//! `migrations/sqlite/0003_settlements.sql` (rebuilt by `0013`), `PgSettlementStore` over PostgreSQL's. The
+//! rows are written by the x402 layer's settlement observer ([`crate::licensing::settlements`]) before the
+//! client is answered, and read by the operator endpoint `GET /operator/settlements`.
 
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;

@@ -122,6 +122,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0012_receipt_lookup",
         include_str!("migrations/sqlite/0012_receipt_lookup.sql"),
     ),
+    (
+        "0013_check_constraints",
+        include_str!("migrations/sqlite/0013_check_constraints.sql"),
+    ),
 ];
 
 /// The page size of a new database (see `Db::open`).
@@ -1057,26 +1061,45 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// 0010 rebuilds `receipts` without its redundant unique key: every receipt and every read of one is
-    /// kept, the foreign key still holds, and a settled purchase writes one index page fewer in each of
-    /// `receipts` and `settlements`.
-    #[test]
-    fn migration_0010_keeps_receipts_and_their_reads() {
+    /// An in-memory database with every migration before `name` applied and recorded: what an older server
+    /// left.
+    fn migrated_before(name: &str) -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         configure(&conn).unwrap();
         conn.execute_batch(
             "CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)",
         )
         .unwrap();
-        let before_0010 = MIGRATIONS
-            .iter()
-            .position(|(n, _)| *n == "0010_purchase_pages")
-            .unwrap();
-        for (name, sql) in &MIGRATIONS[..before_0010] {
+        let before = MIGRATIONS.iter().position(|(n, _)| *n == name).unwrap();
+        for (name, sql) in &MIGRATIONS[..before] {
             conn.execute_batch(sql).unwrap();
             conn.execute("INSERT INTO schema_migrations (name) VALUES (?1)", [name])
                 .unwrap();
         }
+        conn
+    }
+
+    /// Every row `sql` returns, its columns' values joined with `|`.
+    fn dump(c: &Connection, sql: &str) -> Vec<String> {
+        let mut st = c.prepare(sql).unwrap();
+        let n = st.column_count();
+        st.query_map([], |r| {
+            Ok((0..n)
+                .map(|i| format!("{:?}", r.get::<_, rusqlite::types::Value>(i).unwrap()))
+                .collect::<Vec<_>>()
+                .join("|"))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    /// 0010 rebuilds `receipts` without its redundant unique key: every receipt and every read of one is
+    /// kept, the foreign key still holds, and a settled purchase writes one index page fewer in each of
+    /// `receipts` and `settlements`.
+    #[test]
+    fn migration_0010_keeps_receipts_and_their_reads() {
+        let conn = migrated_before("0010_purchase_pages");
         conn.execute_batch(
             "INSERT INTO articles (id, title, excerpt, content, author_name, published_date, price_atomic)
                  VALUES ('a1', 't', 'e', 'c', 'n', '2026-01-01', 10);
@@ -1087,19 +1110,6 @@ mod tests {
              INSERT INTO receipt_reads (token_id, read_at) VALUES ('11', 'r1'), ('22', 'r2'), ('11', 'r3');",
         )
         .unwrap();
-        let dump = |c: &Connection, sql: &str| -> Vec<String> {
-            let mut st = c.prepare(sql).unwrap();
-            let n = st.column_count();
-            st.query_map([], |r| {
-                Ok((0..n)
-                    .map(|i| format!("{:?}", r.get::<_, rusqlite::types::Value>(i).unwrap()))
-                    .collect::<Vec<_>>()
-                    .join("|"))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-        };
         let receipts = "SELECT * FROM receipts ORDER BY token_id";
         let reads = "SELECT token_id, read_at FROM receipt_reads ORDER BY rowid";
         let (receipts_before, reads_before) = (dump(&conn, receipts), dump(&conn, reads));
@@ -1160,6 +1170,142 @@ mod tests {
         )
         .join("\n");
         assert!(plan.contains("settlements_unknown"), "{plan}");
+    }
+
+    /// 0013 rebuilds `settlements` and `payment_states` with their CHECK constraints written as equalities:
+    /// every row is kept, settlement ids continue after the highest ever given, the constraints refuse what
+    /// they refused, and the indexes are back.
+    #[test]
+    fn migration_0013_keeps_settlements_payment_records_and_the_id_sequence() {
+        let conn = migrated_before("0013_check_constraints");
+        conn.execute_batch(
+            "INSERT INTO settlements (at, outcome, payer, pay_to, article_id, resource, amount_atomic, network,
+                                      asset, nonce, x402_version, tx_hash, reason, message, resolved_from,
+                                      resolved_at, agent)
+                 VALUES ('t1', 'settled', '0xP', '0xT', 'a1', 'https://x/a1', '10', 'eip155:1', '0xA', '0x01', 2,
+                         '0xtx', NULL, NULL, 'unknown', 't2', 'bot'),
+                        ('t3', 'unknown', '0xQ', '0xT', NULL, 'https://x/a2', '20', 'eip155:1', '0xA', '0x02', 1,
+                         NULL, NULL, 'timeout', NULL, NULL, NULL),
+                        ('t4', 'failed', '0xR', '0xT', 'a1', 'https://x/a1', '10', 'eip155:1', '0xA', '0x03', 2,
+                         NULL, 'invalid_exact_evm_payload_signature', 'no', NULL, NULL, NULL);
+             -- The highest id given is 3, the highest left 2.
+             DELETE FROM settlements WHERE id = 3;
+             INSERT INTO payment_states (chain_id, asset, payer, nonce, state, resource, fingerprint, settlement,
+                                         payload, requirements, expires_at, updated_at, revision)
+                 VALUES (1, '0xA', '0xP', '0x01', 'settled', 'https://x/a1', '0xf1', '{}', '', '', 100, 50, 2),
+                        (1, '0xA', '0xQ', '0x02', 'in_flight', 'https://x/a2', '0xf2', NULL, '{\"p\":1}', '{}', 200,
+                         60, 1);",
+        )
+        .unwrap();
+        let settlements = "SELECT * FROM settlements ORDER BY id";
+        let records = "SELECT * FROM payment_states ORDER BY payer";
+        let (settlements_before, records_before) = (dump(&conn, settlements), dump(&conn, records));
+        migrate(&conn).unwrap();
+        assert_eq!(dump(&conn, settlements), settlements_before);
+        assert_eq!(dump(&conn, records), records_before);
+        conn.execute(
+            "INSERT INTO settlements (at, outcome, payer, pay_to, resource, amount_atomic, network, asset, nonce,
+                                      x402_version) SELECT 't5', 'settled', payer, pay_to, resource, amount_atomic,
+                                      network, asset, '0x04', 2 FROM settlements WHERE id = 1",
+            [],
+        )
+        .unwrap();
+        assert_eq!(
+            conn.last_insert_rowid(),
+            4,
+            "ids continue after the highest given"
+        );
+        for refused in [
+            "UPDATE settlements SET outcome = 'lost' WHERE id = 1",
+            "UPDATE settlements SET outcome = NULL WHERE id = 1",
+            "UPDATE payment_states SET state = 'settle' WHERE payer = '0xP'",
+        ] {
+            assert!(conn.execute(refused, []).is_err(), "{refused}");
+        }
+        let indexes = |table: &str| {
+            dump(
+                &conn,
+                &format!("SELECT name, partial FROM pragma_index_list('{table}') ORDER BY name"),
+            )
+        };
+        assert_eq!(
+            indexes("settlements"),
+            [
+                "Text(\"settlements_outcome\")|Integer(0)",
+                "Text(\"settlements_unknown\")|Integer(1)"
+            ]
+        );
+        assert_eq!(
+            indexes("payment_states"),
+            [
+                "Text(\"payment_states_expiry\")|Integer(0)",
+                "Text(\"payment_states_unresolved\")|Integer(1)",
+                "Text(\"sqlite_autoindex_payment_states_1\")|Integer(0)"
+            ]
+        );
+    }
+
+    /// No write to any table builds a temporary b-tree to check a constraint, as a CHECK of `IN` over more
+    /// than two constants does every time it is checked (0013: three per purchase): an insert of every
+    /// column and an update of every column but the key of one row of each table compile without
+    /// `OpenEphemeral`.
+    #[test]
+    fn no_write_builds_a_temporary_btree_to_check_a_constraint() {
+        let conn = Connection::open_in_memory().unwrap();
+        configure(&conn).unwrap();
+        migrate(&conn).unwrap();
+        let tables: Vec<String> = conn
+            .prepare(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(tables.iter().any(|t| t == "payment_states"), "{tables:?}");
+        for table in tables {
+            let columns: Vec<(String, bool)> = conn
+                .prepare("SELECT name, pk > 0 FROM pragma_table_info(?1)")
+                .unwrap()
+                .query_map([&table], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let (all, non_key): (Vec<&str>, Vec<&str>) = (
+                columns.iter().map(|(c, _)| c.as_str()).collect(),
+                columns
+                    .iter()
+                    .filter(|(_, key)| !key)
+                    .map(|(c, _)| c.as_str())
+                    .collect(),
+            );
+            let insert = format!(
+                "INSERT INTO \"{table}\" ({}) VALUES ({})",
+                all.join(", "),
+                vec!["?"; all.len()].join(", ")
+            );
+            // As the server updates rows: one row, its key kept.
+            let update = format!(
+                "UPDATE \"{table}\" SET {} WHERE rowid = ?",
+                non_key
+                    .iter()
+                    .map(|c| format!("{c} = ?"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            for (sql, params) in [(insert, all.len()), (update, non_key.len() + 1)] {
+                let nulls = std::iter::repeat_n(rusqlite::types::Null, params);
+                let opcodes: Vec<String> = conn
+                    .prepare(&format!("EXPLAIN {sql}"))
+                    .unwrap()
+                    .query_map(rusqlite::params_from_iter(nulls), |r| r.get(1))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect();
+                assert!(!opcodes.iter().any(|o| o == "OpenEphemeral"), "{sql}");
+            }
+        }
     }
 
     /// 0011: the reconciler's index holds only `in_flight` and `pending` records (a settled purchase leaves

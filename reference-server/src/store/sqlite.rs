@@ -550,7 +550,8 @@ fn group_commit(
             }
         }
         let conn = lock(writer);
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        // Both statements prepared once (a connection's statement cache), not parsed again per commit.
+        if let Err(e) = run_cached(&conn, "BEGIN IMMEDIATE") {
             tracing::error!(error = %e, writes = batch.len(), "cannot begin a write transaction");
             let e = Arc::new(e);
             for job in batch {
@@ -576,7 +577,7 @@ fn group_commit(
                 ),
             ))
         } else {
-            conn.execute_batch("COMMIT")
+            run_cached(&conn, "COMMIT")
         };
         if committed.is_err() {
             let _ = conn.execute_batch("ROLLBACK");
@@ -612,6 +613,11 @@ fn start_wal_over(conn: &Connection, restart: &AtomicBool) {
     }
 }
 
+/// Runs the statement `sql` (no parameters, no rows) from `conn`'s statement cache.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 /// Adds what is queued to `batch`, up to [`MAX_BATCH`] writes.
 fn take_queued(queue: &std::sync::mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
     while batch.len() < MAX_BATCH {
@@ -627,15 +633,12 @@ fn in_savepoint<T>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    conn.prepare_cached("SAVEPOINT write")?.execute([])?;
+    run_cached(conn, "SAVEPOINT write")?;
     // A panicking write must not take the writer thread (and every later write) with it.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
         .unwrap_or_else(|_| Err(StoreError::Task("the write panicked".into())));
     let end = match &result {
-        Ok(_) => conn
-            .prepare_cached("RELEASE write")
-            .and_then(|mut s| s.execute([]))
-            .map(|_| ()),
+        Ok(_) => run_cached(conn, "RELEASE write"),
         Err(_) => conn.execute_batch("ROLLBACK TO write; RELEASE write"),
     };
     match (result, end) {

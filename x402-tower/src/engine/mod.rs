@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{B256, keccak256};
-use tracing::{Instrument, debug, error, info_span, warn};
+use tracing::{Instrument, debug, debug_span, error, warn};
 
 use crate::metrics::X402Metrics;
 use crate::network::Token;
@@ -578,7 +578,7 @@ impl PaymentEngine {
     ) -> Begin {
         let now = self.now();
         let local = {
-            let _span = info_span!("x402.verify", header_len = header.len()).entered();
+            let _span = debug_span!("x402.verify", header_len = header.len()).entered();
             if header.len() > self.max_header_len {
                 Err(Rejection {
                     reason: RejectReason::InvalidPayload,
@@ -586,7 +586,7 @@ impl PaymentEngine {
                 })
             } else {
                 let decoded = {
-                    let _d = info_span!("x402.decode").entered();
+                    let _d = debug_span!("x402.decode").entered();
                     verify::decode(header)
                 };
                 decoded.and_then(|decoded| verify::verify(decoded, offers, now))
@@ -970,7 +970,7 @@ impl PaymentEngine {
         let outcome = self
             .settler
             .reconcile(&attempt.request, transaction.as_deref())
-            .instrument(info_span!("x402.reconcile"))
+            .instrument(debug_span!("x402.reconcile"))
             .await;
         self.observe(
             &attempt.verified,
@@ -1014,7 +1014,7 @@ impl PaymentEngine {
         match self
             .settler
             .verify(&attempt.request)
-            .instrument(info_span!("x402.settler_verify"))
+            .instrument(debug_span!("x402.settler_verify"))
             .await
         {
             Ok(VerifyOutcome::Valid) => Ok(()),
@@ -1077,7 +1077,7 @@ impl PaymentEngine {
         }
         self.settler
             .settle(&attempt.request)
-            .instrument(info_span!("x402.settle"))
+            .instrument(debug_span!("x402.settle"))
             .await
     }
 
@@ -1459,7 +1459,7 @@ async fn observe(observer: &dyn SettlementObserver, metrics: &X402Metrics, ev: O
     };
     let result = observer
         .on_settlement(event)
-        .instrument(info_span!("x402.observe", outcome = observed.as_str()))
+        .instrument(debug_span!("x402.observe", outcome = observed.as_str()))
         .await;
     if let Err(e) = result {
         metrics.observer_error();

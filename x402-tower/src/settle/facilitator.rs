@@ -7,7 +7,7 @@ use http::HeaderMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, debug, debug_span, warn};
 
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use crate::BoxFuture;
@@ -340,7 +340,7 @@ impl Settler for FacilitatorSettler {
                     }
                 })
             }
-            .instrument(info_span!("x402.facilitator.verify")),
+            .instrument(debug_span!("x402.facilitator.verify")),
         )
     }
 
@@ -409,7 +409,7 @@ impl Settler for FacilitatorSettler {
                     }
                 }
             }
-            .instrument(info_span!("x402.facilitator.settle")),
+            .instrument(debug_span!("x402.facilitator.settle")),
         )
     }
 

@@ -99,7 +99,7 @@ use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
 use alloy_sol_types::{SolCall, SolEvent, sol};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug_span, warn};
 
 pub use rpc::RpcError;
 
@@ -1032,7 +1032,7 @@ impl Settler for OnchainSettler {
         &'a self,
         request: &'a SettleRequest,
     ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
-        let span = info_span!("x402.onchain.simulate", payer = %request.payer());
+        let span = debug_span!("x402.onchain.simulate", payer = %request.payer());
         Box::pin(
             async move {
                 if let Err(message) = self
@@ -1066,7 +1066,7 @@ impl Settler for OnchainSettler {
     }
 
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
-        let span = info_span!("x402.onchain.settle", payer = %request.payer());
+        let span = debug_span!("x402.onchain.settle", payer = %request.payer());
         Box::pin(self.inner.settle(request).instrument(span))
     }
 
@@ -1082,7 +1082,7 @@ impl Settler for OnchainSettler {
         request: &'a SettleRequest,
         transaction: Option<&'a str>,
     ) -> BoxFuture<'a, SettleOutcome> {
-        let span = info_span!("x402.onchain.reconcile", payer = %request.payer(), ?transaction);
+        let span = debug_span!("x402.onchain.reconcile", payer = %request.payer(), ?transaction);
         Box::pin(self.inner.reconcile(request, transaction).instrument(span))
     }
 

@@ -1,36 +1,38 @@
-//! The JSON log lines: tracing-subscriber's JSON format, written without reading any span's fields back.
+//! The JSON log lines: tracing-subscriber's JSON format, written without building a map of a span's fields
+//! when it is created or reading them back for every line.
 //!
-//! `tracing_subscriber::fmt().json()` stores a span's fields as a JSON object when the span is created, and
-//! then, for every line written inside it, parses that text back into a `serde_json::Value` to write it out,
-//! twice per line (the current span, `span`, and the list from the root, `spans`). Every request writes an
-//! access line in its span at the default level (`info`), so that parse was most of the cost of logging:
-//! 116,700 instructions per 402 at `info` against 56,300 at `warn` (callgrind,
-//! docs/bench/reference-server-licensing.md, session 33). [`JsonLines`] writes the same lines (same members,
-//! same values; `span` and `spans` members in the order the span recorded them) and copies each span's
-//! stored object as it is.
+//! `tracing_subscriber::fmt().json()` stores a span's fields as a JSON object when the span is created (from
+//! a map of `serde_json::Value`s), and then, for every line written inside it, parses that text back into a
+//! `serde_json::Value` to write it out, twice per line (the current span, `span`, and the list from the
+//! root, `spans`). Every request writes an access line in its span at the default level (`info`), so this
+//! was most of the cost of logging: 116,700 instructions per 402 at `info` against 56,300 at `warn`
+//! (callgrind, docs/bench/reference-server-licensing.md, session 33). [`JsonSpanFields`] stores a span's
+//! fields written straight as JSON, and [`JsonLines`] writes the same lines (same members, same values) with
+//! each span's stored object copied as it is.
 
 use std::fmt;
 use std::io::Write as _;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
-use tracing_subscriber::fmt::format::{JsonFields, Writer};
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields};
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
-/// The event format of the JSON log lines (with [`JsonFields`] as the field format, which stores each span's
-/// fields as a JSON object): `{"timestamp", "level", "fields", "target", "span", "spans"}` as
-/// tracing-subscriber's JSON format writes them by default.
+/// The event format of the JSON log lines (with [`JsonSpanFields`] as the field format):
+/// `{"timestamp", "level", "fields", "target", "span", "spans"}` as tracing-subscriber's JSON format writes
+/// them by default.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct JsonLines;
 
-impl<S> FormatEvent<S, JsonFields> for JsonLines
+impl<S> FormatEvent<S, JsonSpanFields> for JsonLines
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn format_event(
         &self,
-        ctx: &FmtContext<'_, S, JsonFields>,
+        ctx: &FmtContext<'_, S, JsonSpanFields>,
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
@@ -70,16 +72,67 @@ where
     }
 }
 
-/// `span`'s fields as [`JsonFields`] stored them (a JSON object), with its `name` added.
+/// The field format of the JSON log lines: a span's fields stored as one JSON object when the span is
+/// created, its members written as [`JsonLines`] writes an event's (tracing-subscriber's `JsonFields` builds
+/// a map of `serde_json::Value`s first: 12,300 instructions per request's span against ~3,300). Members are
+/// in the order recorded; a field recorded again later is added again (a reader takes the last, as
+/// serde_json does), where `JsonFields` replaces it.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct JsonSpanFields;
+
+impl<'w> FormatFields<'w> for JsonSpanFields {
+    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
+        writer.write_str(&json_object(fields))
+    }
+
+    fn add_fields(
+        &self,
+        current: &'w mut FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> fmt::Result {
+        let added = json_object(fields);
+        let Some(members) = added.strip_prefix('{').and_then(|a| a.strip_suffix('}')) else {
+            return Ok(());
+        };
+        if members.is_empty() {
+            return Ok(());
+        }
+        let stored = &mut current.fields;
+        if stored.len() > 2 && stored.ends_with('}') {
+            stored.pop();
+            stored.push(',');
+            stored.push_str(members);
+            stored.push('}');
+        } else {
+            *stored = added;
+        }
+        Ok(())
+    }
+}
+
+/// `fields` as one JSON object.
+fn json_object(fields: impl RecordFields) -> String {
+    let mut out = Vec::with_capacity(256);
+    out.push(b'{');
+    fields.record(&mut JsonMembers {
+        out: &mut out,
+        first: true,
+    });
+    out.push(b'}');
+    // serde_json wrote every key and value (valid UTF-8 text); the braces and commas are ASCII.
+    String::from_utf8(out).unwrap_or_else(|_| "{}".to_owned())
+}
+
+/// `span`'s fields as [`JsonSpanFields`] stored them (a JSON object), with its `name` added.
 fn span_object<S>(out: &mut Vec<u8>, span: &SpanRef<'_, S>)
 where
     S: for<'a> LookupSpan<'a>,
 {
     let extensions = span.extensions();
     let stored = extensions
-        .get::<FormattedFields<JsonFields>>()
+        .get::<FormattedFields<JsonSpanFields>>()
         .map(|f| f.fields.trim());
-    // The members of the stored object: its text between the braces (JsonFields writes `{}` for none).
+    // The members of the stored object: its text between the braces (`{}` for none).
     match stored.and_then(|s| s.strip_prefix('{')?.strip_suffix('}')) {
         Some(members) => {
             out.push(b'{');
@@ -217,8 +270,17 @@ mod tests {
         let settle = tracing::info_span!("x402.settle", payer = %"0xabc");
         settle.in_scope(|| tracing::error!(not_a_number = f64::NAN, "inside"));
         tracing::info_span!("bare").in_scope(|| tracing::info!("a span without fields"));
-        let later = tracing::info_span!("later", v = tracing::field::Empty);
+        let later = tracing::info_span!(
+            "later",
+            a = 1,
+            v = tracing::field::Empty,
+            w = tracing::field::Empty
+        );
         later.record("v", 5);
+        later.record("w", "x");
+        let empty = tracing::info_span!("empty", v = tracing::field::Empty);
+        empty.record("v", true);
+        empty.in_scope(|| tracing::info!("recorded into a span without fields"));
         later.in_scope(|| tracing::debug!("recorded later"));
         tracing::info!(parent: &settle, "an explicit parent");
     }
@@ -232,7 +294,7 @@ mod tests {
             .with_max_level(tracing::Level::TRACE);
         if json_lines {
             let subscriber = builder
-                .fmt_fields(JsonFields::new())
+                .fmt_fields(JsonSpanFields)
                 .event_format(JsonLines)
                 .finish();
             tracing::subscriber::with_default(subscriber, write_lines);
@@ -261,7 +323,7 @@ mod tests {
     #[test]
     fn json_lines_say_what_tracing_subscribers_json_lines_say() {
         let ours = lines(true);
-        assert_eq!(ours.len(), 6, "{ours:#?}");
+        assert_eq!(ours.len(), 7, "{ours:#?}");
         assert_eq!(ours, lines(false));
         // What the access line's readers look for (tests/it/operations.rs reads a real server's).
         assert_eq!(ours[1]["span"]["path"], "/a\"b\\c");

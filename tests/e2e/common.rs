@@ -70,6 +70,27 @@ impl RefServer {
         .await
     }
 
+    /// Two instances of one deployment settling on `chain`: one SQLite database in a directory named after
+    /// `name` (returned: the database lives as long as it) and one public URL (the resource a payment is
+    /// bound to), each instance then adjusted by `adjust`.
+    pub(crate) async fn deployment_on(
+        chain: &Chain,
+        name: &str,
+        adjust: impl Fn(&mut Config),
+    ) -> (ChildDir, RefServer, RefServer) {
+        let dir = ChildDir::new(name);
+        let database = format!("sqlite:{}", dir.0.join("shop.sqlite3").display());
+        let instance = || {
+            RefServer::settling_on(chain, |c| {
+                c.database = Some(database.clone());
+                c.public_url = Some("http://shop.test".into());
+                adjust(c);
+            })
+        };
+        let (a, b) = (instance().await, instance().await);
+        (dir, a, b)
+    }
+
     /// Configured for the anvil token, settling through `facilitator` (base URL ending in `/facilitator`).
     pub(crate) async fn on_chain(chain: &Chain, facilitator: &str) -> RefServer {
         RefServer::on_network(chain, facilitator, &format!("eip155:{CHAIN_ID}")).await

@@ -594,16 +594,8 @@ async fn an_authorization_under_a_nonce_used_before_the_lookback_is_refused_at_o
 async fn concurrent_copies_on_two_instances_of_a_payment_under_a_nonce_used_long_ago_are_all_refused()
  {
     let chain = Chain::start().await;
-    let dir = ChildDir::new("old-nonce");
-    let database = format!("sqlite:{}", dir.0.join("shop.sqlite3").display());
-    let instance = || {
-        RefServer::settling_on(&chain, |c| {
-            c.database = Some(database.clone());
-            c.public_url = Some("http://shop.test".into());
-            c.rpc_log_lookback_blocks = 10;
-        })
-    };
-    let (a, b) = (instance().await, instance().await);
+    let (_dir, a, b) =
+        RefServer::deployment_on(&chain, "old-nonce", |c| c.rpc_log_lookback_blocks = 10).await;
     let (key, from) = payer(8);
     chain.mint(from, 1_000_000).await;
     let nonce = B256::repeat_byte(0x43);
@@ -671,16 +663,7 @@ async fn refused_after_a_cancellation(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_copies_on_two_instances_of_a_payment_broadcast_elsewhere_get_its_transaction() {
     let chain = Chain::start().await;
-    let dir = ChildDir::new("broadcast-elsewhere");
-    let database = format!("sqlite:{}", dir.0.join("shop.sqlite3").display());
-    // One deployment: one database and one public URL (the resource a payment is bound to).
-    let instance = || {
-        RefServer::settling_on(&chain, |c| {
-            c.database = Some(database.clone());
-            c.public_url = Some("http://shop.test".into());
-        })
-    };
-    let (a, b) = (instance().await, instance().await);
+    let (_dir, a, b) = RefServer::deployment_on(&chain, "broadcast-elsewhere", |_| {}).await;
     let (key, from) = payer(8);
     chain.mint(from, 1_000_000).await;
     let header = pay_v2(key, &offer(&a.article_url()).await, &Knobs::default());

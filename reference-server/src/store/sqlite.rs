@@ -1101,6 +1101,16 @@ mod tests {
         conn
     }
 
+    /// Applies the pending migrations to `conn`, and checks that each of `queries` answers what it answered
+    /// before.
+    fn migrate_keeping(conn: &Connection, queries: &[&str]) {
+        let before: Vec<Vec<String>> = queries.iter().map(|q| dump(conn, q)).collect();
+        migrate(conn).unwrap();
+        for (query, before) in queries.iter().zip(before) {
+            assert_eq!(dump(conn, query), before, "{query}");
+        }
+    }
+
     /// Every row `sql` returns, its columns' values joined with `|`.
     fn dump(c: &Connection, sql: &str) -> Vec<String> {
         let mut st = c.prepare(sql).unwrap();
@@ -1132,12 +1142,13 @@ mod tests {
              INSERT INTO receipt_reads (token_id, read_at) VALUES ('11', 'r1'), ('22', 'r2'), ('11', 'r3');",
         )
         .unwrap();
-        let receipts = "SELECT * FROM receipts ORDER BY token_id";
-        let reads = "SELECT token_id, read_at FROM receipt_reads ORDER BY rowid";
-        let (receipts_before, reads_before) = (dump(&conn, receipts), dump(&conn, reads));
-        migrate(&conn).unwrap();
-        assert_eq!(dump(&conn, receipts), receipts_before);
-        assert_eq!(dump(&conn, reads), reads_before);
+        migrate_keeping(
+            &conn,
+            &[
+                "SELECT * FROM receipts ORDER BY token_id",
+                "SELECT token_id, read_at FROM receipt_reads ORDER BY rowid",
+            ],
+        );
         // The key still refuses a second receipt for the token, and a read of no receipt.
         assert!(
             conn.execute_batch(
@@ -1219,12 +1230,13 @@ mod tests {
                          60, 1);",
         )
         .unwrap();
-        let settlements = "SELECT * FROM settlements ORDER BY id";
-        let records = "SELECT * FROM payment_states ORDER BY payer";
-        let (settlements_before, records_before) = (dump(&conn, settlements), dump(&conn, records));
-        migrate(&conn).unwrap();
-        assert_eq!(dump(&conn, settlements), settlements_before);
-        assert_eq!(dump(&conn, records), records_before);
+        migrate_keeping(
+            &conn,
+            &[
+                "SELECT * FROM settlements ORDER BY id",
+                "SELECT * FROM payment_states ORDER BY payer",
+            ],
+        );
         conn.execute(
             "INSERT INTO settlements (at, outcome, payer, pay_to, resource, amount_atomic, network, asset, nonce,
                                       x402_version) SELECT 't5', 'settled', payer, pay_to, resource, amount_atomic,
@@ -1265,6 +1277,38 @@ mod tests {
                 "Text(\"sqlite_autoindex_payment_states_1\")|Integer(0)"
             ]
         );
+    }
+
+    /// 0013 is one transaction: a database it cannot copy half way through (a payment record whose state the
+    /// CHECK refuses, written with checks off, after `settlements` was already rebuilt) is left exactly as
+    /// it was, settlements and payment records both, and the migration is not recorded: the server refuses
+    /// to start on it rather than lose a record.
+    #[test]
+    fn migration_0013_that_fails_half_way_leaves_every_table_as_it_was() {
+        let conn = migrated_before("0013_check_constraints");
+        conn.execute_batch(
+            "INSERT INTO settlements (at, outcome, payer, pay_to, resource, amount_atomic, network, asset, nonce,
+                                      x402_version, tx_hash)
+                 VALUES ('t1', 'settled', '0xP', '0xT', 'https://x/a1', '10', 'eip155:1', '0xA', '0x01', 2, '0xtx');
+             PRAGMA ignore_check_constraints = ON;
+             INSERT INTO payment_states (chain_id, asset, payer, nonce, state, resource, fingerprint, settlement,
+                                         payload, requirements, expires_at, updated_at, revision)
+                 VALUES (1, '0xA', '0xP', '0x01', 'lost', 'https://x/a1', '0xf1', NULL, '{}', '{}', 100, 50, 1);
+             PRAGMA ignore_check_constraints = OFF;",
+        )
+        .unwrap();
+        let queries = [
+            "SELECT * FROM settlements ORDER BY id",
+            "SELECT * FROM payment_states ORDER BY payer",
+            "SELECT * FROM sqlite_sequence ORDER BY name",
+            "SELECT type, name, sql FROM sqlite_schema ORDER BY name",
+            "SELECT name FROM schema_migrations ORDER BY name",
+        ];
+        let before: Vec<Vec<String>> = queries.iter().map(|q| dump(&conn, q)).collect();
+        assert!(migrate(&conn).is_err());
+        for (query, before) in queries.iter().zip(before) {
+            assert_eq!(dump(&conn, query), before, "{query}");
+        }
     }
 
     /// No write to any table builds a temporary b-tree to check a constraint, as a CHECK of `IN` over more

@@ -74,7 +74,8 @@ where
 
 /// The field format of the JSON log lines: a span's fields stored as one JSON object when the span is
 /// created, its members written as [`JsonLines`] writes an event's (tracing-subscriber's `JsonFields` builds
-/// a map of `serde_json::Value`s first: 12,300 instructions per request's span against ~3,300). Members are
+/// a map of `serde_json::Value`s first: 12,300 instructions per request's span; this takes ~3,300, a 402 at
+/// `info` counting 9,000 fewer). Members are
 /// in the order recorded; a field recorded again later is added again (a reader takes the last, as
 /// serde_json does), where `JsonFields` replaces it.
 #[derive(Debug, Default, Clone, Copy)]

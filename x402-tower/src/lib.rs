@@ -140,9 +140,9 @@
 //! # Observability
 //!
 //! Spans `x402.verify`, `x402.decode`, `x402.settler_verify`, `x402.settle` (and `x402.facilitator.*`,
-//! `x402.onchain.*`), at `DEBUG`: an application logging at `INFO` creates none of them (each cost a
-//! purchase ~5,000 instructions with a JSON subscriber), and the warnings and errors written inside them
-//! carry their own fields. Counters in [`X402Metrics`] (see [`X402Layer::metrics`]).
+//! `x402.onchain.*`), at `DEBUG`: an application logging at `INFO` creates none of them (at `INFO` they cost
+//! a verify-only purchase 28,000 instructions together under the reference server's JSON subscriber), and
+//! the warnings and errors written inside them carry their own fields. Counters in [`X402Metrics`] (see [`X402Layer::metrics`]).
 //!
 //! # Keeping books
 //!

@@ -65,6 +65,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::proto::SettleResponse;
+use crate::verify::{TypeHash, eip712_digest};
 
 /// The extension's key in `extensions`.
 pub const KEY: &str = "offer-receipt";
@@ -142,7 +143,8 @@ pub struct OfferPayload {
 impl OfferPayload {
     /// The EIP-712 hash the signature covers.
     pub fn signing_hash(&self) -> B256 {
-        crate::verify::eip712_digest(&OFFER_DOMAIN, &self.typed())
+        static TYPE_HASH: TypeHash<typed::Offer> = TypeHash::new();
+        eip712_digest(&OFFER_DOMAIN, TYPE_HASH.hash_struct(&self.typed()))
     }
 
     /// The EIP-712 struct the signature covers.
@@ -183,10 +185,35 @@ pub struct ReceiptPayload {
 impl ReceiptPayload {
     /// The EIP-712 hash the signature covers.
     pub fn signing_hash(&self) -> B256 {
-        crate::verify::eip712_digest(&RECEIPT_DOMAIN, &self.typed())
+        static TYPE_HASH: TypeHash<typed::Receipt> = TypeHash::new();
+        // `encodeData` written here rather than by alloy (`typed()`, tested equal): one is signed per
+        // purchase, and this copies none of its four strings and does not hash the empty `transaction`
+        // (the default) again.
+        let string = |s: &str| {
+            if s.is_empty() {
+                alloy_primitives::KECCAK256_EMPTY
+            } else {
+                alloy_primitives::keccak256(s)
+            }
+        };
+        let mut data = [0u8; 7 * 32];
+        let words = [
+            *TYPE_HASH.get(),
+            U256::from(self.version).into(),
+            string(&self.network),
+            string(&self.resource_url),
+            string(&self.payer),
+            U256::from(self.issued_at).into(),
+            string(&self.transaction),
+        ];
+        for (at, word) in data.chunks_exact_mut(32).zip(words) {
+            at.copy_from_slice(word.as_slice());
+        }
+        eip712_digest(&RECEIPT_DOMAIN, alloy_primitives::keccak256(data))
     }
 
-    /// The EIP-712 struct the signature covers.
+    /// The EIP-712 struct the signature covers (what [`Self::signing_hash`] encodes by hand).
+    #[cfg(test)]
     fn typed(&self) -> typed::Receipt {
         typed::Receipt {
             version: U256::from(self.version),
@@ -797,7 +824,9 @@ mod tests {
             o.signing_hash(),
             o.typed().eip712_signing_hash(&domain("x402 offer"))
         );
-        let r = ReceiptPayload {
+        // The receipt's encodeData is written by hand: alloy's for every shape of field (empty strings,
+        // a URL longer than Keccak's 136-byte block, non-ASCII text, the largest numbers).
+        let base = ReceiptPayload {
             version: 1,
             network: "eip155:8453".into(),
             resource_url: o.resource_url.clone(),
@@ -805,10 +834,34 @@ mod tests {
             issued_at: 1_703_123_456,
             transaction: String::new(),
         };
-        assert_eq!(
-            r.signing_hash(),
-            r.typed().eip712_signing_hash(&domain("x402 receipt"))
-        );
+        let receipts = [
+            base.clone(),
+            ReceiptPayload {
+                transaction: format!("0x{}", "ab".repeat(32)),
+                ..base.clone()
+            },
+            ReceiptPayload {
+                version: u64::MAX,
+                network: String::new(),
+                resource_url: format!("https://example.com/{}?q=é€", "a".repeat(300)),
+                payer: String::new(),
+                issued_at: u64::MAX,
+                transaction: "x".into(),
+            },
+            ReceiptPayload {
+                version: 0,
+                issued_at: 0,
+                resource_url: String::new(),
+                ..base
+            },
+        ];
+        for r in receipts {
+            assert_eq!(
+                r.signing_hash(),
+                r.typed().eip712_signing_hash(&domain("x402 receipt")),
+                "{r:?}"
+            );
+        }
         assert_ne!(*OFFER_DOMAIN, *RECEIPT_DOMAIN);
     }
 

@@ -156,18 +156,46 @@ pub fn authorization_digest(auth: &Authorization, domain_separator: &B256) -> B2
         validBefore: auth.valid_before,
         nonce: auth.nonce,
     };
-    eip712_digest(domain_separator, &msg)
+    static TYPE_HASH: TypeHash<typed::TransferWithAuthorization> = TypeHash::new();
+    eip712_digest(domain_separator, TYPE_HASH.hash_struct(&msg))
 }
 
-/// The EIP-712 signing hash of `message` under the domain whose separator is `domain_separator`:
-/// `keccak256(0x1901 ‖ domainSeparator ‖ hashStruct(message))`, for a separator hashed once, not per
-/// message as `SolStruct::eip712_signing_hash` does.
-pub(crate) fn eip712_digest(domain_separator: &B256, message: &impl SolStruct) -> B256 {
+/// An EIP-712 struct's type hash, `keccak256(encodeType)`, hashed once per process: alloy's
+/// `SolStruct::eip712_hash_struct` hashes the type string again for every message.
+pub(crate) struct TypeHash<T>(
+    std::sync::OnceLock<B256>,
+    std::marker::PhantomData<fn() -> T>,
+);
+
+impl<T: SolStruct> TypeHash<T> {
+    pub(crate) const fn new() -> Self {
+        Self(std::sync::OnceLock::new(), std::marker::PhantomData)
+    }
+
+    /// The type hash.
+    pub(crate) fn get(&self) -> &B256 {
+        self.0
+            .get_or_init(|| keccak256(T::eip712_encode_type().as_bytes()))
+    }
+
+    /// `hashStruct(message)`: `keccak256(typeHash ‖ encodeData(message))`, the data encoded by alloy.
+    pub(crate) fn hash_struct(&self, message: &T) -> B256 {
+        let mut hasher = alloy_primitives::Keccak256::new();
+        hasher.update(self.get());
+        hasher.update(message.eip712_encode_data());
+        hasher.finalize()
+    }
+}
+
+/// The EIP-712 signing hash of a message whose `hashStruct` is `struct_hash`, under the domain whose
+/// separator is `domain_separator`: `keccak256(0x1901 ‖ domainSeparator ‖ hashStruct(message))`, for a
+/// separator hashed once, not per message as `SolStruct::eip712_signing_hash` does.
+pub(crate) fn eip712_digest(domain_separator: &B256, struct_hash: B256) -> B256 {
     let mut buf = [0u8; 66];
     buf[0] = 0x19;
     buf[1] = 0x01;
     buf[2..34].copy_from_slice(domain_separator.as_slice());
-    buf[34..].copy_from_slice(message.eip712_hash_struct().as_slice());
+    buf[34..].copy_from_slice(struct_hash.as_slice());
     keccak256(buf)
 }
 

@@ -310,11 +310,12 @@ fn access_span(request: &http::Request<axum::body::Body>) -> tracing::Span {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
     };
-    let client = request
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.to_string())
-        .unwrap_or_default();
+    let client = ClientAddr(
+        request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0),
+    );
     let user_agent = header(header::USER_AGENT);
     let user_agent = &user_agent[..user_agent.floor_char_boundary(256)];
     tracing::info_span!(
@@ -325,6 +326,19 @@ fn access_span(request: &http::Request<axum::body::Body>) -> tracing::Span {
         client = %client,
         user_agent,
     )
+}
+
+/// The client's address as a span field: written once, into the span's fields (not first into a `String`);
+/// empty when the connection's address is unknown.
+struct ClientAddr(Option<std::net::SocketAddr>);
+
+impl std::fmt::Display for ClientAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(addr) => addr.fmt(f),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The access log line: status and latency in milliseconds (a number).
@@ -507,5 +521,47 @@ mod compression_body {
             size <= 1024,
             "{size} bytes: was compression-br enabled again?"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The access line's span says who asked: the connection's address, or nothing when it is unknown.
+    #[test]
+    fn the_access_line_names_the_client_address() {
+        let request = |addr: Option<&str>| {
+            let mut request = http::Request::get("/x402Article?articleId=a")
+                .header(header::USER_AGENT, "crawler/1")
+                .header("x-request-id", "r-1")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            if let Some(addr) = addr {
+                request.extensions_mut().insert(axum::extract::ConnectInfo(
+                    addr.parse::<std::net::SocketAddr>().unwrap(),
+                ));
+            }
+            request
+        };
+        let lines = crate::log_lines::tests::captured(|| {
+            for addr in [Some("127.0.0.1:4242"), Some("[::1]:80"), None] {
+                let response = Response::new(axum::body::Body::empty());
+                access_span(&request(addr)).in_scope(|| {
+                    access_log(&response, Duration::from_millis(2), &tracing::Span::none())
+                });
+            }
+        });
+        let clients: Vec<&str> = lines
+            .iter()
+            .map(|l| l["span"]["client"].as_str().unwrap())
+            .collect();
+        assert_eq!(clients, ["127.0.0.1:4242", "[::1]:80", ""]);
+        let span = &lines[0]["span"];
+        assert_eq!(span["method"], "GET");
+        assert_eq!(span["path"], "/x402Article");
+        assert_eq!(span["user_agent"], "crawler/1");
+        assert_eq!(span["request_id"], "r-1");
+        assert_eq!(lines[0]["fields"]["status"], 200);
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo build --release -p reference-server && cargo build --release -p workspace-tests --example instructions
-//! target/release/examples/instructions [MODE ...] [--requests N] [--functions K] [--keep]
+//! target/release/examples/instructions [MODE ...] [--requests N] [--connections C] [--functions K] [--keep]
 //! ```
 //!
 //! Modes: `402` (unpaid requests for an article), `verify-only` (paid purchases, durable SQLite file),
@@ -22,7 +22,15 @@
 //! The difference of the two dumps divided by `N` is one request's cost: what a zero, a dump and the idle
 //! time between requests add is the same in both and cancels. Callgrind counts user-space instructions
 //! only: the kernel's share (system calls, loopback, fsync) is not in these figures, and a durable commit's
-//! fsync costs its wait, not instructions. Requests are sequential, so a purchase commits alone. Work done
+//! fsync costs its wait, not instructions.
+//!
+//! By default requests are sequential, so a purchase commits alone and its commit's fixed costs (the WAL
+//! frames' checksums, the WAL index) are all its own. `--connections C` (at most 32) sends them over `C`
+//! keep-alive connections at once, each connection one request after another, as the load tool does:
+//! purchases then share commits as under load (the server runs many times slower under valgrind, so more
+//! of them wait for each commit than natively). Before the counters are zeroed, `C` requests open the
+//! connections and build what is built once. A durable purchase: 1,485,000 instructions sequential,
+//! 1,375,000 over 32 connections (session 34). Work done
 //! once per second of the clock (the 402 is built again every second) is counted in proportion to the
 //! time the run takes under valgrind, many times longer than natively (an estimate: ~1% of a 402's count);
 //! `N` is at least 200 so that it evens out between the phases.
@@ -60,18 +68,22 @@ const MIN_N: usize = 200;
 /// Longest wait for a server's answer, its start or a dump under callgrind.
 const WAIT: Duration = Duration::from_secs(60);
 const MODES: [&str; 4] = ["402", "verify-only", "memory", "facilitator"];
+/// Most connections at once (`--connections`), as the load tool's default.
+const MAX_CONNECTIONS: usize = 32;
 
 fn main() {
     let mut modes = Vec::new();
     let mut requests = 500;
     let mut functions = 25;
     let mut keep = false;
+    let mut connections = 1;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--requests" => requests = number(&a, args.next()),
             "--functions" => functions = number(&a, args.next()),
             "--keep" => keep = true,
+            "--connections" => connections = number(&a, args.next()),
             m if MODES.contains(&m) => modes.push(m.to_owned()),
             m => panic!("unknown mode or option {m:?} (modes: {MODES:?})"),
         }
@@ -80,6 +92,7 @@ fn main() {
         modes = MODES[..3].iter().map(|m| (*m).to_owned()).collect();
     }
     let requests: usize = requests.clamp(MIN_N, MAX_N);
+    let connections: usize = connections.clamp(1, MAX_CONNECTIONS);
     let bin = server_bin();
     // `cargo build --example` builds no binary of the server's package: say how old the measured one is.
     let built = std::fs::metadata(&bin)
@@ -90,9 +103,14 @@ fn main() {
             || "age unknown".to_owned(),
             |age| format!("built {} min ago", age.as_secs() / 60),
         );
+    let sent = if connections == 1 {
+        "sequential requests per mode, one keep-alive connection".to_owned()
+    } else {
+        format!("requests per mode over {connections} keep-alive connections at once")
+    };
     println!(
-        "instructions per request of {bin} ({built}; callgrind, user space): {requests} then {} sequential \
-         requests per mode, one keep-alive connection on 127.0.0.1",
+        "instructions per request of {bin} ({built}; callgrind, user space): {requests} then {} {sent} \
+         on 127.0.0.1",
         2 * requests
     );
     for mode in &modes {
@@ -100,7 +118,7 @@ fn main() {
             std::env::temp_dir().join(format!("x402-instructions-{mode}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let (one, two) = count(&bin, mode, requests, &dir);
+        let (one, two) = count(&bin, mode, requests, connections, &dir);
         let sum = |files: &[PathBuf]| files.iter().map(|f| total(f)).sum::<u64>() as f64;
         let per = (sum(&two) - sum(&one)) / requests as f64;
         println!("{mode:>12}: {per:>10.0} instructions per request");
@@ -197,7 +215,14 @@ const TOKEN: &str = "instructions-facilitator-token";
 
 /// Runs `mode` against `bin` under callgrind; returns the dumps of `requests` and of `2 * requests`
 /// requests, one per process counted (the facilitator mode counts the server and its facilitator).
-fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+/// Requests go over `connections` keep-alive connections at once, each sending one after another.
+fn count(
+    bin: &str,
+    mode: &str,
+    requests: usize,
+    connections: usize,
+    dir: &Path,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let db = |name: &str| dir.join(name).display().to_string();
     let mut servers = Vec::new();
     let args: Vec<String> = match mode {
@@ -234,22 +259,10 @@ fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (Vec<PathBuf>, V
         .enable_all()
         .build()
         .expect("tokio runtime");
-    // One client, one request at a time: one keep-alive connection.
+    // One client: its pool keeps a keep-alive connection for each request in flight.
     let client = bench::client();
-    let get = |payment: Option<&str>| {
-        runtime.block_on(async {
-            let mut rb = client.get(&url).timeout(WAIT);
-            if let Some(p) = payment {
-                rb = rb.header("PAYMENT-SIGNATURE", p);
-            }
-            let resp = rb.send().await.expect("an answer");
-            let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
-            resp.bytes().await.expect("the answer's body");
-            (status, headers)
-        })
-    };
 
-    let (status, headers) = get(None);
+    let (status, headers) = runtime.block_on(get(&client, &url, None));
     assert_eq!(status, 402, "the article answers 402 unpaid");
     let required = decode_b64_json(
         headers["payment-required"]
@@ -257,30 +270,37 @@ fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (Vec<PathBuf>, V
             .expect("an ASCII PAYMENT-REQUIRED header"),
     );
     let paid = mode != "402";
-    let payments: Vec<String> = if paid {
-        (0..3 * requests + 1)
-            .map(|_| pay_v2(DEV_KEYS[2], &required, &Knobs::default()))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let mut payments = payments.iter();
+    let mut payments: Vec<Option<String>> = (0..3 * requests + connections)
+        .map(|_| paid.then(|| pay_v2(DEV_KEYS[2], &required, &Knobs::default())))
+        .collect();
+    let want = if paid { 200 } else { 402 };
+    // `n` requests, `connections` at once: each connection's task sends its share one after another.
     let mut send = |n: usize| {
-        for i in 0..n {
-            let payment = if paid {
-                Some(payments.next().expect("enough payments").as_str())
-            } else {
-                None
-            };
-            let (status, headers) = get(payment);
-            let want = if paid { 200 } else { 402 };
-            assert_eq!(status, want, "request {i} of {mode}: {headers:?}");
-        }
+        let batch: Vec<Option<String>> = payments.drain(..n).collect();
+        runtime.block_on(async {
+            let mut tasks = tokio::task::JoinSet::new();
+            for (c, share) in
+                (0..connections).map(|c| (c, batch.iter().skip(c).step_by(connections)))
+            {
+                let share: Vec<Option<String>> = share.cloned().collect();
+                let (client, url, mode) = (client.clone(), url.clone(), mode.to_owned());
+                tasks.spawn(async move {
+                    for (i, payment) in share.iter().enumerate() {
+                        let (status, headers) = get(&client, &url, payment.as_deref()).await;
+                        assert_eq!(
+                            status, want,
+                            "request {i} of connection {c} ({mode}): {headers:?}"
+                        );
+                    }
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.expect("a connection's requests");
+            }
+        });
     };
-    // What the first paid request builds once (the SQLite statements, the connections and their buffers).
-    if paid {
-        send(1);
-    }
+    // What is built once (the SQLite statements, each connection and its buffers), outside the count.
+    send(connections);
     for s in &servers {
         callgrind_control(s.child.id(), "-z");
     }
@@ -296,6 +316,22 @@ fn count(bin: &str, mode: &str, requests: usize, dir: &Path) -> (Vec<PathBuf>, V
         .collect();
     drop(servers);
     (one, two)
+}
+
+/// One request for the article (with a payment, if given): its status and headers, its body read whole.
+async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    payment: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap) {
+    let mut rb = client.get(url).timeout(WAIT);
+    if let Some(p) = payment {
+        rb = rb.header("PAYMENT-SIGNATURE", p);
+    }
+    let resp = rb.send().await.expect("an answer");
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+    resp.bytes().await.expect("the answer's body");
+    (status, headers)
 }
 
 /// Runs `callgrind_control <option> <pid>`, waiting at most [`WAIT`] for it.

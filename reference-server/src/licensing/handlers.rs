@@ -296,7 +296,7 @@ pub async fn get_article(
     );
     // The license the payment bought: the one its offer sells (offers are in license order).
     let license = super::payment::licenses_offered(&article, choice).get(payment.offer_index);
-    let record = Receipt {
+    let record = Arc::new(Receipt {
         license_id: license.map(|l| l.id.clone()),
         // The version its 402 declared (computed once per catalog load, not per purchase).
         license_version: request
@@ -319,7 +319,7 @@ pub async fn get_article(
         settlement: payment.transaction.clone(),
         created_at: now_rfc3339(),
         signed: payment.signed.as_ref().map(|s| s.get().to_owned()),
-    };
+    });
     match state.licensing.insert_receipt(record.clone()).await {
         Ok(()) => {
             state.metrics.record_receipt(true);

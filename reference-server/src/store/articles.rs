@@ -3,6 +3,8 @@
 //! Handlers use the [`LicensingStore`] trait; [`SqliteLicensingStore`] implements it over the tables of
 //! `migrations/sqlite/0001_licensing.sql` (and `0005`), `PgLicensingStore` over PostgreSQL's.
 
+use std::sync::Arc;
+
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -209,8 +211,9 @@ pub trait LicensingStore: Send + Sync + std::fmt::Debug {
     fn insert_articles(&self, articles: Vec<Article>) -> StoreFuture<'_, usize>;
     /// Stores a receipt durably. A second receipt for the same payment (same token id) is refused with
     /// [`StoreError::Conflict`]; a receipt whose token id is not its payment's ([`Receipt::check_token`]) with
-    /// [`StoreError::Invalid`], before anything is written.
-    fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()>;
+    /// [`StoreError::Invalid`], before anything is written. Shared (`Arc`): the caller answers from the same
+    /// receipt, and a store that writes it on another thread need not copy it.
+    fn insert_receipt(&self, receipt: Arc<Receipt>) -> StoreFuture<'_, ()>;
     /// A receipt by token id.
     fn receipt<'a>(&'a self, token_id: &'a str) -> StoreFuture<'a, Option<Receipt>>;
     /// Number of receipts issued.
@@ -413,7 +416,7 @@ impl LicensingStore for SqliteLicensingStore {
         }))
     }
 
-    fn insert_receipt(&self, receipt: Receipt) -> StoreFuture<'_, ()> {
+    fn insert_receipt(&self, receipt: Arc<Receipt>) -> StoreFuture<'_, ()> {
         if let Err(e) = receipt.check_token() {
             return Box::pin(std::future::ready(Err(e)));
         }
@@ -421,7 +424,7 @@ impl LicensingStore for SqliteLicensingStore {
             let mut stmt = c.prepare_cached(&format!(
                 "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
             ))?;
-            let r = &receipt;
+            let r = &*receipt;
             stmt.execute(params![
                 r.token_id,
                 r.article_id,

@@ -177,14 +177,14 @@ async fn a_receipt_with_a_legacy_token_id_is_accepted_and_found() {
     s.insert_articles(vec![article("a", true)]).await.unwrap();
     let mut legacy = receipt("0xcc");
     legacy.token_id = legacy_token_id("eip155:84532", "0x3", "0x1", "0xcc");
-    s.insert_receipt(legacy.clone()).await.unwrap();
+    s.insert_receipt(legacy.clone().into()).await.unwrap();
     assert_eq!(
         s.receipt(&legacy.token_id).await.unwrap(),
         Some(legacy.clone())
     );
-    let e = s.insert_receipt(legacy).await.unwrap_err();
+    let e = s.insert_receipt(legacy.into()).await.unwrap_err();
     assert!(matches!(e, StoreError::Conflict(_)), "{e:?}");
-    s.insert_receipt(receipt("0xdd")).await.unwrap();
+    s.insert_receipt(receipt("0xdd").into()).await.unwrap();
     assert_eq!(s.count_receipts().await.unwrap(), 2);
 }
 
@@ -208,7 +208,7 @@ async fn articles_receipts_and_llms_txt_interest_round_trip() {
     assert_eq!(s.article("b").await.unwrap(), Some(article("b", false)));
     assert_eq!(s.count_articles().await.unwrap(), 2);
 
-    s.insert_receipt(receipt("0xaa")).await.unwrap();
+    s.insert_receipt(receipt("0xaa").into()).await.unwrap();
     assert_eq!(
         s.receipt(&token("0xaa")).await.unwrap(),
         Some(receipt("0xaa"))
@@ -217,12 +217,12 @@ async fn articles_receipts_and_llms_txt_interest_round_trip() {
     // The same payment again (its nonce in another case: the token id is the same), refused.
     let mut again = receipt("0xAA");
     again.article_id = "b".into();
-    let e = s.insert_receipt(again).await.unwrap_err();
+    let e = s.insert_receipt(again.into()).await.unwrap_err();
     assert!(matches!(e, StoreError::Conflict(_)), "{e:?}");
     // A token id that is not the payment's (a second id for the same payment), refused before writing.
     let mut forged = receipt("0xaa");
     forged.token_id = token("0xbb");
-    let e = s.insert_receipt(forged).await.unwrap_err();
+    let e = s.insert_receipt(forged.into()).await.unwrap_err();
     assert!(matches!(e, StoreError::Invalid(_)), "{e:?}");
     assert_eq!(s.count_receipts().await.unwrap(), 1);
 
@@ -572,7 +572,7 @@ async fn concurrent_receipts_of_one_payment_from_two_handles_store_one() {
             if i % 3 == 0 {
                 r.article_id = "b".into();
             }
-            tokio::spawn(async move { s.insert_receipt(r).await })
+            tokio::spawn(async move { s.insert_receipt(r.into()).await })
         })
         .collect();
     let (mut stored, mut refused) = (0, 0);
@@ -596,8 +596,8 @@ async fn license_mints_are_queued_once_for_on_chain_receipts_and_retried_until_m
     let (one, two) = (token("0xaa"), token("0xbb"));
     let mut on_chain = receipt("0xaa");
     on_chain.settlement = format!("0x{}", "ab".repeat(32));
-    s.insert_receipt(on_chain).await.unwrap();
-    s.insert_receipt(receipt("0xbb")).await.unwrap(); // verify-only: nothing settled, nothing minted
+    s.insert_receipt(on_chain.into()).await.unwrap();
+    s.insert_receipt(receipt("0xbb").into()).await.unwrap(); // verify-only: nothing settled, nothing minted
     assert_eq!(
         s.queue_mints("2026-01-01T00:00:00Z".into(), 100)
             .await
@@ -694,7 +694,8 @@ async fn a_write_that_fails_among_concurrent_writes_fails_alone() {
     // Every write is queued before any is answered: the test's runtime has one thread, so the writer (a task
     // on PostgreSQL, a thread on SQLite) sees them all waiting.
     let results =
-        futures_util::future::join_all(receipts.into_iter().map(|r| s.insert_receipt(r))).await;
+        futures_util::future::join_all(receipts.into_iter().map(|r| s.insert_receipt(r.into())))
+            .await;
     for (i, result) in results.iter().enumerate() {
         match (i, result) {
             (7, Err(e)) => assert!(!matches!(e, StoreError::Conflict(_)), "{e:?}"),
@@ -749,7 +750,7 @@ async fn the_postgres_writer_takes_a_new_connection_when_its_own_is_dropped() {
     };
     let s = stores.licensing.clone();
     s.insert_articles(vec![article("a", true)]).await.unwrap();
-    s.insert_receipt(receipt("0x01")).await.unwrap();
+    s.insert_receipt(receipt("0x01").into()).await.unwrap();
     let admin = postgres_client(&std::env::var(POSTGRES_ENV).unwrap()).await;
     let db = url.rsplit_once('/').unwrap().1;
     let killed = admin
@@ -761,7 +762,7 @@ async fn the_postgres_writer_takes_a_new_connection_when_its_own_is_dropped() {
         .unwrap();
     assert!(!killed.is_empty());
     let results = futures_util::future::join_all(
-        ["0x02", "0x03", "0x04"].map(|n| s.insert_receipt(receipt(n))),
+        ["0x02", "0x03", "0x04"].map(|n| s.insert_receipt(receipt(n).into())),
     )
     .await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
@@ -805,7 +806,7 @@ async fn a_refused_postgres_commit_reruns_each_write_and_a_broken_one_fails_its_
             if i == 2 {
                 r.article_id = odd.into();
             }
-            s.insert_receipt(r)
+            s.insert_receipt(r.into())
         }))
         .await
     };
@@ -834,6 +835,6 @@ async fn a_refused_postgres_commit_reruns_each_write_and_a_broken_one_fails_its_
         3,
         "the ended session wrote nothing"
     );
-    s.insert_receipt(receipt("0x21")).await.unwrap();
+    s.insert_receipt(receipt("0x21").into()).await.unwrap();
     assert_eq!(s.count_receipts().await.unwrap(), 4);
 }

@@ -1,6 +1,6 @@
 //! [`LicensingStore`] on PostgreSQL.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use tokio_postgres::Row;
 
@@ -159,35 +159,34 @@ impl LicensingStore for PgLicensingStore {
         })
     }
 
-    fn insert_receipt(&self, r: Receipt) -> StoreFuture<'_, ()> {
+    fn insert_receipt(&self, r: Arc<Receipt>) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             r.check_token()?;
-            let token_id = r.token_id.clone();
             // A conflict is a result, not an error: an error would abort the other writes of its group.
             let insert = Statement::new(
                 INSERT_RECEIPT.as_str(),
                 vec![
-                    param(r.token_id),
-                    param(r.article_id),
-                    param(r.payer),
-                    param(r.pay_to),
-                    param(r.amount_atomic),
-                    param(r.network),
-                    param(r.asset),
-                    param(r.nonce),
+                    param(r.token_id.clone()),
+                    param(r.article_id.clone()),
+                    param(r.payer.clone()),
+                    param(r.pay_to.clone()),
+                    param(r.amount_atomic.clone()),
+                    param(r.network.clone()),
+                    param(r.asset.clone()),
+                    param(r.nonce.clone()),
                     param(i16::from(r.x402_version)),
-                    param(r.settlement),
-                    param(r.created_at),
-                    param(r.signed),
-                    param(r.license_id),
-                    param(r.license_version),
-                    param(r.agent),
+                    param(r.settlement.clone()),
+                    param(r.created_at.clone()),
+                    param(r.signed.clone()),
+                    param(r.license_id.clone()),
+                    param(r.license_version.clone()),
+                    param(r.agent.clone()),
                 ],
             );
             if changed(self.pg.write(insert).await?) {
                 Ok(())
             } else {
-                Err(already_issued(&token_id))
+                Err(already_issued(&r.token_id))
             }
         })
     }

@@ -323,6 +323,13 @@ fn stored_licenses(
 pub(crate) const RECEIPT_COLUMNS: &str = "token_id, article_id, payer, pay_to, amount_atomic, network, asset, nonce, \
      x402_version, settlement, created_at, signed_receipt, license_id, license_version, agent";
 
+/// The receipt's insert: the text is the statement cache's key, built once rather than per purchase.
+static INSERT_RECEIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+    )
+});
+
 fn receipt_from_row(r: &Row<'_>) -> rusqlite::Result<Receipt> {
     Ok(Receipt {
         token_id: r.get(0)?,
@@ -421,9 +428,7 @@ impl LicensingStore for SqliteLicensingStore {
             return Box::pin(std::future::ready(Err(e)));
         }
         Box::pin(self.db.write_statement(move |c| {
-            let mut stmt = c.prepare_cached(&format!(
-                "INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
-            ))?;
+            let mut stmt = c.prepare_cached(&INSERT_RECEIPT)?;
             let r = &*receipt;
             stmt.execute(params![
                 r.token_id,

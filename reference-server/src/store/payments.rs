@@ -39,6 +39,17 @@ pub struct SqlitePaymentStore {
 pub(crate) const COLUMNS: &str = "state, resource, fingerprint, settlement, payload, requirements, expires_at, \
      updated_at, revision";
 
+/// A record by its key, and the same if it has not expired (`?5`: now): the text is the statement cache's
+/// key, built once rather than per purchase.
+static SELECT_BY_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {COLUMNS} FROM payment_states \
+         WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4"
+    )
+});
+static SELECT_LIVE_BY_KEY: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{} AND expires_at >= ?5", *SELECT_BY_KEY));
+
 /// The reconciler's query, on both backends (their placeholders given): unexpired `pending` records, and
 /// `in_flight` ones not touched since `stale_before`, oldest first, at most `limit`. It names the states of
 /// the partial index `payment_states_unresolved` (SQLite migration 0011, PostgreSQL 0007), which holds only
@@ -199,10 +210,7 @@ impl ReplayStore for SqlitePaymentStore {
                 .write_statement(move |c| {
                     let (chain_id, asset, payer, nonce) = key_columns(&key)?;
                     let existing = c
-                        .prepare_cached(&format!(
-                            "SELECT {COLUMNS} FROM payment_states \
-                             WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4"
-                        ))?
+                        .prepare_cached(&SELECT_BY_KEY)?
                         .query_row(params![chain_id, asset, payer, nonce], |r| raw_at(r, 0))
                         .optional()?
                         .map(RawRecord::decode)
@@ -248,17 +256,13 @@ impl ReplayStore for SqlitePaymentStore {
             self.db
                 .read(move |c| {
                     let (chain_id, asset, payer, nonce) = key_columns(&key)?;
-                    c.prepare_cached(&format!(
-                        "SELECT {COLUMNS} FROM payment_states \
-                         WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4 AND expires_at >= ?5"
-                    ))?
-                    .query_row(
-                        params![chain_id, asset, payer, nonce, secs(now)],
-                        |r| raw_at(r, 0),
-                    )
-                    .optional()?
-                    .map(RawRecord::decode)
-                    .transpose()
+                    c.prepare_cached(&SELECT_LIVE_BY_KEY)?
+                        .query_row(params![chain_id, asset, payer, nonce, secs(now)], |r| {
+                            raw_at(r, 0)
+                        })
+                        .optional()?
+                        .map(RawRecord::decode)
+                        .transpose()
                 })
                 .await
                 .map_err(backend)

@@ -1,7 +1,9 @@
 //! Instructions per request, counted by callgrind: a measure of the money path that a noisy machine does not
 //! move. The load tool (`load.rs`) reports CPU time, which on a shared 2-core machine varies by a third from
 //! one run to the next; the instructions a request executes vary by about 1% (0.3% for a purchase, 0.9% for
-//! a 402: docs/bench/reference-server-licensing.md, session 29).
+//! a 402: docs/bench/reference-server-licensing.md, session 29). Sequential purchases of one binary spread
+//! 1.9% in session 34 (time-based checkpoint work lands unevenly in the two phases); over
+//! `--connections 32`, 0.3%. Count what a change removes (calls, allocations) when it is smaller.
 //!
 //! ```text
 //! cargo build --release -p reference-server && cargo build --release -p workspace-tests --example instructions

@@ -1104,8 +1104,13 @@ mod tests {
     /// Applies the pending migrations to `conn`, and checks that each of `queries` answers what it answered
     /// before.
     fn migrate_keeping(conn: &Connection, queries: &[&str]) {
+        unchanged_by(conn, queries, || migrate(conn).unwrap());
+    }
+
+    /// Runs `change`, and checks that each of `queries` answers what it answered before.
+    fn unchanged_by(conn: &Connection, queries: &[&str], change: impl FnOnce()) {
         let before: Vec<Vec<String>> = queries.iter().map(|q| dump(conn, q)).collect();
-        migrate(conn).unwrap();
+        change();
         for (query, before) in queries.iter().zip(before) {
             assert_eq!(dump(conn, query), before, "{query}");
         }
@@ -1304,11 +1309,7 @@ mod tests {
             "SELECT type, name, sql FROM sqlite_schema ORDER BY name",
             "SELECT name FROM schema_migrations ORDER BY name",
         ];
-        let before: Vec<Vec<String>> = queries.iter().map(|q| dump(&conn, q)).collect();
-        assert!(migrate(&conn).is_err());
-        for (query, before) in queries.iter().zip(before) {
-            assert_eq!(dump(&conn, query), before, "{query}");
-        }
+        unchanged_by(&conn, &queries, || assert!(migrate(&conn).is_err()));
     }
 
     /// No write to any table builds a temporary b-tree to check a constraint, as a CHECK of `IN` over more

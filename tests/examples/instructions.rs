@@ -2,7 +2,7 @@
 //! move. The load tool (`load.rs`) reports CPU time, which on a shared 2-core machine varies by a third from
 //! one run to the next; the instructions a request executes vary by about 1% (0.3% for a purchase, 0.9% for
 //! a 402: docs/bench/reference-server-licensing.md, session 29). Sequential purchases of one binary spread
-//! 1.9% in session 34 (time-based checkpoint work lands unevenly in the two phases); over
+//! 1.9% in session 34 (likely time-based checkpoint work landing unevenly in the two phases; not traced); over
 //! `--connections 32`, 0.3%. Count what a change removes (calls, allocations) when it is smaller.
 //!
 //! ```text
@@ -29,8 +29,9 @@
 //! By default requests are sequential, so a purchase commits alone and its commit's fixed costs (the WAL
 //! frames' checksums, the WAL index) are all its own. `--connections C` (at most 32) sends them over `C`
 //! keep-alive connections at once, each connection one request after another, as the load tool does:
-//! purchases then share commits as under load (the server runs many times slower under valgrind, so more
-//! of them wait for each commit than natively). Before the counters are zeroed, `C` requests open the
+//! purchases then share commits as under load, though less than natively (session 34: 0.24 commits per
+//! purchase under valgrind against the load tool's 0.07), so the commit costs are still an upper bound,
+//! a closer one. Before the counters are zeroed, `C` requests open the
 //! connections and build what is built once. A durable purchase: 1,485,000 instructions sequential,
 //! 1,375,000 over 32 connections (session 34). Work done
 //! once per second of the clock (the 402 is built again every second) is counted in proportion to the
@@ -278,13 +279,13 @@ fn count(
     let want = if paid { 200 } else { 402 };
     // `n` requests, `connections` at once: each connection's task sends its share one after another.
     let mut send = |n: usize| {
-        let batch: Vec<Option<String>> = payments.drain(..n).collect();
+        let mut shares = vec![Vec::new(); connections];
+        for (i, payment) in payments.drain(..n).enumerate() {
+            shares[i % connections].push(payment);
+        }
         runtime.block_on(async {
             let mut tasks = tokio::task::JoinSet::new();
-            for (c, share) in
-                (0..connections).map(|c| (c, batch.iter().skip(c).step_by(connections)))
-            {
-                let share: Vec<Option<String>> = share.cloned().collect();
+            for (c, share) in shares.into_iter().enumerate() {
                 let (client, url, mode) = (client.clone(), url.clone(), mode.to_owned());
                 tasks.spawn(async move {
                     for (i, payment) in share.iter().enumerate() {

@@ -341,23 +341,12 @@ pub(crate) mod tests {
 
     /// The lines `write` writes through [`JsonLines`] (every level), each parsed.
     pub(crate) fn captured(write: impl FnOnce()) -> Vec<serde_json::Value> {
-        let out = Lines::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(out.clone())
-            .with_max_level(tracing::Level::TRACE)
-            .fmt_fields(JsonSpanFields)
-            .event_format(JsonLines)
-            .finish();
-        tracing::subscriber::with_default(subscriber, write);
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        written(true, write)
     }
 
-    /// The lines [`write_lines`] writes with `json_lines`, or else with tracing-subscriber's JSON format,
-    /// each parsed, its timestamp checked for its form and taken out.
-    fn lines(json_lines: bool) -> Vec<serde_json::Value> {
+    /// The lines `write` writes with `json_lines`, or else with tracing-subscriber's JSON format (every
+    /// level), each parsed.
+    fn written(json_lines: bool, write: impl FnOnce()) -> Vec<serde_json::Value> {
         let out = Lines::default();
         let builder = tracing_subscriber::fmt()
             .with_writer(out.clone())
@@ -367,14 +356,22 @@ pub(crate) mod tests {
                 .fmt_fields(JsonSpanFields)
                 .event_format(JsonLines)
                 .finish();
-            tracing::subscriber::with_default(subscriber, write_lines);
+            tracing::subscriber::with_default(subscriber, write);
         } else {
-            tracing::subscriber::with_default(builder.json().finish(), write_lines);
+            tracing::subscriber::with_default(builder.json().finish(), write);
         }
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         text.lines()
-            .map(|l| {
-                let mut line: serde_json::Value = serde_json::from_str(l).unwrap();
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The lines [`write_lines`] writes with `json_lines`, or else with tracing-subscriber's JSON format,
+    /// each parsed, its timestamp checked for its form and taken out.
+    fn lines(json_lines: bool) -> Vec<serde_json::Value> {
+        written(json_lines, write_lines)
+            .into_iter()
+            .map(|mut line| {
                 let stamp = line.as_object_mut().unwrap().remove("timestamp").unwrap();
                 let stamp = stamp.as_str().unwrap();
                 let parsed = time::OffsetDateTime::parse(

@@ -15,6 +15,17 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware -- -D warnings
+echo "==> layout: no import cycle between top-level modules, no file above 700 lines, x402-tower's root (docs/architecture.md)"
+python3 scripts/check-layout.py
+echo "==> each library feature builds alone, without warnings"
+for features in "" facilitator redis metrics openapi client offer-receipt reqwest-middleware onchain; do
+    echo "    x402-tower: --no-default-features ${features:+--features $features}"
+    cargo clippy -q -p x402-tower --lib --no-default-features ${features:+--features "$features"} -- -D warnings
+done
+for features in "" axum; do
+    echo "    registry-pagination: --no-default-features ${features:+--features $features}"
+    cargo clippy -q -p registry-pagination --lib --no-default-features ${features:+--features "$features"} -- -D warnings
+done
 echo "==> cargo test"
 # x402-tower's Redis replay store is a cargo feature: built and tested here against the Redis started above.
 cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware

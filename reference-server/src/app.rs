@@ -366,8 +366,8 @@ async fn paid_article(
     next: Next,
 ) -> Response {
     let paying = [
-        x402_tower::layer::response::PAYMENT_SIGNATURE,
-        x402_tower::layer::response::X_PAYMENT,
+        x402_tower::header::PAYMENT_SIGNATURE,
+        x402_tower::header::X_PAYMENT,
     ]
     .iter()
     .any(|h| request.headers().contains_key(h));

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
-use x402_tower::bazaar::{
+use x402_tower::extensions::bazaar::{
     CatalogError, Discovery, DiscoveryList, DiscoveryPagination, DiscoveryResource, catalog_entry,
 };
 
@@ -153,7 +153,7 @@ impl Catalogue {
         let payload = request.get("paymentPayload").unwrap_or(&Value::Null);
         let requirements = request.get("paymentRequirements").unwrap_or(&Value::Null);
         let entry = catalog_entry(payload, requirements, now)?;
-        let declaration = &payload["extensions"][x402_tower::bazaar::KEY];
+        let declaration = &payload["extensions"][x402_tower::extensions::bazaar::KEY];
         validate_info(declaration)?;
         if !self.store.upsert_discovered(entry).await? {
             return Err(NotCatalogued::Full);

@@ -29,7 +29,7 @@
 //! use reference_server::discovery::Catalogue;
 //! use reference_server::facilitator::{FacilitatorConfig, router};
 //! use reference_server::store::Stores;
-//! use x402_tower::{PaymentEngine, VerifyOnlySettler};
+//! use x402_tower::{settle::VerifyOnlySettler, PaymentEngine};
 //!
 //! # async fn app(stores: Stores) {
 //! let engine = Arc::new(PaymentEngine::builder().settler(Arc::new(VerifyOnlySettler)).build().unwrap());
@@ -49,8 +49,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use x402_tower::PaymentEngine;
-use x402_tower::bazaar::CatalogError;
 use x402_tower::engine::facilitator::{FacilitatorError, FacilitatorPolicy};
+use x402_tower::extensions::bazaar::CatalogError;
 
 use crate::discovery::{Catalogue, NotCatalogued};
 
@@ -205,7 +205,7 @@ async fn settle(State(door): State<Arc<Door>>, body: Body) -> Response {
 async fn supported(State(door): State<Arc<Door>>) -> Response {
     match door.engine.settler().supported().await {
         Ok(mut s) => {
-            let bazaar = json!(x402_tower::bazaar::KEY);
+            let bazaar = json!(x402_tower::extensions::bazaar::KEY);
             if !s.extensions.contains(&bazaar) {
                 s.extensions.push(bazaar);
             }

@@ -9,7 +9,7 @@
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::openapi::server::Server;
 use utoipa::{Modify, OpenApi};
-use x402_tower::openapi::X402Schemas;
+use x402_tower::layer::openapi::X402Schemas;
 
 use crate::config::PaymentNetwork;
 use crate::{licensing, registry};

@@ -8,10 +8,10 @@ use alloy_primitives::{Address, B256, U256};
 use workspace_tests::buyer::{Bought, buy_with_layer, buy_with_middleware, policy};
 use workspace_tests::chain::{CHAIN_ID, Chain, TOKEN_NAME, TOKEN_VERSION};
 use workspace_tests::clients::{ExpressConfig, ExpressServer, Server};
-use x402_tower::Network;
-use x402_tower::bazaar::{DiscoveryQuery, list_resources};
 use x402_tower::client::ReceiptError;
-use x402_tower::offer_receipt::ProofError;
+use x402_tower::extensions::bazaar::{DiscoveryQuery, list_resources};
+use x402_tower::extensions::offer_receipt::ProofError;
+use x402_tower::network::Network;
 
 use crate::common::{
     ARTICLE_PRICE, FACILITATOR_TOKEN, PAY_TO, RefServer, facilitator_for, http, pay_to, payer,
@@ -268,7 +268,7 @@ async fn a_contract_wallet_signs_in_through_eip1271() {
     let required = crate::common::offer(&server.article_url()).await;
     let info = &required["extensions"]["sign-in-with-x"]["info"];
     let text = |k: &str| info[k].as_str().map(str::to_owned);
-    let mut proof = x402_tower::siwx::Proof {
+    let mut proof = x402_tower::extensions::siwx::Proof {
         domain: text("domain").unwrap(),
         address: wallet.to_checksum(None),
         uri: text("uri").unwrap(),
@@ -286,7 +286,7 @@ async fn a_contract_wallet_signs_in_through_eip1271() {
         signature_scheme: Some("eip1271".into()),
     };
     let owner_signer: alloy_signer_local::PrivateKeySigner = owner_key.parse().unwrap();
-    let message = x402_tower::siwx::message(&proof).unwrap();
+    let message = x402_tower::extensions::siwx::message(&proof).unwrap();
     let sig = owner_signer.sign_message_sync(message.as_bytes()).unwrap();
     proof.signature = format!("0x{}", alloy_primitives::hex::encode(sig.as_bytes()));
     let header =
@@ -314,7 +314,7 @@ async fn a_contract_wallet_signs_in_through_eip1271() {
     proof.expiration_time = fresh["extensions"]["sign-in-with-x"]["info"]["expirationTime"]
         .as_str()
         .map(str::to_owned);
-    let message = x402_tower::siwx::message(&proof).unwrap();
+    let message = x402_tower::extensions::siwx::message(&proof).unwrap();
     proof.signature = format!(
         "0x{}",
         alloy_primitives::hex::encode(

@@ -8,7 +8,10 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
 use tower::{Layer, ServiceExt};
 use x402_tower::client::{Paid, PaymentPolicy, X402ClientLayer, reqwest::X402Middleware};
-use x402_tower::{Network, Price, Token};
+use x402_tower::{
+    Price,
+    network::{Network, Token},
+};
 
 use crate::chain::{Chain, TOKEN_NAME, TOKEN_VERSION};
 

@@ -110,9 +110,9 @@ pub fn settle_request(
     knobs: &Knobs,
 ) -> x402_tower::settle::SettleRequest {
     use crate::chain::{CHAIN_ID, TOKEN_NAME, TOKEN_VERSION};
+    use x402_tower::PaymentOffer;
+    use x402_tower::Price;
     use x402_tower::network::Network;
-    use x402_tower::offer::PaymentOffer;
-    use x402_tower::price::Price;
     use x402_tower::proto::{PaymentPayload, PaymentPayloadV2, PaymentRequirements};
 
     let header = pay_v2(key, &payment_required(usdc, amount), knobs);

@@ -15,11 +15,11 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
 use x402_tower::client::sign::{self, Requirements, SignOptions};
-use x402_tower::offer_receipt::OfferReceipt;
+use x402_tower::extensions::offer_receipt::OfferReceipt;
+use x402_tower::extensions::siwx::{PaidCheck, SignInWithX};
 use x402_tower::pricing::BoxFuture;
-use x402_tower::replay::{IdBinding, IdClaim, PaymentRecord, Reservation, StoreError};
-use x402_tower::siwx::{PaidCheck, SignInWithX};
-use x402_tower::{PaymentOffer, Price, PriceDecision, ReplayKey, ReplayStore, X402Layer};
+use x402_tower::store::{IdBinding, IdClaim, PaymentRecord, Reservation, StoreError};
+use x402_tower::{PaymentOffer, Price, PriceDecision, ReplayStore, X402Layer, store::ReplayKey};
 
 const VECTOR_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
 const PAY_TO: Address = address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
@@ -124,7 +124,7 @@ fn requirements<S>(svc: &S) -> Requirements
 where
     S: Service<
             Request<Full<Bytes>>,
-            Response = Response<x402_tower::ResponseBody<Full<Bytes>>>,
+            Response = Response<x402_tower::layer::ResponseBody<Full<Bytes>>>,
             Error = Infallible,
         > + Clone,
 {
@@ -135,7 +135,7 @@ where
 /// A payment signed by the crate's client, as `@x402/fetch` makes it (fixed nonce).
 fn signed_header(requirements: &Requirements) -> String {
     let offer = &requirements.offers[0];
-    let token = x402_tower::Token::usdc(&offer.network).unwrap();
+    let token = x402_tower::network::Token::usdc(&offer.network).unwrap();
     let options = SignOptions {
         nonce: Some(B256::repeat_byte(7)),
         ..Default::default()
@@ -157,7 +157,7 @@ fn run<S>(svc: &S, req: Request<Full<Bytes>>) -> StatusCode
 where
     S: Service<
             Request<Full<Bytes>>,
-            Response = Response<x402_tower::ResponseBody<Full<Bytes>>>,
+            Response = Response<x402_tower::layer::ResponseBody<Full<Bytes>>>,
             Error = Infallible,
         > + Clone,
 {
@@ -301,7 +301,7 @@ fn benches(c: &mut Criterion) {
     let res = block_on(receipted.clone().oneshot(request(Some(&header)))).unwrap();
     assert!(
         x402_tower::client::settlement(res.headers())
-            .and_then(|s| x402_tower::offer_receipt::SignedReceipt::from_settlement(&s))
+            .and_then(|s| x402_tower::extensions::offer_receipt::SignedReceipt::from_settlement(&s))
             .is_some()
     );
     g.bench_function("paid_request_with_signed_receipt", |b| {
@@ -376,7 +376,7 @@ fn benches(c: &mut Criterion) {
         .collect();
     let domain = x402_tower::verify::domain_separator(
         84532,
-        &x402_tower::Token::usdc(&"base-sepolia".parse().unwrap()).unwrap(),
+        &x402_tower::network::Token::usdc(&"base-sepolia".parse().unwrap()).unwrap(),
     );
     assert!(x402_tower::verify::check_signature(&auth, &sig, &domain).is_ok());
     g.bench_function("signature_check_only", |b| {
@@ -389,7 +389,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| payer.to_checksum(None))
     });
     g.bench_function("address_checksum_remembered", |b| {
-        b.iter(|| x402_tower::address::checksum(&payer))
+        b.iter(|| x402_tower::proto::checksum(&payer))
     });
     g.finish();
 }

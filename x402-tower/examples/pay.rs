@@ -25,9 +25,12 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
 use tower::{Layer, ServiceExt};
-use x402_tower::bazaar::{DiscoveryQuery, list_resources};
 use x402_tower::client::{ClientError, Paid, PaymentPolicy, ReceiptError, X402ClientLayer};
-use x402_tower::{Network, Price, Token};
+use x402_tower::extensions::bazaar::{DiscoveryQuery, list_resources};
+use x402_tower::{
+    Price,
+    network::{Network, Token},
+};
 
 #[derive(Parser)]
 #[command(about = "Buy a URL from an x402 server (key from X402_PAYER_KEY)")]

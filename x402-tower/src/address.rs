@@ -27,7 +27,7 @@ thread_local! {
 ///
 /// ```
 /// use alloy_primitives::address;
-/// use x402_tower::address::checksum;
+/// use x402_tower::proto::checksum;
 ///
 /// let usdc = address!("0x036cbd53842c5426634e7929541ec2318f3dcf7e");
 /// assert_eq!(checksum(&usdc), "0x036CbD53842c5426634e7929541eC2318f3dCF7e");

@@ -107,10 +107,10 @@
 //! 4. **Payment record**: `(chainId, asset, from, nonce)` is reserved atomically in the [`ReplayStore`] before
 //!    the inner service runs. The identical payment resent for the same resource is served again with the
 //!    stored settlement (a buyer who lost the answer), never settled twice; the same authorization for another
-//!    resource gets 402 `invalid_exact_evm_nonce_already_used`. The rules are in [`engine`] and [`replay`].
+//!    resource gets 402 `invalid_exact_evm_nonce_already_used`. The rules are in [`engine`] and [`store`].
 //! 5. **Settler verify** (a facilitator checks balance, nonce state): invalid → 402 with its reason; no answer →
 //!    502.
-//! 6. **Settlement** ([`SettleTiming`]): after the inner service answered below 400 (the response is held,
+//! 6. **Settlement** ([`settle::SettleTiming`]): after the inner service answered below 400 (the response is held,
 //!    its body untouched) or before it runs. Success: receipt header in the client's version and
 //!    `Cache-Control: private`. Failure: the held response is dropped, 402 with a `success:false` receipt.
 //!    Unknown outcome (timeout after broadcast): 402 with a `settlement_pending` receipt; the payment is
@@ -122,7 +122,7 @@
 //!
 //! # Settlers
 //!
-//! [`VerifyOnlySettler`] moves **no money**: it accepts every locally verified payment and its receipt says
+//! [`settle::VerifyOnlySettler`] moves **no money**: it accepts every locally verified payment and its receipt says
 //! `transaction: "verify-only"`. For demos and tests; it is what a layer built without `.settler(...)` uses, with
 //! a warning at build and on the first payment.
 #![cfg_attr(feature = "facilitator", doc = "[`settle::FacilitatorSettler`]")]
@@ -142,11 +142,11 @@
 //! Spans `x402.verify`, `x402.decode`, `x402.settler_verify`, `x402.settle` (and `x402.facilitator.*`,
 //! `x402.onchain.*`), at `DEBUG`: an application logging at `INFO` creates none of them (at `INFO` they cost
 //! a verify-only purchase 28,000 instructions together under the reference server's JSON subscriber), and
-//! the warnings and errors written inside them carry their own fields. Counters in [`X402Metrics`] (see [`X402Layer::metrics`]).
+//! the warnings and errors written inside them carry their own fields. Counters in [`engine::X402Metrics`] (see [`X402Layer::metrics`]).
 //!
 //! # Keeping books
 //!
-//! Logs and counters are not a record. A [`SettlementObserver`] ([`X402Config::settlement_observer`]) is
+//! Logs and counters are not a record. A [`settle::SettlementObserver`] ([`X402Config::settlement_observer`]) is
 //! told every settlement outcome — settled, failed, or **unknown** (timeout after broadcast: money may have
 //! moved although the client got `settlement_pending`), and every later reconciliation — with the verified
 //! payment and the resource, and is awaited before the client is answered. See [`settle::SettlementObserver`].
@@ -155,45 +155,31 @@
 /// This crate's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-pub mod address;
-pub mod bazaar;
+mod address;
+mod boxed;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod engine;
+pub mod extensions;
+pub mod header;
 pub mod layer;
-pub mod metrics;
 pub mod network;
-pub mod offer;
-pub mod offer_receipt;
-#[cfg(feature = "openapi")]
-pub mod openapi;
-pub mod payment;
-pub mod paywall;
-pub mod price;
+mod offer;
+mod payment;
+mod price;
 pub mod pricing;
 pub mod proto;
-pub mod replay;
 #[cfg(any(feature = "offer-receipt", feature = "onchain"))]
 mod secp;
 pub mod settle;
-pub mod siwx;
-pub mod terms;
+pub mod store;
 pub mod verify;
 
-pub use engine::{Answer, PaymentEngine, PaymentEngineBuilder, PaymentIdentifier, ReconcileReport};
-pub use layer::{ConfigError, ResponseBody, ResponseFuture, X402, X402Config, X402Layer};
-pub use metrics::{MetricsSnapshot, X402Metrics};
-pub use network::{NETWORKS, Network, Token};
+pub use engine::PaymentEngine;
+pub use layer::{ConfigError, X402Config, X402Layer};
 pub use offer::PaymentOffer;
-pub use payment::{SettleTiming, VerifiedPayment};
+pub use payment::VerifiedPayment;
 pub use price::Price;
-pub use pricing::{BoxFuture, Offers, PriceDecision, PriceSource, StaticPrice};
-pub use proto::{SettleResponse, SupportedResponse};
-pub use replay::{
-    IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore,
-    Reservation, StoreError, StoredPayment,
-};
-pub use settle::{
-    ObservedOutcome, ObserverError, SettleError, SettleOutcome, SettleRequest, SettlementEvent,
-    SettlementObserver, Settler, VerifyOnlySettler, VerifyOutcome,
-};
+pub use pricing::{PriceDecision, PriceSource};
+pub use settle::{SettleError, Settler};
+pub use store::{ReplayStore, StoreError};

@@ -13,7 +13,7 @@ pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 300;
 /// A route may offer several (USDC on Base and on Polygon, say): the client picks one.
 ///
 /// ```
-/// use x402_tower::{network::Network, offer::PaymentOffer, price::Price};
+/// use x402_tower::{network::Network, PaymentOffer, Price};
 /// use alloy_primitives::address;
 ///
 /// let offer = PaymentOffer::usdc(

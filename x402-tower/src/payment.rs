@@ -1,10 +1,12 @@
 //! Domain types of one payment, shared by the engine, its doors (the layer, a facilitator API), the settlers
-//! and the observers: [`VerifiedPayment`] and [`SettleTiming`].
+//! and the observers: [`VerifiedPayment`], [`SettleTiming`] and [`SettleRequest`].
 
-use alloy_primitives::{Address, B256, U256};
+use std::sync::Arc;
 
-use crate::proto::SettleResponse;
-use crate::settle::SettleRequest;
+use alloy_primitives::{Address, B256, Bytes, U256};
+
+use crate::offer::PaymentOffer;
+use crate::proto::{PaymentPayload, PaymentRequirements, SettleResponse};
 
 /// When the payment is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +79,38 @@ impl VerifiedPayment {
             settlement: None,
             redelivered: false,
             offer_index: 0,
+        }
+    }
+}
+
+/// Everything a settler may need about one payment. Built by the layer after local verification passed.
+#[derive(Debug, Clone)]
+pub struct SettleRequest {
+    /// The decoded payment, typed.
+    pub payload: PaymentPayload,
+    /// The decoded payment's JSON text exactly as the client sent it (what a facilitator receives). A
+    /// reconciliation's request is rebuilt from the payment record, which keeps this text less the
+    /// extensions echoed from the 402 ([`StoredPayment::new`](crate::store::StoredPayment::new)).
+    pub payload_text: Arc<str>,
+    /// The requirements the payment matched, in the payment's version.
+    pub requirements: PaymentRequirements,
+    /// The offer the payment matched: network (chain id) and token (address, EIP-712 name/version).
+    pub offer: PaymentOffer,
+    /// The signature bytes (65 bytes `r‖s‖v` after local verification).
+    pub signature: Bytes,
+}
+
+impl SettleRequest {
+    /// The payer (`authorization.from`).
+    pub fn payer(&self) -> Address {
+        self.payload.exact().authorization.from
+    }
+
+    /// The network string in the client's version (v1 name or CAIP-2).
+    pub fn wire_network(&self) -> String {
+        match &self.requirements {
+            PaymentRequirements::V1(r) => r.network.clone(),
+            PaymentRequirements::V2(r) => r.network.clone(),
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::network::USDC_DECIMALS;
 /// An amount in the token's atomic units (USDC: 1 unit = 0.000001 USDC).
 ///
 /// ```
-/// use x402_tower::price::Price;
+/// use x402_tower::Price;
 /// use alloy_primitives::U256;
 ///
 /// assert_eq!(Price::from_usdc_decimal("0.25").unwrap().atomic_units(), U256::from(250_000u64));

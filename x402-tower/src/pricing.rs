@@ -1,19 +1,16 @@
 //! How a route is priced: statically or per request, asynchronously.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use alloy_primitives::Address;
 use bytes::Bytes;
 use http_body_util::Full;
 
-use crate::engine::PaymentEngine;
-use crate::offer::PaymentOffer;
 use crate::verify::CompiledOffer;
 
-/// A boxed, `Send` future (the trait objects of this crate return these).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use crate::boxed::BoxFuture;
+pub use crate::offer::{DEFAULT_MAX_TIMEOUT_SECONDS, OfferError, PaymentOffer};
+pub use crate::price::{Price, PriceError};
 
 /// The offers a [`PriceSource`] charges: a list of [`PaymentOffer`]s behind an `Arc`, cheap to clone.
 ///
@@ -61,7 +58,7 @@ impl Offers {
     /// The compiled offers, or what is wrong with them (no offers, a zero amount...): worked out once.
     pub(crate) fn compiled(
         &self,
-        engine: &PaymentEngine,
+        compile: impl FnOnce(Vec<PaymentOffer>) -> Arc<[CompiledOffer]>,
     ) -> Result<Arc<[CompiledOffer]>, &'static str> {
         self.0
             .compiled
@@ -73,7 +70,7 @@ impl Offers {
                     .or(list.is_empty().then_some("no offers"))
                 {
                     Some(why) => Err(why),
-                    None => Ok(engine.compile(list.clone())),
+                    None => Ok(compile(list.clone())),
                 }
             })
             .clone()
@@ -165,6 +162,7 @@ pub(crate) fn offer_problem(o: &PaymentOffer) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::PaymentEngine;
     use crate::price::Price;
     use crate::settle::VerifyOnlySettler;
     use alloy_primitives::address;
@@ -189,15 +187,18 @@ mod tests {
     fn a_kept_list_is_compiled_once_and_an_equal_fresh_list_finds_it() {
         let engine = engine();
         let kept = Offers::new(vec![offer(10_000)]);
-        let first = kept.compiled(&engine).unwrap();
+        let first = kept.compiled(|l| engine.compile(l)).unwrap();
         assert!(Arc::ptr_eq(
             &first,
-            &kept.clone().compiled(&engine).unwrap()
+            &kept.clone().compiled(|l| engine.compile(l)).unwrap()
         ));
         let fresh: Offers = vec![offer(10_000)].into();
-        assert!(Arc::ptr_eq(&first, &fresh.compiled(&engine).unwrap()));
+        assert!(Arc::ptr_eq(
+            &first,
+            &fresh.compiled(|l| engine.compile(l)).unwrap()
+        ));
         let other: Offers = vec![offer(20_000)].into();
-        let other = other.compiled(&engine).unwrap();
+        let other = other.compiled(|l| engine.compile(l)).unwrap();
         assert!(!Arc::ptr_eq(&first, &other));
         assert_eq!(other[0].v2.amount.to_string(), "20000");
     }
@@ -206,12 +207,17 @@ mod tests {
     fn a_bad_list_is_refused_every_time() {
         let engine = engine();
         assert_eq!(
-            Offers::new(vec![]).compiled(&engine).unwrap_err(),
+            Offers::new(vec![])
+                .compiled(|l| engine.compile(l))
+                .unwrap_err(),
             "no offers"
         );
         let bad = Offers::new(vec![offer(10_000), offer(0)]);
         for _ in 0..2 {
-            assert_eq!(bad.compiled(&engine).unwrap_err(), "amount is zero");
+            assert_eq!(
+                bad.compiled(|l| engine.compile(l)).unwrap_err(),
+                "amount is zero"
+            );
         }
     }
 }

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+pub use crate::address::checksum;
+
 /// serde helpers for the wire's string encodings.
 pub mod wire {
     use super::*;

@@ -355,7 +355,7 @@ pub fn payload_from_str(text: &str) -> Result<PaymentPayload, Rejection> {
 }
 
 /// [`payload_from_str`], and where the value of a v2 payment's `extensions` member is in `text` (a byte
-/// range), for [`StoredPayment::kept`](crate::replay::StoredPayment::kept) to leave the echoed extensions
+/// range), for [`StoredPayment::kept`](crate::store::StoredPayment::kept) to leave the echoed extensions
 /// out without reading the text again.
 pub(crate) fn payload_at(text: &str) -> Result<(PaymentPayload, Option<Range<usize>>), Rejection> {
     /// The version alone (any JSON value: a wrong type is a wrong version, not bad JSON); every other
@@ -672,7 +672,8 @@ mod tests {
 
     #[test]
     fn a_decoded_payment_locates_its_extensions_for_the_record() {
-        use crate::replay::StoredPayment;
+        use crate::extensions::ECHOED_EXTENSIONS;
+        use crate::store::StoredPayment;
         for extensions in [
             r#"{"bazaar":{"info":{"a":[1,"}"]}},"payment-identifier":{"info":{"id":"p_1"}}}"#,
             r#"{"baz\u0061ar":{},"terms":{"v":"1"},"offer-receipt":{},"sign-in-with-x":{}}"#,
@@ -700,10 +701,10 @@ mod tests {
                     assert_eq!(v2.extensions.unwrap().get(), extensions);
                 }
                 // The record made from the located member is the one a full re-read makes.
-                let by_span = StoredPayment::kept(&text, at, Arc::from("{}"));
+                let by_span = StoredPayment::kept(&text, at, Arc::from("{}"), &ECHOED_EXTENSIONS);
                 assert_eq!(
                     by_span,
-                    StoredPayment::new(&text, Arc::from("{}")),
+                    StoredPayment::new(&text, Arc::from("{}"), &ECHOED_EXTENSIONS),
                     "{text}"
                 );
             }

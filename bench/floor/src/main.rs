@@ -43,9 +43,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::json;
 use tokio::sync::oneshot;
 use x402_tower::network::{Network, Token};
-use x402_tower::offer::PaymentOffer;
-use x402_tower::offer_receipt::OfferReceipt;
-use x402_tower::price::Price;
+use x402_tower::PaymentOffer;
+use x402_tower::extensions::offer_receipt::OfferReceipt;
+use x402_tower::Price;
 use x402_tower::proto::{PaymentPayload, PaymentRequirementsV2};
 use x402_tower::verify::{check_authorization, domain_separator, payload_from_str};
 

@@ -21,7 +21,7 @@ use x402_axum::X402Middleware;
 use x402_chain_eip155::{KnownNetworkEip155, V2Eip155Exact};
 use x402_tower::engine::PaymentEngine;
 use x402_tower::engine::facilitator::FacilitatorPolicy;
-use x402_tower::{SupportedResponse, VerifyOnlySettler};
+use x402_tower::{proto::SupportedResponse, settle::VerifyOnlySettler};
 use x402_types::networks::USDC;
 
 /// A paid answer of about the size of the reference server's (an article and its receipt links).

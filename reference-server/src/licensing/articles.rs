@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use x402_tower::terms::Terms;
+use x402_tower::extensions::terms::Terms;
 
 use super::license::{self, DefaultTerms};
 use super::payment::{ArticleOffers, ArticlePricing};

@@ -10,8 +10,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use x402_tower::address::checksum;
-use x402_tower::offer_receipt::SignedReceipt;
+use x402_tower::extensions::offer_receipt::SignedReceipt;
+use x402_tower::proto::checksum;
 
 use super::articles::ForSale;
 use super::payment::{LicenseChoice, PaidBy};
@@ -237,7 +237,7 @@ pub fn with_license_link(state: &AppState, mut response: Response) -> Response {
     params(
         ("articleId" = String, Query, description = "An `id` from the catalog (at most 128 bytes)."),
         ("license" = Option<String>, Query, description = "One of the article's licenses (`/license.xml`); without it every license is offered, one offer each."),
-        x402_tower::openapi::PaymentHeaders,
+        x402_tower::layer::openapi::PaymentHeaders,
     ),
     responses(
         (status = 200, description = "Paid: the article and its license receipt.", body = PaidArticle,
@@ -247,7 +247,7 @@ pub fn with_license_link(state: &AppState, mut response: Response) -> Response {
             )),
         (status = 400, description = "`articleId` missing or too long.", body = ErrorBody),
         (status = 404, description = "No published article has this id, or it has no such license (never a 402).", body = ErrorBody),
-        x402_tower::openapi::PaymentRequired,
+        x402_tower::layer::openapi::PaymentRequired,
         (status = 502, description = "The facilitator failed or answered garbage; nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),
         (status = 503, description = "The payment store is unavailable; retry later. Nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),
     ),
@@ -258,7 +258,9 @@ pub async fn get_article(
 ) -> Result<Response, ApiError> {
     if let (Some(article), Some(signed)) = (
         request.extensions().get::<Arc<Article>>(),
-        request.extensions().get::<x402_tower::siwx::SignedIn>(),
+        request
+            .extensions()
+            .get::<x402_tower::extensions::siwx::SignedIn>(),
     ) {
         let choice = request
             .extensions()
@@ -301,7 +303,7 @@ pub async fn get_article(
         // The version its 402 declared (computed once per catalog load, not per purchase).
         license_version: request
             .extensions()
-            .get::<Arc<x402_tower::terms::Terms>>()
+            .get::<Arc<x402_tower::extensions::terms::Terms>>()
             .and_then(|t| t.info().version.clone()),
         agent: request
             .extensions()
@@ -370,7 +372,7 @@ async fn read_again(
     state: &AppState,
     article: &Article,
     choice: LicenseChoice,
-    signed: &x402_tower::siwx::SignedIn,
+    signed: &x402_tower::extensions::siwx::SignedIn,
     uri: &axum::http::Uri,
 ) -> Result<Response, ApiError> {
     let payer = checksum(&signed.address);
@@ -383,10 +385,10 @@ async fn read_again(
             choice,
         );
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        return Ok(x402_tower::layer::response::payment_required_response(
+        return Ok(x402_tower::layer::payment_required_response(
             &offers,
             &format!("{}{}", state.public_url, path),
-            x402_tower::siwx::Refusal::NotPaid.as_str(),
+            x402_tower::extensions::siwx::Refusal::NotPaid.as_str(),
         )
         .into_response());
     };
@@ -534,7 +536,7 @@ fn replayed_payment(
         choice,
     );
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    x402_tower::layer::response::payment_required_response(
+    x402_tower::layer::payment_required_response(
         &offers,
         &format!("{}{}", state.public_url, path),
         x402_tower::verify::RejectReason::NonceAlreadyUsed.as_str(),
@@ -812,7 +814,7 @@ pub async fn receipt_signer(State(state): State<Arc<AppState>>) -> Json<ReceiptS
             .signer()
             .address()
             .to_checksum(None),
-        extension: x402_tower::offer_receipt::KEY,
+        extension: x402_tower::extensions::offer_receipt::KEY,
         domains: [
             serde_json::json!({"name": "x402 offer", "version": "1", "chainId": 1}),
             serde_json::json!({"name": "x402 receipt", "version": "1", "chainId": 1}),

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use askama::Template;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use x402_tower::terms::Terms;
+use x402_tower::extensions::terms::Terms;
 
 use crate::store::articles::Article;
 

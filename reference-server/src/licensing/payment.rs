@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use x402_tower::address::checksum;
+use x402_tower::PaymentOffer;
+use x402_tower::Price;
+use x402_tower::extensions::offer_receipt::OfferReceipt;
+use x402_tower::extensions::siwx::{PaidCheck, SignInWithX};
 use x402_tower::network::{Network, Token};
-use x402_tower::offer::PaymentOffer;
-use x402_tower::offer_receipt::OfferReceipt;
-use x402_tower::price::Price;
 use x402_tower::pricing::{Offers, PriceDecision};
+use x402_tower::proto::checksum;
 use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
-use x402_tower::siwx::{PaidCheck, SignInWithX};
-use x402_tower::{ReplayStore, SettleTiming, VerifiedPayment, X402Layer};
+use x402_tower::{ReplayStore, VerifiedPayment, X402Layer, settle::SettleTiming};
 
 use super::license::License;
 use crate::app::BuildError;
@@ -132,7 +132,7 @@ impl PaidBy {
             transaction: settlement.transaction.clone(),
             redelivered: p.redelivered,
             offer_index: p.offer_index,
-            signed: x402_tower::offer_receipt::SignedReceipt::text_in(settlement)
+            signed: x402_tower::extensions::offer_receipt::SignedReceipt::text_in(settlement)
                 .map(ToOwned::to_owned),
         })
     }
@@ -315,7 +315,7 @@ impl PaidCheck for BoughtArticles {
         &'a self,
         payer: alloy_primitives::Address,
         resource_url: &'a str,
-    ) -> x402_tower::BoxFuture<'a, Result<bool, x402_tower::StoreError>> {
+    ) -> x402_tower::pricing::BoxFuture<'a, Result<bool, x402_tower::StoreError>> {
         Box::pin(async move {
             let Some(article) = article_id_of(resource_url) else {
                 return Ok(false);

@@ -3,7 +3,7 @@
 use alloy_primitives::{Address, U256};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use x402_tower::offer_receipt::SignedReceipt;
+use x402_tower::extensions::offer_receipt::SignedReceipt;
 
 use crate::store::articles::{Article, Receipt};
 

@@ -9,8 +9,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use x402_tower::address::checksum;
 use x402_tower::pricing::BoxFuture;
+use x402_tower::proto::checksum;
 use x402_tower::settle::{ObservedOutcome, ObserverError, SettlementEvent, SettlementObserver};
 
 use super::handlers::{MAX_ARTICLE_ID_LEN, now_rfc3339};

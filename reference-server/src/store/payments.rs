@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use alloy_primitives::{Address, B256};
 use rusqlite::{OptionalExtension, Row, params};
-use x402_tower::BoxFuture;
-use x402_tower::address::checksum;
+use x402_tower::pricing::BoxFuture;
 use x402_tower::proto::SettleResponse;
-use x402_tower::replay::{
+use x402_tower::proto::checksum;
+use x402_tower::store::{
     IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
     StoreError as ReplayError, StoredPayment,
 };

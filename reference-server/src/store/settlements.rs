@@ -10,7 +10,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::{Db, StoreError, StoreFuture};
-use x402_tower::bazaar::DiscoveryResource;
+use x402_tower::extensions::bazaar::DiscoveryResource;
 
 /// What became of a settlement attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

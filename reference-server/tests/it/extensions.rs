@@ -5,7 +5,7 @@ use alloy_primitives::Address;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
-use x402_tower::offer_receipt::{ReceiptCheck, SignedOffer, SignedReceipt};
+use x402_tower::extensions::offer_receipt::{ReceiptCheck, SignedOffer, SignedReceipt};
 
 use crate::common::{Payer, TestServer, decode_header};
 use crate::licensing::{ARTICLE, json as json_body, offer};
@@ -219,7 +219,7 @@ async fn the_facilitator_catalogues_what_it_settled_when_the_declaration_validat
     let before = json_body(server.get("/facilitator/discovery/resources").await).await;
     let own = before["pagination"]["total"].as_u64().unwrap();
     let (required, _) = offer(&server, ARTICLE).await;
-    let declaration = x402_tower::bazaar::Discovery::query(http::Method::GET)
+    let declaration = x402_tower::extensions::bazaar::Discovery::query(http::Method::GET)
         .query_param("city", "Lisbon", "City name")
         .output_example(json!({"temperature": 21}))
         .declaration();
@@ -303,7 +303,7 @@ async fn the_facilitator_catalogues_what_it_settled_when_the_declaration_validat
     ))
     .await;
     assert_eq!(listed().await["lastUpdated"], item["lastUpdated"]);
-    let changed = x402_tower::bazaar::Discovery::query(http::Method::GET)
+    let changed = x402_tower::extensions::bazaar::Discovery::query(http::Method::GET)
         .query_param("city", "Porto", "City name")
         .output_example(json!({"temperature": 19}))
         .declaration();

@@ -12,7 +12,7 @@ use reference_server::store::assets::{FileSource, NewAsset};
 use reference_server::store::settlements::{SettlementOutcome, SettlementRecord};
 use reference_server::store::{StoreError, Stores};
 use x402_tower::proto::SettleResponse;
-use x402_tower::replay::{
+use x402_tower::store::{
     IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, Reservation, StoredPayment,
 };
 

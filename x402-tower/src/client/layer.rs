@@ -10,7 +10,7 @@ use tower_service::Service;
 
 use super::sign::{MAX_REQUIREMENTS_BYTES, Requirements, RequirementsError};
 use super::{BoxError, ClientError, Exchange, Payer, PaymentPolicy, after_402};
-use crate::BoxFuture;
+use crate::boxed::BoxFuture;
 
 /// Pays for requests answered 402, within a [`PaymentPolicy`]. See the [module docs](super).
 #[derive(Debug, Clone)]

@@ -155,13 +155,13 @@ pub enum ReceiptError {
     NoKey,
     /// The receipt does not check out.
     #[error(transparent)]
-    Proof(#[from] crate::offer_receipt::ProofError),
+    Proof(#[from] crate::extensions::offer_receipt::ProofError),
 }
 
 impl Paid {
     /// The signed receipt (offer-receipt) in the settlement, if the server sent one.
-    pub fn signed_receipt(&self) -> Option<crate::offer_receipt::SignedReceipt> {
-        crate::offer_receipt::SignedReceipt::from_settlement(self.settlement.as_ref()?)
+    pub fn signed_receipt(&self) -> Option<crate::extensions::offer_receipt::SignedReceipt> {
+        crate::extensions::offer_receipt::SignedReceipt::from_settlement(self.settlement.as_ref()?)
     }
 
     /// Checks the signed receipt: signed by `key` (the server's published key) or, without one, by the key
@@ -170,10 +170,10 @@ impl Paid {
     pub fn verify_receipt(
         &self,
         key: Option<Address>,
-    ) -> Result<crate::offer_receipt::SignedReceipt, ReceiptError> {
+    ) -> Result<crate::extensions::offer_receipt::SignedReceipt, ReceiptError> {
         let receipt = self.signed_receipt().ok_or(ReceiptError::Missing)?;
         let signer = key.or(self.offer_signer).ok_or(ReceiptError::NoKey)?;
-        receipt.verify(&crate::offer_receipt::ReceiptCheck {
+        receipt.verify(&crate::extensions::offer_receipt::ReceiptCheck {
             signer,
             resource_url: self.resource_url.as_deref(),
             payer: Some(self.payer),
@@ -251,7 +251,7 @@ fn resource_url(requirements: &Requirements) -> Option<String> {
 /// Who signed the 402's offer for exactly what was paid (resource, network, token, recipient, amount).
 fn offer_signer(requirements: &Requirements, paid: &Offer) -> Option<Address> {
     let url = resource_url(requirements);
-    crate::offer_receipt::offers_of(requirements.extensions.as_ref()?)
+    crate::extensions::offer_receipt::offers_of(requirements.extensions.as_ref()?)
         .into_iter()
         .find(|o| {
             let p = &o.payload;
@@ -275,12 +275,12 @@ pub(crate) trait Exchange: Send {
         &mut self,
         name: HeaderName,
         value: HeaderValue,
-    ) -> crate::BoxFuture<'_, Result<Self::Answer, ClientError<Self::Error>>>;
+    ) -> crate::boxed::BoxFuture<'_, Result<Self::Answer, ClientError<Self::Error>>>;
     /// Reads the requirements of a 402.
     fn read(
         &mut self,
         answer: Self::Answer,
-    ) -> crate::BoxFuture<'_, Result<Requirements, RequirementsError>>;
+    ) -> crate::boxed::BoxFuture<'_, Result<Requirements, RequirementsError>>;
 }
 
 /// The flow after a first 402, for any client: sign in when offered (an answer other than 402 is
@@ -293,7 +293,7 @@ pub(crate) async fn after_402<X: Exchange>(
 ) -> Result<X::Answer, ClientError<X::Error>> {
     if let Some(proof) = payer.sign_in(&requirements).await {
         // Already bought? Read it again by signing in; a 402 means no: pay.
-        let name = HeaderName::from_static(crate::siwx::HEADER);
+        let name = HeaderName::from_static(crate::extensions::siwx::HEADER);
         let mut answer = exchange.send(name, header_value(&proof)?).await?;
         if answer.status() != StatusCode::PAYMENT_REQUIRED {
             answer.extensions_mut().insert(SignedInAs(payer.address()));
@@ -457,7 +457,10 @@ impl Payer {
         if !self.policy.sign_in {
             return None;
         }
-        let declared = requirements.extensions.as_ref()?.get(crate::siwx::KEY)?;
+        let declared = requirements
+            .extensions
+            .as_ref()?
+            .get(crate::extensions::siwx::KEY)?;
         let info = declared.get("info")?.as_object()?;
         let chain = declared
             .get("supportedChains")?
@@ -478,7 +481,7 @@ impl Payer {
                 .and_then(serde_json::Value::as_str)
                 .map(str::to_owned)
         };
-        let mut proof = crate::siwx::Proof {
+        let mut proof = crate::extensions::siwx::Proof {
             domain: text("domain")?,
             address: self.signer.address().to_checksum(None),
             uri: text("uri")?,
@@ -500,7 +503,7 @@ impl Payer {
             signature: String::new(),
             signature_scheme: None,
         };
-        let message = crate::siwx::message(&proof)?;
+        let message = crate::extensions::siwx::message(&proof)?;
         let signature = self.signer.sign_message(message.as_bytes()).await.ok()?;
         proof.signature = format!("0x{}", alloy_primitives::hex::encode(signature.as_bytes()));
         Some(B64.encode(serde_json::to_vec(&proof).ok()?))

@@ -80,7 +80,7 @@ impl Exchange for Resend<'_> {
         &mut self,
         name: HeaderName,
         value: HeaderValue,
-    ) -> crate::BoxFuture<'_, Result<Reply, ClientError<reqwest_middleware::Error>>> {
+    ) -> crate::boxed::BoxFuture<'_, Result<Reply, ClientError<reqwest_middleware::Error>>> {
         Box::pin(async move {
             let mut again = self.base.try_clone().ok_or(ClientError::NotResendable)?;
             again.headers_mut().insert(name, value);
@@ -96,7 +96,7 @@ impl Exchange for Resend<'_> {
     fn read(
         &mut self,
         answer: Reply,
-    ) -> crate::BoxFuture<'_, Result<Requirements, RequirementsError>> {
+    ) -> crate::boxed::BoxFuture<'_, Result<Requirements, RequirementsError>> {
         Box::pin(read_requirements(answer.0))
     }
 }

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Map, Value, json};
 
-use crate::engine::identifier;
+use crate::extensions::payment_identifier as identifier;
 use crate::network::{Network, Token};
 use crate::proto::{
     Authorization, ExactEvmPayload, PaymentRequirementsV1, PaymentRequirementsV2, SCHEME_EXACT,

@@ -15,7 +15,7 @@
 //! use serde_json::json;
 //! use x402_tower::engine::PaymentEngine;
 //! use x402_tower::engine::facilitator::FacilitatorPolicy;
-//! use x402_tower::VerifyOnlySettler;
+//! use x402_tower::settle::VerifyOnlySettler;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let engine = PaymentEngine::builder().settler(Arc::new(VerifyOnlySettler)).build().unwrap();
@@ -44,8 +44,8 @@ use crate::proto::{
     PaymentPayload, PaymentRequirements, PaymentRequirementsV1, PaymentRequirementsV2,
     SCHEME_EXACT, SettleResponse, VerifyResponse,
 };
-use crate::replay::{PaymentState, StoredPayment};
 use crate::settle::{SettleRequest, VerifyOutcome};
+use crate::store::{PaymentState, StoredPayment};
 use crate::verify::{RejectReason, checked_authorization, parse_signature_hex, payload_at};
 
 /// Default of [`FacilitatorPolicy::max_timeout_seconds`].
@@ -331,6 +331,7 @@ impl PaymentEngine {
                 &request.payload_text,
                 extensions_at,
                 requirements.into(),
+                &crate::extensions::ECHOED_EXTENSIONS,
             ));
             Ok(Checked {
                 request,

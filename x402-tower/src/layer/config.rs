@@ -7,15 +7,14 @@ use http::{HeaderValue, Method};
 use tower_layer::Layer;
 
 use super::service::X402;
-use crate::engine::{
-    EngineConfigError, PaymentEngine, PaymentEngineBuilder, PaymentIdentifier, Route, identifier,
-};
-use crate::metrics::X402Metrics;
+use crate::engine::metrics::X402Metrics;
+use crate::engine::{EngineConfigError, PaymentEngine, PaymentEngineBuilder, Route};
+use crate::extensions::payment_identifier::{self as identifier, PaymentIdentifier};
 use crate::offer::PaymentOffer;
 use crate::payment::SettleTiming;
 use crate::pricing::{PriceSource, offer_problem};
-use crate::replay::ReplayStore;
 use crate::settle::{SettlementObserver, Settler};
+use crate::store::ReplayStore;
 use crate::verify::CompiledOffer;
 
 pub use crate::engine::DEFAULT_MAX_HEADER_LEN;
@@ -90,14 +89,14 @@ pub(crate) struct Shared {
     /// No-payment 402s, ready.
     pub(crate) prebuilt: super::response::Prebuilt402s,
     /// The sign-in-with-x extension, when declared.
-    pub(crate) siwx: Option<Arc<crate::siwx::SignInWithX>>,
+    pub(crate) siwx: Option<Arc<crate::extensions::siwx::SignInWithX>>,
     /// What browsers get.
-    pub(crate) paywall: crate::paywall::Paywall,
+    pub(crate) paywall: crate::layer::paywall::Paywall,
     /// Where the `terms` of a 402 come from, when declared.
-    pub(crate) terms: Option<crate::terms::TermsSource>,
+    pub(crate) terms: Option<crate::extensions::terms::TermsSource>,
     /// The offer-receipt signer, when declared.
     #[cfg(feature = "offer-receipt")]
-    pub(crate) offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
+    pub(crate) offer_receipt: Option<Arc<crate::extensions::offer_receipt::OfferReceipt>>,
 }
 
 impl Shared {
@@ -141,20 +140,20 @@ impl Shared {
             out.push_str(value);
         };
         if let Some(terms) = &info.terms {
-            add(crate::terms::KEY, terms.declaration());
+            add(crate::extensions::terms::KEY, terms.declaration());
         }
         #[cfg(feature = "offer-receipt")]
         if let Some(signer) = &self.offer_receipt
             && let Some((declaration, fresh_until)) = signer.declare(resource_url, offers, now)
         {
-            add(crate::offer_receipt::KEY, &declaration);
+            add(crate::extensions::offer_receipt::KEY, &declaration);
             until = fresh_until;
         }
         if let (Some(nonce), Some(siwx)) = (sign_in, &self.siwx) {
             let mut nets: Vec<&str> = offers.iter().map(|o| o.offer.network.caip2()).collect();
             nets.dedup();
             add(
-                crate::siwx::KEY,
+                crate::extensions::siwx::KEY,
                 &siwx.declare_with_nonce(resource_url, &nets, now, nonce),
             );
             // The nonce's tag binds the second it was issued in.
@@ -239,7 +238,7 @@ impl<S> Layer<S> for X402Layer {
 /// ```
 /// use std::sync::Arc;
 /// use alloy_primitives::address;
-/// use x402_tower::{X402Layer, SettleTiming, offer::PaymentOffer, price::Price, settle::VerifyOnlySettler};
+/// use x402_tower::{settle::{SettleTiming, VerifyOnlySettler}, PaymentOffer, Price, X402Layer};
 ///
 /// let layer = X402Layer::builder("https://api.example.com")
 ///     .offer(PaymentOffer::usdc(
@@ -266,12 +265,12 @@ pub struct X402Config {
     methods: Vec<Method>,
     identifier: Option<PaymentIdentifier>,
     settle_without_verify: bool,
-    siwx: Option<crate::siwx::SignInWithX>,
-    discovery: Option<crate::bazaar::Discovery>,
-    terms: Option<crate::terms::TermsSource>,
-    paywall: crate::paywall::Paywall,
+    siwx: Option<crate::extensions::siwx::SignInWithX>,
+    discovery: Option<crate::extensions::bazaar::Discovery>,
+    terms: Option<crate::extensions::terms::TermsSource>,
+    paywall: crate::layer::paywall::Paywall,
     #[cfg(feature = "offer-receipt")]
-    offer_receipt: Option<Arc<crate::offer_receipt::OfferReceipt>>,
+    offer_receipt: Option<Arc<crate::extensions::offer_receipt::OfferReceipt>>,
 }
 
 impl std::fmt::Debug for X402Config {
@@ -312,7 +311,7 @@ impl X402Config {
     ///
     /// ```
     /// # use alloy_primitives::address;
-    /// # use x402_tower::{X402Layer, PaymentOffer, Price};
+    /// # use x402_tower::{PaymentOffer, Price, X402Layer};
     /// # let offer = PaymentOffer::usdc("base".parse().unwrap(), address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"), Price::from(10_000u64)).unwrap();
     /// let layer = X402Layer::builder("https://api.example.com")
     ///     .offer(offer)
@@ -329,7 +328,7 @@ impl X402Config {
     /// Declares the `payment-identifier` extension in the 402s (v2), `required` or optional: a client's id
     /// binds to its payment and request; a retry with the same id and payment is answered again, another
     /// payment under the same id is refused with 409, and a missing id where required with 400. See
-    /// [`crate::engine::identifier`]. Default: not declared (ids are ignored).
+    /// [`crate::extensions::payment_identifier`]. Default: not declared (ids are ignored).
     pub fn payment_identifier(mut self, required: bool) -> Self {
         self.identifier = Some(PaymentIdentifier { required });
         self
@@ -337,10 +336,10 @@ impl X402Config {
 
     /// Declares the `sign-in-with-x` extension in the no-payment 402s (v2) with a fresh nonce each, and lets
     /// through, without a payment, a request whose `SIGN-IN-WITH-X` proof checks out and whose signer paid
-    /// for the resource: the handler finds [`SignedIn`](crate::siwx::SignedIn) in its extensions instead of a
+    /// for the resource: the handler finds [`SignedIn`](crate::extensions::siwx::SignedIn) in its extensions instead of a
     /// [`VerifiedPayment`](crate::VerifiedPayment), and nothing is settled. A proof that fails gets the 402
-    /// with the reason in `error` (`siwx_...`). See [`crate::siwx`]. Default: not declared.
-    pub fn sign_in_with_x(mut self, siwx: crate::siwx::SignInWithX) -> Self {
+    /// with the reason in `error` (`siwx_...`). See [`crate::extensions::siwx`]. Default: not declared.
+    pub fn sign_in_with_x(mut self, siwx: crate::extensions::siwx::SignInWithX) -> Self {
         self.siwx = Some(siwx);
         self
     }
@@ -350,41 +349,46 @@ impl X402Config {
     /// successful settlement's answer (`PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`) carries a signed receipt in
     /// `extensions["offer-receipt"].info.receipt` — also visible to the handler in
     /// [`VerifiedPayment::settlement`](crate::VerifiedPayment) when settling before it. See
-    /// [`crate::offer_receipt`]. Default: not declared.
+    /// [`crate::extensions::offer_receipt`]. Default: not declared.
     #[cfg(feature = "offer-receipt")]
-    pub fn offer_receipt(mut self, signer: Arc<crate::offer_receipt::OfferReceipt>) -> Self {
+    pub fn offer_receipt(
+        mut self,
+        signer: Arc<crate::extensions::offer_receipt::OfferReceipt>,
+    ) -> Self {
         self.offer_receipt = Some(signer);
         self
     }
 
     /// What a browser (`Accept` preferring HTML) gets with a 402: the built-in page that pays from a browser
-    /// wallet (default), your template, or [`Paywall::Off`](crate::paywall::Paywall::Off) (the JSON 402). See
-    /// [`crate::paywall`].
-    pub fn paywall(mut self, paywall: crate::paywall::Paywall) -> Self {
+    /// wallet (default), your template, or [`Paywall::Off`](crate::layer::paywall::Paywall::Off) (the JSON 402). See
+    /// [`crate::layer::paywall`].
+    pub fn paywall(mut self, paywall: crate::layer::paywall::Paywall) -> Self {
         self.paywall = paywall;
         self
     }
 
     /// Declares the `bazaar` extension in the 402s (v2): how the route is called and what it answers, so a
     /// facilitator that settles its payments can list it for discovery (the client echoes the declaration
-    /// into its payment). See [`crate::bazaar`]. Default: not declared.
-    pub fn discovery(mut self, discovery: crate::bazaar::Discovery) -> Self {
+    /// into its payment). See [`crate::extensions::bazaar`]. Default: not declared.
+    pub fn discovery(mut self, discovery: crate::extensions::bazaar::Discovery) -> Self {
         self.discovery = Some(discovery);
         self
     }
 
     /// Declares the `terms` extension in every 402 (v2): what a payment buys the right to do. See
-    /// [`crate::terms`]. Default: not declared.
-    pub fn terms(mut self, terms: crate::terms::Terms) -> Self {
-        self.terms = Some(crate::terms::TermsSource::Fixed(Arc::new(terms)));
+    /// [`crate::extensions::terms`]. Default: not declared.
+    pub fn terms(mut self, terms: crate::extensions::terms::Terms) -> Self {
+        self.terms = Some(crate::extensions::terms::TermsSource::Fixed(Arc::new(
+            terms,
+        )));
         self
     }
 
-    /// Declares the `terms` extension per request: the `Arc<`[`Terms`](crate::terms::Terms)`>` an earlier layer
+    /// Declares the `terms` extension per request: the `Arc<`[`Terms`](crate::extensions::terms::Terms)`>` an earlier layer
     /// put in the request extensions (none there: no `terms` in that 402). For resources sold under terms of
     /// their own, such as articles each with its license.
     pub fn terms_per_request(mut self) -> Self {
-        self.terms = Some(crate::terms::TermsSource::PerRequest);
+        self.terms = Some(crate::extensions::terms::TermsSource::PerRequest);
         self
     }
 
@@ -395,7 +399,7 @@ impl X402Config {
         self
     }
 
-    /// The settler. Without one, the layer settles nothing ([`VerifyOnlySettler`](crate::VerifyOnlySettler):
+    /// The settler. Without one, the layer settles nothing ([`VerifyOnlySettler`](crate::settle::VerifyOnlySettler):
     /// no money moves) and logs a warning when built and on every verify-only payment; choose it explicitly to
     /// silence the warning.
     pub fn settler(mut self, settler: Arc<dyn Settler>) -> Self {
@@ -412,7 +416,7 @@ impl X402Config {
         self
     }
 
-    /// The payment store (default: an [`InMemoryReplayStore`](crate::InMemoryReplayStore) of 100 000
+    /// The payment store (default: an [`InMemoryReplayStore`](crate::store::InMemoryReplayStore) of 100 000
     /// entries, for one process).
     pub fn replay_store(mut self, store: Arc<dyn ReplayStore>) -> Self {
         self.engine = self.engine.replay_store(store);
@@ -531,7 +535,7 @@ impl X402Config {
             declarations.insert(identifier::KEY.to_owned(), p.declaration());
         }
         if let Some(d) = &self.discovery {
-            declarations.insert(crate::bazaar::KEY.to_owned(), d.declaration());
+            declarations.insert(crate::extensions::bazaar::KEY.to_owned(), d.declaration());
         }
         let extensions =
             (!declarations.is_empty()).then(|| serde_json::Value::Object(declarations).to_string());
@@ -540,27 +544,26 @@ impl X402Config {
         // reconciler, or before a signer was configured) is signed as of its record's time: the same
         // receipt on every delivery, from any instance with this key.
         #[cfg(feature = "offer-receipt")]
-        let on_settled = self.offer_receipt.clone().map(|signer| {
-            crate::engine::SettledHook(Arc::new(
-                move |sr: &mut crate::SettleResponse,
-                      resource: &str,
-                      how: crate::engine::Settled| {
-                    use crate::engine::Settled;
-                    match how {
-                        Settled::Now(now) => signer.enrich(sr, resource, now),
-                        Settled::Recorded(at) => {
-                            if !sr
-                                .extensions
-                                .as_ref()
-                                .is_some_and(|e| e.contains(crate::offer_receipt::KEY))
-                            {
-                                signer.enrich(sr, resource, at);
+        let on_settled =
+            self.offer_receipt.clone().map(|signer| {
+                crate::engine::SettledHook(Arc::new(
+                    move |sr: &mut crate::proto::SettleResponse,
+                          resource: &str,
+                          how: crate::engine::Settled| {
+                        use crate::engine::Settled;
+                        match how {
+                            Settled::Now(now) => signer.enrich(sr, resource, now),
+                            Settled::Recorded(at) => {
+                                if !sr.extensions.as_ref().is_some_and(|e| {
+                                    e.contains(crate::extensions::offer_receipt::KEY)
+                                }) {
+                                    signer.enrich(sr, resource, at);
+                                }
                             }
                         }
-                    }
-                },
-            ))
-        });
+                    },
+                ))
+            });
         #[cfg(not(feature = "offer-receipt"))]
         let on_settled = None;
         Ok(X402Layer {

@@ -15,12 +15,12 @@ use tracing::error;
 use super::body::ResponseBody;
 use super::config::{Pricing, Shared};
 use super::response::{
-    PAYMENT_SIGNATURE, RequestInfo, X_PAYMENT, add_receipt, method_not_allowed, plain_error,
-    prefers_html, render,
+    RequestInfo, add_receipt, method_not_allowed, plain_error, prefers_html, render,
 };
 use crate::engine::{Attempt, Begin, Finish, Recording};
+use crate::extensions::siwx::{Refusal, SignedIn};
+use crate::header::{PAYMENT_SIGNATURE, X_PAYMENT};
 use crate::pricing::{BoxFuture, PriceDecision};
-use crate::siwx::{Refusal, SignedIn};
 use crate::verify::CompiledOffer;
 
 pin_project! {
@@ -37,7 +37,7 @@ pin_project! {
         // The engine settles (or releases) with the inner response held.
         Post { fut: BoxFuture<'static, Finish> },
         // The inner response is held until the settlement's writes (`recording`) are done.
-        Recorded { receipt: Option<crate::SettleResponse>, version: u8 },
+        Recorded { receipt: Option<crate::proto::SettleResponse>, version: u8 },
         // An answer of the layer's own, ready.
         Early { response: Option<Response<Full<Bytes>>> },
     }
@@ -93,7 +93,7 @@ fn start_check<B, F>(
     };
     match header {
         None if req.method() != Method::HEAD && shared.siwx.is_some() => {
-            match req.headers().get(crate::siwx::HEADER).cloned() {
+            match req.headers().get(crate::extensions::siwx::HEADER).cloned() {
                 Some(proof) => {
                     let shared = shared.clone();
                     let networks = networks(offers);
@@ -211,7 +211,10 @@ where
                     PriceDecision::Free => None,
                     PriceDecision::Respond(r) => Some(State::Early { response: Some(r) }),
                     PriceDecision::Charge(offers) => {
-                        match (offers.compiled(&this.shared.engine), this.req.as_ref()) {
+                        match (
+                            offers.compiled(|l| this.shared.engine.compile(l)),
+                            this.req.as_ref(),
+                        ) {
                             (Err(why), _) => {
                                 error!(why, "the price source returned an invalid offer");
                                 let r = plain_error(
@@ -378,7 +381,7 @@ fn request_info<B>(shared: &Shared, req: &Request<B>) -> RequestInfo {
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     RequestInfo {
         resource_url: format!("{}{}", shared.base_url, path),
-        wants_html: !matches!(shared.paywall, crate::paywall::Paywall::Off)
+        wants_html: !matches!(shared.paywall, crate::layer::paywall::Paywall::Off)
             && prefers_html(req.headers()),
         terms: shared
             .terms

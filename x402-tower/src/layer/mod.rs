@@ -5,12 +5,16 @@
 mod body;
 mod config;
 mod future;
-pub mod response;
+#[cfg(feature = "openapi")]
+pub mod openapi;
+pub mod paywall;
+mod response;
 mod service;
 
 pub use body::ResponseBody;
 pub use config::{ConfigError, DEFAULT_MAX_HEADER_LEN, X402Config, X402Layer};
 pub use future::ResponseFuture;
+pub use response::payment_required_response;
 pub use service::X402;
 
 /// The error of a 402 sent because no payment came with the request.

@@ -8,26 +8,11 @@ use http_body_util::Full;
 
 use super::config::Shared;
 use crate::engine::Answer;
+use crate::header::*;
+use crate::layer::paywall::{Paywall, PaywallPage};
 use crate::offer::PaymentOffer;
-use crate::paywall::{Paywall, PaywallPage};
 use crate::proto::{ResourceInfo, SettleResponse};
 use crate::verify::{CompiledOffer, domain_separator};
-
-/// `X-Payment-Required` (interfaces.md): Base64 of the v2 PaymentRequired.
-pub const X_PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("x-payment-required");
-/// `PAYMENT-REQUIRED` (x402 v2): the same value.
-pub const PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("payment-required");
-/// `X-PAYMENT` (x402 v1 payment).
-pub const X_PAYMENT: HeaderName = HeaderName::from_static("x-payment");
-/// `PAYMENT-SIGNATURE` (x402 v2 payment).
-pub const PAYMENT_SIGNATURE: HeaderName = HeaderName::from_static("payment-signature");
-/// `X-PAYMENT-RESPONSE` (v1 receipt).
-pub const X_PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("x-payment-response");
-/// `PAYMENT-RESPONSE` (v2 receipt).
-pub const PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("payment-response");
-/// The value the layer puts in `Access-Control-Expose-Headers` when asked to.
-pub const EXPOSE_HEADERS_VALUE: &str =
-    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Payment-Required";
 
 /// What the layer knows about the request when it answers.
 #[derive(Debug, Clone)]
@@ -35,7 +20,7 @@ pub(crate) struct RequestInfo {
     pub(crate) resource_url: String,
     pub(crate) wants_html: bool,
     /// The `terms` this request's 402 declares.
-    pub(crate) terms: Option<std::sync::Arc<crate::terms::Terms>>,
+    pub(crate) terms: Option<std::sync::Arc<crate::extensions::terms::Terms>>,
 }
 
 /// Whether the `Accept` header prefers HTML (a person in a browser): the media range with the highest `q`
@@ -172,7 +157,7 @@ fn payment_required_parts(
                 offers: &plain,
                 payment_required: &document,
             };
-            crate::paywall::render(paywall, &page)
+            crate::layer::paywall::render(paywall, &page)
         })
         .flatten();
     let (body, content_type) = match page {
@@ -199,7 +184,7 @@ fn payment_required_parts(
 
 /// Where the nonce goes in a pre-built sign-in-with-x 402: as long as a nonce, and nothing JSON escapes.
 const NONCE_PLACEHOLDER: &str = "@@x402-tower-sign-in-nonce-@@@@@";
-const _: () = assert!(NONCE_PLACEHOLDER.len() == crate::siwx::NONCE_HEX_LEN);
+const _: () = assert!(NONCE_PLACEHOLDER.len() == crate::extensions::siwx::NONCE_HEX_LEN);
 
 /// Distinct resources whose no-payment 402 is kept ready; past it the cache starts over.
 const PREBUILT_402S: usize = 4096;
@@ -216,7 +201,7 @@ struct Prebuilt {
     /// Held, so the offers' address cannot be reused by other offers while the entry lives.
     offers: std::sync::Arc<[CompiledOffer]>,
     wants_html: bool,
-    terms: Option<std::sync::Arc<crate::terms::Terms>>,
+    terms: Option<std::sync::Arc<crate::extensions::terms::Terms>>,
     /// Built in this second (unix seconds)...
     since: u64,
     /// ...and sent again until then (signed offers expire; a sign-in nonce binds its second).
@@ -329,7 +314,7 @@ impl Prebuilt402s {
             Some(_) => match Spliced::new(
                 &document,
                 NONCE_PLACEHOLDER,
-                crate::siwx::SignInWithX::issued_at(now),
+                crate::extensions::siwx::SignInWithX::issued_at(now),
             ) {
                 Some(spliced) => Some(spliced),
                 // Not cut (the placeholder is not where the nonce goes): built for this request alone.
@@ -368,7 +353,10 @@ impl Prebuilt402s {
 }
 
 /// A copy of a pre-built 402, with a fresh nonce of `siwx` in its document when it declares sign-in-with-x.
-fn copy(p: &Prebuilt, siwx: Option<&crate::siwx::SignInWithX>) -> Response<Full<Bytes>> {
+fn copy(
+    p: &Prebuilt,
+    siwx: Option<&crate::extensions::siwx::SignInWithX>,
+) -> Response<Full<Bytes>> {
     let mut res = response_402(&p.headers, &p.body);
     if let (Some(spliced), Some(siwx)) = (&p.sign_in, siwx) {
         let value = spliced.with_nonce(&siwx.nonce_issued_at(&spliced.issued_at));
@@ -409,8 +397,10 @@ pub(crate) fn fresh_sign_in_402(
 ///
 /// ```
 /// use alloy_primitives::address;
-/// use x402_tower::layer::response::{PAYMENT_REQUIRED, payment_required_response};
-/// use x402_tower::{Network, PaymentOffer, Price, Token};
+/// use x402_tower::header::PAYMENT_REQUIRED;
+/// use x402_tower::layer::payment_required_response;
+/// use x402_tower::network::{Network, Token};
+/// use x402_tower::{PaymentOffer, Price};
 ///
 /// let network = Network::from_v1_name("base-sepolia").unwrap();
 /// let offer = PaymentOffer::new(
@@ -631,10 +621,10 @@ mod tests {
     #[tokio::test]
     async fn public_payment_required_response_is_the_layers_402() {
         use http_body_util::BodyExt as _;
-        let network = crate::Network::from_v1_name("base-sepolia").unwrap();
+        let network = crate::network::Network::from_v1_name("base-sepolia").unwrap();
         let offer = PaymentOffer::new(
             network.clone(),
-            crate::Token::usdc(&network).unwrap(),
+            crate::network::Token::usdc(&network).unwrap(),
             alloy_primitives::Address::repeat_byte(0x11),
             crate::Price::from(10_000u64),
         )

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use tracing::{Instrument, debug, debug_span, warn};
 
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use crate::BoxFuture;
+use crate::boxed::BoxFuture;
 use crate::proto::{PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse, wire};
 use crate::settle::SETTLEMENT_PENDING;
 use crate::verify::RejectReason;

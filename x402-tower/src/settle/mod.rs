@@ -15,13 +15,9 @@
 //! it matched in the client's version, and the offer (network with its chain id, token with its EIP-712
 //! domain), so a settler that talks to a chain has everything it needs.
 
-use std::sync::Arc;
+use alloy_primitives::Address;
 
-use alloy_primitives::{Address, Bytes};
-
-use crate::BoxFuture;
-use crate::offer::PaymentOffer;
-use crate::proto::{PaymentPayload, PaymentRequirements, SupportedResponse};
+use crate::proto::SupportedResponse;
 
 #[cfg(feature = "facilitator")]
 mod facilitator;
@@ -30,6 +26,9 @@ pub use facilitator::{FacilitatorEndpoint, FacilitatorSettler, FacilitatorSettle
 
 #[cfg(feature = "onchain")]
 pub mod onchain;
+
+pub use crate::boxed::BoxFuture;
+pub use crate::payment::{SettleRequest, SettleTiming};
 
 mod observer;
 pub use observer::{ObservedOutcome, ObserverError, SettlementEvent, SettlementObserver};
@@ -40,38 +39,6 @@ pub const SETTLEMENT_PENDING: &str = "settlement_pending";
 
 /// The receipt `transaction` of a [`VerifyOnlySettler`]: says plainly that nothing was settled.
 pub const VERIFY_ONLY_TRANSACTION: &str = "verify-only";
-
-/// Everything a settler may need about one payment. Built by the layer after local verification passed.
-#[derive(Debug, Clone)]
-pub struct SettleRequest {
-    /// The decoded payment, typed.
-    pub payload: PaymentPayload,
-    /// The decoded payment's JSON text exactly as the client sent it (what a facilitator receives). A
-    /// reconciliation's request is rebuilt from the payment record, which keeps this text less the
-    /// extensions echoed from the 402 ([`StoredPayment::new`](crate::replay::StoredPayment::new)).
-    pub payload_text: Arc<str>,
-    /// The requirements the payment matched, in the payment's version.
-    pub requirements: PaymentRequirements,
-    /// The offer the payment matched: network (chain id) and token (address, EIP-712 name/version).
-    pub offer: PaymentOffer,
-    /// The signature bytes (65 bytes `r‖s‖v` after local verification).
-    pub signature: Bytes,
-}
-
-impl SettleRequest {
-    /// The payer (`authorization.from`).
-    pub fn payer(&self) -> Address {
-        self.payload.exact().authorization.from
-    }
-
-    /// The network string in the client's version (v1 name or CAIP-2).
-    pub fn wire_network(&self) -> String {
-        match &self.requirements {
-            PaymentRequirements::V1(r) => r.network.clone(),
-            PaymentRequirements::V2(r) => r.network.clone(),
-        }
-    }
-}
 
 /// A settler's verdict on a payment before settlement (checks that need the chain).
 #[derive(Debug, Clone, PartialEq, Eq)]

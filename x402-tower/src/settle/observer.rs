@@ -1,6 +1,6 @@
 //! [`SettlementObserver`]: how an application learns every settlement outcome durably.
 
-use crate::BoxFuture;
+use crate::boxed::BoxFuture;
 use crate::payment::{SettleTiming, VerifiedPayment};
 
 /// What became of one settlement attempt, as an observer sees it.
@@ -91,14 +91,14 @@ impl ObserverError {
 ///   success, not a failure: the engine reconciles it later and reports again, with
 ///   [`SettlementEvent::reconciled`] set.
 ///
-/// Both [`SettleTiming`](crate::SettleTiming)s report. Nothing is reported when no settlement was attempted
+/// Both [`SettleTiming`](crate::settle::SettleTiming)s report. Nothing is reported when no settlement was attempted
 /// (a rejected payment, a settler *verify* that failed or did not answer, an inner service that answered
 /// `>= 400` with settle-after): no money can have moved then. A future that is dropped while settling (a
 /// server that cancels requests whose client went away) never reaches the observer: run the paid route to
 /// completion (for example on its own task) when every outcome must be recorded.
 ///
 /// An observer that fails returns an [`ObserverError`]: the layer logs it (`error` level, with the payment)
-/// and counts it ([`MetricsSnapshot::settlement_observer_errors`](crate::MetricsSnapshot)); the client's
+/// and counts it ([`MetricsSnapshot::settlement_observer_errors`](crate::engine::MetricsSnapshot)); the client's
 /// answer does not change, and nothing panics. Without an observer the layer does no extra work.
 ///
 /// ```

@@ -82,12 +82,14 @@
 //! println!("relayer {}", settler.relayer());
 //! ```
 
+mod builder;
 mod nonce;
 mod revert;
 mod rpc;
 mod shared;
 #[cfg(test)]
 mod tests;
+mod token;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,152 +98,25 @@ use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
 use alloy_eips::BlockId;
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
-use alloy_sol_types::{SolCall, SolEvent, sol};
-use serde::Deserialize;
+use alloy_sol_types::{SolCall, SolEvent};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug_span, warn};
 
+pub use builder::{OnchainConfigError, OnchainSettlerBuilder};
 pub use rpc::RpcError;
+pub use token::transfer_calldata;
 
 use self::nonce::NonceManager;
 use self::revert::Revert;
 use self::shared::Shared;
+use self::token::{
+    AuthorizationCanceled, AuthorizationUsed, Receipt, authorizationStateCall, isValidSignatureCall,
+};
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use crate::BoxFuture;
+use crate::boxed::BoxFuture;
 use crate::proto::{SCHEME_EXACT, SupportedKind, SupportedResponse};
 use crate::secp::SecretSigner;
 use crate::verify::RejectReason;
-
-sol! {
-    /// FiatToken's EIP-3009 entry point for ECDSA signatures (`0xe3ee160e`).
-    function transferWithAuthorization(
-        address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce,
-        uint8 v, bytes32 r, bytes32 s
-    );
-    /// FiatTokenV2_2's overload for any signature (ERC-1271 wallets) (`0xcf092995`).
-    function transferWithAuthorization(
-        address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce,
-        bytes signature
-    );
-    /// ERC-1271 (`0x1626ba7e`).
-    function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4);
-    /// Whether `(authorizer, nonce)` was used or canceled (`0xe94a0102`).
-    function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
-    /// ERC-20 `Transfer`.
-    event Transfer(address indexed from, address indexed to, uint256 value);
-    /// EIP-3009: the authorization was used (by `transferWithAuthorization` or `receiveWithAuthorization`).
-    event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
-    /// EIP-3009: the authorizer cancelled the authorization.
-    event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
-}
-
-/// Why an [`OnchainSettler`] could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum OnchainConfigError {
-    /// The relayer key is not a 32-byte hex private key.
-    #[error("invalid relayer key: {0}")]
-    Key(String),
-    /// The JSON-RPC URL is not an http(s) URL.
-    #[error("invalid JSON-RPC URL {0:?}: expected http:// or https://")]
-    Url(String),
-    /// The HTTP client could not be built.
-    #[error("HTTP client: {0}")]
-    Http(String),
-}
-
-/// Builder of an [`OnchainSettler`].
-#[derive(Debug)]
-pub struct OnchainSettlerBuilder {
-    rpc_url: String,
-    relayer_key: String,
-    rpc_timeout: Duration,
-    receipt_timeout: Duration,
-    poll_interval: Duration,
-    gas_margin_percent: u64,
-    fee_quote_ttl: Duration,
-    log_lookback_blocks: u64,
-}
-
-impl OnchainSettlerBuilder {
-    /// Timeout of one JSON-RPC call (default 10 s).
-    pub fn rpc_timeout(mut self, timeout: Duration) -> Self {
-        self.rpc_timeout = timeout;
-        self
-    }
-
-    /// How long to wait for the receipt after broadcast before the outcome is unknown (default 60 s).
-    pub fn receipt_timeout(mut self, timeout: Duration) -> Self {
-        self.receipt_timeout = timeout;
-        self
-    }
-
-    /// The first interval between receipt polls; it doubles up to 1 s (default 20 ms).
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// Gas limit margin over `eth_estimateGas`, in percent (default 20).
-    pub fn gas_margin_percent(mut self, percent: u64) -> Self {
-        self.gas_margin_percent = percent;
-        self
-    }
-
-    /// How long one fee quote (`eth_gasPrice` and `eth_maxPriorityFeePerGas`) serves the transactions sent
-    /// after it (default 1 s; zero: a quote is never reused once it has been answered). Concurrent
-    /// settlements share one quote instead of asking the node twice each: those that come while it is being
-    /// asked for take its answer, whatever the TTL. The transaction's fee cap is twice the quoted gas price
-    /// plus the tip, so a quote a second old still covers a base fee that doubled (six full blocks in a
-    /// row); a send the node refuses for its fees drops the quote, so the next transaction asks again.
-    pub fn fee_quote_ttl(mut self, ttl: Duration) -> Self {
-        self.fee_quote_ttl = ttl;
-        self
-    }
-
-    /// How many blocks back (from the latest) the token's `AuthorizationUsed` / `AuthorizationCanceled` logs
-    /// are searched when an authorization turns out used and the transaction that used it is not the one
-    /// this settler is waiting for (default 10,000: 5.5 hours of 2-second blocks, 33 hours of 12-second
-    /// ones). Keep it longer than a payment record's life (20 minutes by default) and within the range your
-    /// provider answers (providers cap `eth_getLogs` differently). A node that refuses the range leaves the
-    /// payment unknown (`settlement_pending`), never refused; so does a use older than the lookback when
-    /// this settler may have sent it, while one it cannot have sent, already made 64 blocks back, is
-    /// refused (see the module docs). Only anvil was tested.
-    pub fn log_lookback_blocks(mut self, blocks: u64) -> Self {
-        self.log_lookback_blocks = blocks;
-        self
-    }
-
-    /// Builds the settler. Nothing is sent to the node yet.
-    pub fn build(self) -> Result<OnchainSettler, OnchainConfigError> {
-        let signer = SecretSigner::from_hex(&self.relayer_key).ok_or_else(|| {
-            OnchainConfigError::Key(
-                "expected 64 hex digits (with or without 0x), a secp256k1 scalar".into(),
-            )
-        })?;
-        if !(self.rpc_url.starts_with("http://") || self.rpc_url.starts_with("https://")) {
-            return Err(OnchainConfigError::Url(self.rpc_url));
-        }
-        let rpc =
-            rpc::Rpc::new(&self.rpc_url, self.rpc_timeout).map_err(OnchainConfigError::Http)?;
-        Ok(OnchainSettler {
-            inner: Arc::new(Inner {
-                rpc,
-                rpc_url: self.rpc_url,
-                relayer: signer.address(),
-                signer,
-                chain_id: Shared::new(),
-                nonces: NonceManager::default(),
-                receipt_timeout: self.receipt_timeout,
-                rpc_timeout: self.rpc_timeout,
-                poll_interval: self.poll_interval,
-                gas_margin_percent: self.gas_margin_percent,
-                fees: Shared::new(),
-                fee_quote_ttl: self.fee_quote_ttl,
-                log_lookback_blocks: self.log_lookback_blocks,
-            }),
-        })
-    }
-}
 
 /// A [`Settler`] that settles on chain with a relayer key. See the [module docs](self).
 #[derive(Clone)]
@@ -284,62 +159,7 @@ impl std::fmt::Debug for OnchainSettler {
     }
 }
 
-/// The subset of a transaction receipt we read.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Receipt {
-    status: Option<String>,
-    #[serde(default)]
-    logs: Vec<Log>,
-    #[serde(default)]
-    contract_address: Option<Address>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Log {
-    address: Address,
-    topics: Vec<B256>,
-    data: Bytes,
-}
-
-impl Receipt {
-    fn succeeded(&self) -> bool {
-        self.status.as_deref().and_then(hex_u64) == Some(1)
-    }
-
-    /// Whether the token logged the payment's `Transfer(from, to, value)` in this transaction.
-    fn pays(&self, request: &SettleRequest) -> bool {
-        let auth = &request.payload.exact().authorization;
-        self.logs.iter().any(|log| {
-            log.address == request.offer.token.address
-                && log.topics.len() == 3
-                && log.topics[0] == Transfer::SIGNATURE_HASH
-                && log.topics[1] == auth.from.into_word()
-                && log.topics[2] == auth.to.into_word()
-                && log.data.len() == 32
-                && U256::from_be_slice(&log.data) == auth.value
-        })
-    }
-}
-
 impl OnchainSettler {
-    /// Starts a builder from the JSON-RPC URL and the relayer's private key (hex, with or without `0x`).
-    pub fn builder(
-        rpc_url: impl Into<String>,
-        relayer_key: impl Into<String>,
-    ) -> OnchainSettlerBuilder {
-        OnchainSettlerBuilder {
-            rpc_url: rpc_url.into(),
-            relayer_key: relayer_key.into(),
-            rpc_timeout: Duration::from_secs(10),
-            receipt_timeout: Duration::from_secs(60),
-            poll_interval: Duration::from_millis(20),
-            gas_margin_percent: 20,
-            fee_quote_ttl: Duration::from_secs(1),
-            log_lookback_blocks: 10_000,
-        }
-    }
-
     /// How many blocks back the token's authorization logs are searched
     /// ([`OnchainSettlerBuilder::log_lookback_blocks`]).
     pub fn log_lookback_blocks(&self) -> u64 {
@@ -420,57 +240,19 @@ impl OnchainSettler {
     }
 }
 
-impl crate::siwx::ContractWallets for OnchainSettler {
+impl crate::extensions::siwx::ContractWallets for OnchainSettler {
     fn is_valid_signature<'a>(
         &'a self,
         wallet: Address,
         hash: B256,
         signature: &'a [u8],
-    ) -> BoxFuture<'a, Result<bool, crate::replay::StoreError>> {
+    ) -> BoxFuture<'a, Result<bool, crate::store::StoreError>> {
         Box::pin(async move {
             OnchainSettler::is_valid_signature(self, wallet, hash, signature)
                 .await
-                .map_err(|e| crate::replay::StoreError::Backend(Box::new(e)))
+                .map_err(|e| crate::store::StoreError::Backend(Box::new(e)))
         })
     }
-}
-
-/// The calldata of `transferWithAuthorization` for this payment: the `(v,r,s)` overload for 65 bytes, the
-/// `bytes` overload otherwise.
-pub fn transfer_calldata(request: &SettleRequest) -> Bytes {
-    let auth = &request.payload.exact().authorization;
-    let sig = &request.signature;
-    if sig.len() == 65 {
-        transferWithAuthorization_0Call {
-            from: auth.from,
-            to: auth.to,
-            value: auth.value,
-            validAfter: auth.valid_after,
-            validBefore: auth.valid_before,
-            nonce: auth.nonce,
-            v: sig[64],
-            r: B256::from_slice(&sig[..32]),
-            s: B256::from_slice(&sig[32..64]),
-        }
-        .abi_encode()
-        .into()
-    } else {
-        transferWithAuthorization_1Call {
-            from: auth.from,
-            to: auth.to,
-            value: auth.value,
-            validAfter: auth.valid_after,
-            validBefore: auth.valid_before,
-            nonce: auth.nonce,
-            signature: sig.clone(),
-        }
-        .abi_encode()
-        .into()
-    }
-}
-
-fn hex_u64(v: &str) -> Option<u64> {
-    u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
 }
 
 /// How sending a transaction ended before its receipt ([`OnchainSettler::send_transaction`], and each

@@ -10,7 +10,10 @@ use x402_tower::engine::facilitator::FacilitatorPolicy;
 use x402_tower::pricing::BoxFuture;
 use x402_tower::proto::SupportedResponse;
 use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use x402_tower::{InMemoryReplayStore, PaymentState, ReplayStore};
+use x402_tower::{
+    ReplayStore,
+    store::{InMemoryReplayStore, PaymentState},
+};
 
 use crate::support::*;
 
@@ -368,18 +371,18 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
         &payload["accepted"].to_string(),
     )
     .unwrap();
-    let key = x402_tower::ReplayKey {
+    let key = x402_tower::store::ReplayKey {
         chain_id: 84532,
         asset: USDC_BASE_SEPOLIA,
         from: ACCOUNT0,
         nonce: request.payload.exact().authorization.nonce,
     };
-    let record = x402_tower::PaymentRecord {
+    let record = x402_tower::store::PaymentRecord {
         state: PaymentState::InFlight,
         resource: "https://shop.example/r".into(),
         fingerprint: alloy_primitives::B256::ZERO,
         settlement: None,
-        payment: Arc::new(x402_tower::StoredPayment {
+        payment: Arc::new(x402_tower::store::StoredPayment {
             payload: payload.to_string().into(),
             requirements: payload["accepted"].to_string().into(),
         }),
@@ -500,12 +503,12 @@ async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_set
         .unwrap();
     assert_eq!(e.stale_after(), std::time::Duration::from_secs(660));
     let payload = unb64(&v2_header(13));
-    let record = x402_tower::PaymentRecord {
+    let record = x402_tower::store::PaymentRecord {
         state: PaymentState::InFlight,
         resource: "https://shop.example/r".into(),
         fingerprint: alloy_primitives::B256::ZERO,
         settlement: None,
-        payment: Arc::new(x402_tower::StoredPayment {
+        payment: Arc::new(x402_tower::store::StoredPayment {
             payload: payload.to_string().into(),
             requirements: payload["accepted"].to_string().into(),
         }),
@@ -513,7 +516,7 @@ async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_set
         updated_at: now(),
         revision: 0,
     };
-    let key = x402_tower::ReplayKey {
+    let key = x402_tower::store::ReplayKey {
         chain_id: 84532,
         asset: USDC_BASE_SEPOLIA,
         from: ACCOUNT0,

@@ -15,7 +15,7 @@ fn the_layer_records_402s_payments_and_rejections_through_the_facade() {
         .build()
         .unwrap();
     metrics::with_local_recorder(&recorder, || {
-        x402_tower::metrics::describe();
+        x402_tower::engine::metrics::describe();
         rt.block_on(async {
             let inner = Inner::new();
             let svc = config()

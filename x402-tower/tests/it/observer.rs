@@ -13,7 +13,7 @@ use x402_tower::settle::{
     ObservedOutcome, ObserverError, SettleError, SettleOutcome, SettleRequest, SettlementEvent,
     SettlementObserver, Settler, VerifyOutcome,
 };
-use x402_tower::{ReplayStore, SettleTiming, VerifiedPayment};
+use x402_tower::{ReplayStore, VerifiedPayment, settle::SettleTiming};
 
 use crate::support::*;
 
@@ -118,7 +118,7 @@ async fn pay(
     timing: SettleTiming,
     observer: Arc<Recorder>,
     nonce: u8,
-) -> (Answer, x402_tower::MetricsSnapshot) {
+) -> (Answer, x402_tower::engine::MetricsSnapshot) {
     let layer = config()
         .settler(Arc::new(Fixed(outcome)))
         .settle_timing(timing)
@@ -346,7 +346,7 @@ use std::sync::atomic::Ordering::SeqCst;
 #[tokio::test]
 async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_after() {
     let observer = Arc::new(Gated::default());
-    let store = Arc::new(x402_tower::InMemoryReplayStore::default());
+    let store = Arc::new(x402_tower::store::InMemoryReplayStore::default());
     let layer = config()
         .settler(Arc::new(Fixed(settled())))
         .settle_timing(SettleTiming::BeforeHandler)
@@ -395,7 +395,7 @@ async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_a
     // The payment record was written as settled before the answer too.
     let key = replay_key(0x90);
     let record = store.get(&key, now()).await.unwrap().unwrap();
-    assert_eq!(record.state, x402_tower::PaymentState::Settled);
+    assert_eq!(record.state, x402_tower::store::PaymentState::Settled);
     assert_eq!(record.settlement.unwrap().transaction, TX);
 }
 

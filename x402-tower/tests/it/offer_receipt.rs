@@ -8,10 +8,10 @@ use alloy_signer_local::PrivateKeySigner;
 use http::StatusCode;
 use serde_json::Value;
 use tower::Layer;
-use x402_tower::offer_receipt::{
+use x402_tower::extensions::offer_receipt::{
     OfferReceipt, ProofError, ReceiptCheck, SignedOffer, SignedReceipt,
 };
-use x402_tower::{SettleOutcome, SettleTiming};
+use x402_tower::settle::{SettleOutcome, SettleTiming};
 
 use crate::support::*;
 
@@ -314,7 +314,7 @@ async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by
     use std::sync::atomic::{AtomicU64, Ordering};
     let clock = Arc::new(AtomicU64::new(now()));
     let store: Arc<dyn x402_tower::ReplayStore> =
-        Arc::new(x402_tower::InMemoryReplayStore::default());
+        Arc::new(x402_tower::store::InMemoryReplayStore::default());
     let settler = pending_settler();
     let instance = || {
         let c = clock.clone();

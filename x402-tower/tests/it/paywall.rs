@@ -2,7 +2,7 @@
 
 use http::StatusCode;
 use tower::Layer;
-use x402_tower::paywall::{Paywall, PaywallPage, escape};
+use x402_tower::layer::paywall::{Paywall, PaywallPage, escape};
 
 use crate::support::*;
 

@@ -2,7 +2,7 @@
 
 use http::StatusCode;
 use tower::Layer;
-use x402_tower::SettleTiming;
+use x402_tower::settle::SettleTiming;
 
 use crate::support::*;
 

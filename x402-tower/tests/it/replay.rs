@@ -15,7 +15,7 @@ use crate::support::*;
 fn settling() -> (
     Inner,
     std::sync::Arc<Scripted>,
-    x402_tower::X402<
+    x402_tower::layer::X402<
         impl tower::Service<
             http::Request<http_body_util::Full<bytes::Bytes>>,
             Response = http::Response<http_body_util::Full<bytes::Bytes>>,
@@ -199,7 +199,7 @@ async fn failing_handler_releases_the_reservation() {
 #[tokio::test]
 async fn full_store_answers_503_not_500() {
     let inner = Inner::new();
-    let store = std::sync::Arc::new(x402_tower::InMemoryReplayStore::with_capacity(1));
+    let store = std::sync::Arc::new(x402_tower::store::InMemoryReplayStore::with_capacity(1));
     let svc = config()
         .replay_store(store)
         .build()
@@ -267,7 +267,7 @@ async fn a_request_dropped_mid_flight_keeps_its_reservation() {
 /// the record stays pending, for the reconciler, which reads the payment.)
 #[tokio::test]
 async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402() {
-    let store = std::sync::Arc::new(x402_tower::InMemoryReplayStore::default());
+    let store = std::sync::Arc::new(x402_tower::store::InMemoryReplayStore::default());
     let inner = Inner::new();
     let svc = config()
         .settler(Scripted::new(SettleOutcome::Unknown {
@@ -290,7 +290,7 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
     assert_eq!(kept, without_echoed(&payload));
     assert!(kept["extensions"]["payment-identifier"].is_object());
     assert_eq!(kept["extensions"]["later-extension"]["info"][2]["three"], 3);
-    for k in x402_tower::replay::ECHOED_EXTENSIONS {
+    for k in x402_tower::extensions::ECHOED_EXTENSIONS {
         assert!(!record.payment.payload.contains(k), "{k} kept");
     }
 }
@@ -302,7 +302,7 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
 async fn an_echoing_payment_copied_resent_and_sent_to_another_instance_settles_once() {
     // With other extensions kept, and with nothing but echoes (recorded as `"extensions":{}`).
     for payload in [payload_v2_echoing(0x33), payload_v2_echoing_only(0x35)] {
-        let store = std::sync::Arc::new(x402_tower::InMemoryReplayStore::default());
+        let store = std::sync::Arc::new(x402_tower::store::InMemoryReplayStore::default());
         let settler = Scripted::new(settled_outcome());
         let instance = || {
             config()
@@ -337,11 +337,11 @@ async fn the_engines_default_store_when_full_makes_room_from_settled_records_pas
     use alloy_primitives::{Address, B256, U256};
     use std::sync::Arc;
     use x402_tower::PaymentEngine;
-    use x402_tower::replay::{
+    use x402_tower::settle::VerifyOnlySettler;
+    use x402_tower::store::{
         InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
         StoreError, StoredPayment,
     };
-    use x402_tower::settle::VerifyOnlySettler;
 
     const CAPACITY: u64 = 100_000; // InMemoryReplayStore::default()
     let now = 1_700_000_000;

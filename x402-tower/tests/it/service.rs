@@ -144,7 +144,7 @@ async fn dynamic_pricing_decides_free_respond_and_charge() {
 
 #[tokio::test]
 async fn local_chain_with_explicit_token() {
-    let token = x402_tower::Token::new(
+    let token = x402_tower::network::Token::new(
         alloy_primitives::address!("0x5FbDB2315678afecb367f032d93F642f64180aa3"),
         "USD Coin",
         "2",

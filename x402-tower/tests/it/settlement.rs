@@ -2,8 +2,8 @@
 
 use http::StatusCode;
 use tower::Layer;
-use x402_tower::SettleTiming;
 use x402_tower::settle::SettleOutcome;
+use x402_tower::settle::SettleTiming;
 
 use crate::support::*;
 
@@ -264,8 +264,9 @@ fn a_layer_without_a_settler_warns_when_built_and_on_its_first_payment_only() {
     );
     assert_eq!(defaulted.matches("VERIFY-ONLY").count(), 1, "{defaulted}");
     // Chosen explicitly: no warning.
-    let chosen =
-        logs_of(|| pay_twice(config().settler(std::sync::Arc::new(x402_tower::VerifyOnlySettler))));
+    let chosen = logs_of(|| {
+        pay_twice(config().settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler)))
+    });
     assert!(
         !chosen.contains("without a settler") && !chosen.contains("VERIFY-ONLY"),
         "{chosen}"

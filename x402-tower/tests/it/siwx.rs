@@ -13,8 +13,8 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::{Layer, ServiceExt};
 use x402_tower::client::{Paid, Payer, PaymentPolicy, Requirements, SignedInAs, X402ClientLayer};
-use x402_tower::siwx::{PaidCheck, SignInWithX, SignedIn};
-use x402_tower::{BoxFuture, Price, VerifiedPayment};
+use x402_tower::extensions::siwx::{PaidCheck, SignInWithX, SignedIn};
+use x402_tower::{Price, VerifiedPayment, pricing::BoxFuture};
 
 use crate::support::*;
 
@@ -49,7 +49,7 @@ fn server(bought: Bought, clock: Option<Arc<Mutex<u64>>>) -> Server {
 fn server_and_metrics(
     bought: Bought,
     clock: Option<Arc<Mutex<u64>>>,
-) -> (Server, Arc<x402_tower::metrics::X402Metrics>) {
+) -> (Server, Arc<x402_tower::engine::metrics::X402Metrics>) {
     let mut config = config().sign_in_with_x(SignInWithX::new(
         b"a test key of 32 bytes, shared..",
         Arc::new(Receipts(bought.clone())),

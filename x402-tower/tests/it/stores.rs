@@ -8,11 +8,11 @@ use alloy_primitives::{Address, B256};
 use x402_tower::engine::PaymentEngine;
 use x402_tower::engine::facilitator::FacilitatorPolicy;
 use x402_tower::proto::SettleResponse;
-use x402_tower::replay::{
+use x402_tower::store::{
     IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
     StoredPayment,
 };
-use x402_tower::{InMemoryReplayStore, settle::Settler};
+use x402_tower::{settle::Settler, store::InMemoryReplayStore};
 
 use crate::support::*;
 
@@ -302,7 +302,7 @@ async fn in_memory_store_keeps_the_contract() {
 #[cfg(feature = "redis")]
 mod redis {
     use super::*;
-    use x402_tower::replay::redis::RedisReplayStore;
+    use x402_tower::store::redis::RedisReplayStore;
 
     /// A store on the test server under a fresh prefix (tests share the server, never keys).
     async fn store() -> Arc<dyn ReplayStore> {

@@ -21,7 +21,7 @@ use x402_tower::pricing::BoxFuture;
 use x402_tower::proto::Authorization;
 use x402_tower::proto::{SettleResponse, SupportedResponse};
 use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
-use x402_tower::{Network, PaymentOffer, Price, X402Config, X402Layer};
+use x402_tower::{PaymentOffer, Price, X402Config, X402Layer, network::Network};
 
 pub const ACCOUNT0_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 pub const ACCOUNT0: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
@@ -418,15 +418,15 @@ pub fn payload_v2_echoing(nonce: u8) -> Value {
 pub fn payload_v2_echoing_only(nonce: u8) -> Value {
     let mut payload = payload_v2_echoing(nonce);
     let ext = payload["extensions"].as_object_mut().expect("extensions");
-    ext.retain(|k, _| x402_tower::replay::ECHOED_EXTENSIONS.contains(&k.as_str()));
+    ext.retain(|k, _| x402_tower::extensions::ECHOED_EXTENSIONS.contains(&k.as_str()));
     payload
 }
 
-/// `payload` without the extensions a payment record leaves out (`x402_tower::replay::ECHOED_EXTENSIONS`).
+/// `payload` without the extensions a payment record leaves out (`x402_tower::extensions::ECHOED_EXTENSIONS`).
 pub fn without_echoed(payload: &Value) -> Value {
     let mut kept = payload.clone();
     if let Some(ext) = kept["extensions"].as_object_mut() {
-        for k in x402_tower::replay::ECHOED_EXTENSIONS {
+        for k in x402_tower::extensions::ECHOED_EXTENSIONS {
             ext.remove(k);
         }
     }
@@ -435,8 +435,8 @@ pub fn without_echoed(payload: &Value) -> Value {
 
 /// The record key of the payment [`Auth::v2`]/[`Auth::v1`] sign with nonce byte `nonce` (USDC on Base
 /// Sepolia, from account 0).
-pub fn replay_key(nonce: u8) -> x402_tower::ReplayKey {
-    x402_tower::ReplayKey {
+pub fn replay_key(nonce: u8) -> x402_tower::store::ReplayKey {
+    x402_tower::store::ReplayKey {
         chain_id: 84532,
         asset: USDC_BASE_SEPOLIA,
         from: ACCOUNT0,

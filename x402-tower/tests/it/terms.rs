@@ -9,10 +9,10 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use serde_json::json;
 use tower::Layer;
-use x402_tower::price::Price;
+use x402_tower::Price;
+use x402_tower::extensions::terms::{Terms, TermsFormat};
 use x402_tower::settle::VerifyOnlySettler;
-use x402_tower::terms::{Terms, TermsFormat};
-use x402_tower::{SettleTiming, VerifiedPayment, X402Layer};
+use x402_tower::{VerifiedPayment, X402Layer, settle::SettleTiming};
 
 use crate::support::*;
 

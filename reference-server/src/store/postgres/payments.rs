@@ -9,8 +9,8 @@ use std::sync::LazyLock;
 
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
-use x402_tower::BoxFuture;
-use x402_tower::replay::{
+use x402_tower::pricing::BoxFuture;
+use x402_tower::store::{
     IdBinding, IdClaim, PaymentRecord, ReplayKey, ReplayStore, Reservation,
     StoreError as ReplayError,
 };

@@ -8,7 +8,7 @@ use crate::store::settlements::{
     discovered_from, discovered_row, outcome_counts, sql_int,
 };
 use crate::store::{StoreError, StoreFuture};
-use x402_tower::bazaar::DiscoveryResource;
+use x402_tower::extensions::bazaar::DiscoveryResource;
 
 /// [`SettlementStore`] on PostgreSQL.
 #[derive(Debug, Clone)]

@@ -11,6 +11,7 @@ use alloy_primitives::{Address, B256, Bytes, U256, address, keccak256};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use super::token::Transfer;
 use super::*;
 use crate::network::{Network, Token};
 use crate::offer::PaymentOffer;

@@ -35,8 +35,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::Sha256;
 
-use crate::BoxFuture;
-use crate::replay::{IdBinding, IdClaim, ReplayKey, ReplayStore, StoreError};
+use crate::boxed::BoxFuture;
+use crate::store::{IdBinding, IdClaim, ReplayKey, ReplayStore, StoreError};
 
 /// The extension's key in `extensions`.
 pub const KEY: &str = "sign-in-with-x";

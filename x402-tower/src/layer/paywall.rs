@@ -12,10 +12,10 @@
 //! - [`Paywall::Off`]: browsers get the JSON 402 like any client.
 //!
 //! ```
-//! use x402_tower::paywall::{Paywall, PaywallPage};
+//! use x402_tower::layer::paywall::{Paywall, PaywallPage};
 //! let custom = Paywall::custom(|page: &PaywallPage<'_>| {
 //!     format!("<!doctype html><title>Pay</title><p>{} costs {} atomic units</p>",
-//!         x402_tower::paywall::escape(page.resource_url), page.offers[0].amount.atomic_units())
+//!         x402_tower::layer::paywall::escape(page.resource_url), page.offers[0].amount.atomic_units())
 //! });
 //! # let _ = custom;
 //! ```
@@ -95,8 +95,8 @@ pub fn escape(text: &str) -> String {
         .unwrap_or_default()
 }
 
-const SCRIPT: &str = include_str!("../paywall/paywall.js");
-const STYLE: &str = include_str!("../paywall/paywall.css");
+const SCRIPT: &str = include_str!("../../paywall/paywall.js");
+const STYLE: &str = include_str!("../../paywall/paywall.css");
 
 /// The built-in page's `Content-Security-Policy`: its inline script and style by hash, requests to its own
 /// origin only (the paid request), nothing else.

@@ -12,7 +12,7 @@
 //! names). A [`Terms`] is serialised once, when it is made: declaring it costs a copy.
 //!
 //! ```
-//! use x402_tower::terms::Terms;
+//! use x402_tower::extensions::terms::Terms;
 //!
 //! let terms = Terms::uri("https://news.example/license.xml?articleId=a1").version("3f2a9c");
 //! assert_eq!(

@@ -19,8 +19,8 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use x402_tower::replay::redis::RedisReplayStore;
-//! use x402_tower::{PaymentEngine, VerifyOnlySettler};
+//! use x402_tower::store::redis::RedisReplayStore;
+//! use x402_tower::{settle::VerifyOnlySettler, PaymentEngine};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = RedisReplayStore::connect("redis://127.0.0.1:6379", "shop").await?;
@@ -42,7 +42,7 @@ use super::{
     IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
     StoreError, StoredPayment,
 };
-use crate::pricing::BoxFuture;
+use crate::boxed::BoxFuture;
 use crate::proto::SettleResponse;
 
 /// Moves `KEYS[1]`'s member between the two reconciliation indexes by state (`ARGV` positions given).

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use utoipa::OpenApi;
-//! use x402_tower::openapi::{PaymentHeaders, PaymentRequired, X402Schemas};
+//! use x402_tower::layer::openapi::{PaymentHeaders, PaymentRequired, X402Schemas};
 //!
 //! /// A paid weather report.
 //! #[utoipa::path(

@@ -48,7 +48,7 @@
 //! # Checking a receipt as a third party
 //!
 //! ```
-//! use x402_tower::offer_receipt::{ReceiptCheck, SignedReceipt};
+//! use x402_tower::extensions::offer_receipt::{ReceiptCheck, SignedReceipt};
 //! # fn check(receipt_json: &str, published: alloy_primitives::Address) -> Result<(), Box<dyn std::error::Error>> {
 //! let receipt: SignedReceipt = serde_json::from_str(receipt_json)?;
 //! receipt.verify(&ReceiptCheck {
@@ -369,7 +369,7 @@ impl SignedReceipt {
     /// (the last one if the key repeats); `None` when there is none, or when it has no `info.receipt`.
     ///
     /// ```
-    /// use x402_tower::offer_receipt::SignedReceipt;
+    /// use x402_tower::extensions::offer_receipt::SignedReceipt;
     /// use x402_tower::proto::SettleResponse;
     ///
     /// let settlement: SettleResponse = serde_json::from_str(
@@ -538,7 +538,7 @@ mod issuer {
     ///
     /// ```
     /// use alloy_signer_local::PrivateKeySigner;
-    /// use x402_tower::offer_receipt::OfferReceipt;
+    /// use x402_tower::extensions::offer_receipt::OfferReceipt;
     ///
     /// let key = PrivateKeySigner::random();
     /// let issuer = OfferReceipt::new(key).offer_validity_seconds(120);
@@ -753,7 +753,7 @@ mod issuer {
             };
             let network = settlement
                 .network
-                .parse::<crate::Network>()
+                .parse::<crate::network::Network>()
                 .map(|n| n.caip2().to_owned())
                 .unwrap_or_else(|_| settlement.network.clone());
             match self.sign_receipt(resource_url, payer, &network, &settlement.transaction, now) {

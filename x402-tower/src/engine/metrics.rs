@@ -37,7 +37,7 @@ pub struct MetricsSnapshot {
     pub settlements_unknown: u64,
     /// Settler or replay-store errors answered with 502/503.
     pub upstream_errors: u64,
-    /// Settlements the [`SettlementObserver`](crate::SettlementObserver) failed to record (logged).
+    /// Settlements the [`SettlementObserver`](crate::settle::SettlementObserver) failed to record (logged).
     pub settlement_observer_errors: u64,
 }
 

@@ -56,7 +56,7 @@ use std::sync::{Arc, Mutex};
 
 use alloy_primitives::{Address, B256};
 
-use crate::BoxFuture;
+use crate::boxed::BoxFuture;
 use crate::proto::SettleResponse;
 
 /// The identity of one EIP-3009 authorization on chain.
@@ -120,52 +120,44 @@ impl PaymentState {
 /// JSON text (what a database stores), so that remembering a payment copies no JSON tree.
 ///
 /// [`StoredPayment::new`] keeps the client's text less the extensions it echoed from the 402 that nothing
-/// after the payment reads ([`ECHOED_EXTENSIONS`]); every other member, every other extension (the
-/// `payment-identifier` id, gas sponsoring, one this crate does not know) and every byte of them is kept.
+/// after the payment reads (the engine names them: [`ECHOED_EXTENSIONS`](crate::extensions::ECHOED_EXTENSIONS));
+/// every other member, every other extension (the `payment-identifier` id, gas sponsoring, one this crate does
+/// not know) and every byte of them is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredPayment {
-    /// The decoded `PaymentPayload`, JSON text as the client sent it (less [`ECHOED_EXTENSIONS`] when made
-    /// by [`StoredPayment::new`]).
+    /// The decoded `PaymentPayload`, JSON text as the client sent it (less the extensions left out when
+    /// made by [`StoredPayment::new`]).
     pub payload: Arc<str>,
     /// The `PaymentRequirements` it matched, in the payload's version, JSON text.
     pub requirements: Arc<str>,
 }
 
-/// Extensions a v2 client copies from the 402 into its payment that neither a settlement nor a
-/// reconciliation reads: the server's own declarations of discovery ([`bazaar`](crate::bazaar)), its
-/// signed offers ([`offer_receipt`](crate::offer_receipt)), sign-in-with-x (signing in is a header of its
-/// own, [`siwx`](crate::siwx)) and its license terms ([`terms`](crate::terms)): 3.4 KB of the 4.3 KB
-/// payment an official client sends for one of the reference server's articles (944 bytes are kept). A
-/// payment record does not keep them: the record's write was most of a durable purchase's database pages
-/// (docs/bench/reference-server-licensing.md, session 11).
-pub const ECHOED_EXTENSIONS: [&str; 4] = [
-    crate::bazaar::KEY,
-    crate::offer_receipt::KEY,
-    crate::siwx::KEY,
-    crate::terms::KEY,
-];
-
 impl StoredPayment {
     /// What a record keeps of a payment: `payload_text` (the client's JSON text of `payload`) less the
-    /// [`ECHOED_EXTENSIONS`] in its `extensions` (`{}` when nothing else is left; every byte outside that
+    /// extensions named in `left_out` in its `extensions` (`{}` when nothing else is left; every byte outside that
     /// object is kept as sent), and `requirements`. The text is shared, not copied, when there is nothing
     /// to leave out (v1, no echoes).
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use x402_tower::replay::StoredPayment;
+    /// use x402_tower::store::StoredPayment;
     ///
     /// let text: Arc<str> = Arc::from(
     ///     r#"{"x402Version":2, "payload":{}, "extensions":{"bazaar":{"info":{}},"payment-identifier":{"info":{"id":"p_1"}}}}"#,
     /// );
-    /// let kept = StoredPayment::new(&text, Arc::from("{}"));
+    /// let kept = StoredPayment::new(&text, Arc::from("{}"), &["bazaar"]);
     /// assert_eq!(
     ///     &*kept.payload,
     ///     r#"{"x402Version":2, "payload":{}, "extensions":{"payment-identifier":{"info":{"id":"p_1"}}}}"#
     /// );
     /// ```
-    pub fn new(payload_text: &Arc<str>, requirements: Arc<str>) -> Self {
-        StoredPayment::kept(payload_text, extensions_span(payload_text), requirements)
+    pub fn new(payload_text: &Arc<str>, requirements: Arc<str>, left_out: &[&str]) -> Self {
+        StoredPayment::kept(
+            payload_text,
+            extensions_span(payload_text, left_out),
+            requirements,
+            left_out,
+        )
     }
 
     /// [`StoredPayment::new`] for a payment whose `extensions` member's value is at `extensions`
@@ -175,10 +167,11 @@ impl StoredPayment {
         payload_text: &Arc<str>,
         extensions: Option<Range<usize>>,
         requirements: Arc<str>,
+        left_out: &[&str],
     ) -> Self {
         StoredPayment {
             payload: extensions
-                .and_then(|at| without_echoes(payload_text, at))
+                .and_then(|at| without_echoes(payload_text, at, left_out))
                 .unwrap_or_else(|| payload_text.clone()),
             requirements,
         }
@@ -192,7 +185,7 @@ impl StoredPayment {
     /// purchase (docs/bench/reference-server-licensing.md, session 25).
     ///
     /// ```
-    /// use x402_tower::replay::StoredPayment;
+    /// use x402_tower::store::StoredPayment;
     ///
     /// let none = StoredPayment::forgotten();
     /// assert!(none.is_forgotten());
@@ -217,12 +210,12 @@ impl StoredPayment {
 
 /// Where the value of the single `extensions` member of the JSON object `text` is, or `None` (no such
 /// member, several, or `text` is not a JSON object: then it is kept as it is).
-fn extensions_span(text: &str) -> Option<Range<usize>> {
+fn extensions_span(text: &str, left_out: &[&str]) -> Option<Range<usize>> {
     use crate::proto::object_members;
 
     // Cheap refusal first: a payment that echoes nothing says none of these keys anywhere (a key could
     // also be written with escapes).
-    if !may_echo(text) {
+    if !may_echo(text, left_out) {
         return None;
     }
     let members = object_members(text)?;
@@ -234,25 +227,25 @@ fn extensions_span(text: &str) -> Option<Range<usize>> {
     crate::proto::span_in(text, extensions.get())
 }
 
-/// Whether `text` may hold one of the [`ECHOED_EXTENSIONS`] (by name, or by a name written with escapes).
-fn may_echo(text: &str) -> bool {
-    text.contains('\\') || ECHOED_EXTENSIONS.iter().any(|k| text.contains(k))
+/// Whether `text` may hold one of `left_out` (by name, or by a name written with escapes).
+fn may_echo(text: &str, left_out: &[&str]) -> bool {
+    text.contains('\\') || left_out.iter().any(|k| text.contains(k))
 }
 
-/// `text` less the echoed extensions in its `extensions` object at `at` (replaced by the object of the
+/// `text` less the extensions named in `left_out` in its `extensions` object at `at` (replaced by the object of the
 /// entries left, `{}` when none is), or `None` when there are none to leave out (or the value at `at` is
 /// not a JSON object). Everything outside that object stays byte for byte.
-fn without_echoes(text: &str, at: Range<usize>) -> Option<Arc<str>> {
+fn without_echoes(text: &str, at: Range<usize>, left_out: &[&str]) -> Option<Arc<str>> {
     use crate::proto::object_members;
 
     let extensions = text.get(at.clone())?;
-    if !may_echo(extensions) {
+    if !may_echo(extensions, left_out) {
         return None;
     }
     let entries = object_members(extensions)?;
     let kept: Vec<(&str, &str)> = entries
         .iter()
-        .filter(|(k, _)| !ECHOED_EXTENSIONS.contains(&k.as_ref()))
+        .filter(|(k, _)| !left_out.contains(&k.as_ref()))
         .map(|(k, v)| (k.as_ref(), v.get()))
         .collect();
     if kept.len() == entries.len() {
@@ -359,7 +352,7 @@ pub enum Disposition {
 /// The keep/release rule (the table in the [module docs](self)): the one place it is decided.
 ///
 /// ```
-/// use x402_tower::replay::{Disposition, Event, PaymentState, disposition};
+/// use x402_tower::store::{Disposition, Event, PaymentState, disposition};
 ///
 /// assert_eq!(disposition(Event::OutcomeUnknown), Disposition::Keep(PaymentState::Pending));
 /// assert_eq!(disposition(Event::NotServed), Disposition::Release);
@@ -767,7 +760,12 @@ mod tests {
     use super::*;
 
     fn stored(text: &str) -> Arc<str> {
-        StoredPayment::new(&Arc::from(text), Arc::from("{}")).payload
+        StoredPayment::new(
+            &Arc::from(text),
+            Arc::from("{}"),
+            &crate::extensions::ECHOED_EXTENSIONS,
+        )
+        .payload
     }
 
     #[test]
@@ -806,7 +804,9 @@ mod tests {
             "",
         ] {
             let arc: Arc<str> = Arc::from(text);
-            let kept = StoredPayment::new(&arc, Arc::from("{}")).payload;
+            let kept =
+                StoredPayment::new(&arc, Arc::from("{}"), &crate::extensions::ECHOED_EXTENSIONS)
+                    .payload;
             assert!(Arc::ptr_eq(&kept, &arc), "{text}");
         }
     }

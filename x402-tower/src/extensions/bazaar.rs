@@ -9,7 +9,7 @@
 //! [`catalog_entry`] reads what a settled payment tells a facilitator.
 //!
 //! ```
-//! use x402_tower::bazaar::Discovery;
+//! use x402_tower::extensions::bazaar::Discovery;
 //!
 //! let discovery = Discovery::query(http::Method::GET)
 //!     .query_param("articleId", "a1", "The article's id from the catalog")
@@ -270,8 +270,8 @@ pub enum ListError {
 /// official `withBazaar(client).extensions.bazaar.listResources()` does. Answers above 4 MiB are refused.
 ///
 /// ```no_run
-/// # async fn f() -> Result<(), x402_tower::bazaar::ListError> {
-/// use x402_tower::bazaar::{DiscoveryQuery, list_resources};
+/// # async fn f() -> Result<(), x402_tower::extensions::bazaar::ListError> {
+/// use x402_tower::extensions::bazaar::{DiscoveryQuery, list_resources};
 /// let page = list_resources(&reqwest::Client::new(), "https://x402.example/facilitator",
 ///     &DiscoveryQuery { kind: Some("http".into()), ..Default::default() }).await?;
 /// for item in page.items {

@@ -1,0 +1,188 @@
+//! [`PaymentEngineBuilder`]: how an engine is configured, and what it refuses.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{
+    Clock, DEFAULT_IN_FLIGHT_WAIT, DEFAULT_KEEP_AFTER_EXPIRY, DEFAULT_MAX_HEADER_LEN,
+    DEFAULT_STALE_AFTER, PaymentEngine, STALE_MARGIN, X402Metrics, system_now,
+};
+use crate::settle::{SettlementObserver, Settler};
+use crate::store::{InMemoryReplayStore, ReplayStore};
+
+/// Why a [`PaymentEngineBuilder`] refused its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineConfigError {
+    /// No settler was given. Choose one explicitly; [`VerifyOnlySettler`](crate::settle::VerifyOnlySettler) moves no
+    /// money and must be written out.
+    #[error(
+        "no settler: choose one (VerifyOnlySettler moves no money and must be chosen explicitly)"
+    )]
+    NoSettler,
+    /// `max_header_len` is too small to hold any payment.
+    #[error("max_header_len {0} is too small (at least 512)")]
+    HeaderLimitTooSmall(usize),
+}
+
+/// Configuration of a [`PaymentEngine`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use x402_tower::engine::PaymentEngine;
+/// use x402_tower::{settle::VerifyOnlySettler, store::InMemoryReplayStore};
+///
+/// let engine = PaymentEngine::builder()
+///     .settler(Arc::new(VerifyOnlySettler))
+///     .replay_store(Arc::new(InMemoryReplayStore::default()))
+///     .build()
+///     .unwrap();
+/// ```
+#[must_use]
+pub struct PaymentEngineBuilder {
+    settler: Option<Arc<dyn Settler>>,
+    verify_only: bool,
+    observer: Option<Arc<dyn SettlementObserver>>,
+    store: Option<Arc<dyn ReplayStore>>,
+    max_header_len: usize,
+    in_flight_wait: Duration,
+    stale_after: Duration,
+    keep_after_expiry: Duration,
+    clock: Option<Clock>,
+}
+
+impl std::fmt::Debug for PaymentEngineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaymentEngineBuilder")
+            .field("settler", &self.settler.is_some())
+            .field("observer", &self.observer.is_some())
+            .field("max_header_len", &self.max_header_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PaymentEngineBuilder {
+    /// The settler (required).
+    pub fn settler(mut self, settler: Arc<dyn Settler>) -> Self {
+        self.settler = Some(settler);
+        self
+    }
+
+    pub(crate) fn verify_only_default(mut self) -> Self {
+        if self.settler.is_none() {
+            self.settler = Some(Arc::new(crate::settle::VerifyOnlySettler));
+            self.verify_only = true;
+        }
+        self
+    }
+
+    /// Reports every settlement outcome (settled, failed, unknown, and reconciliations) to `observer`,
+    /// awaited before anybody is answered. See [`SettlementObserver`].
+    pub fn settlement_observer(mut self, observer: Arc<dyn SettlementObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Where payments are remembered (default: an [`InMemoryReplayStore`] of 100 000 entries, for one
+    /// process). Several instances of a service need a shared store.
+    pub fn replay_store(mut self, store: Arc<dyn ReplayStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Cap on the payment header's length, checked before decoding (default 16 KiB).
+    pub fn max_header_len(mut self, len: usize) -> Self {
+        self.max_header_len = len;
+        self
+    }
+
+    /// How long a resend waits for the first request of the same payment to finish before it is answered
+    /// `settlement_pending` (default 5 s).
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = wait;
+        self
+    }
+
+    /// After how long an `InFlight` record is taken for the leftover of a request that died (a crash, a
+    /// dropped future) and reconciled (default 180 s). The engine raises it to the settler's
+    /// [`settle_deadline`](Settler::settle_deadline) plus a minute when that is longer, so a slow settlement
+    /// still under way is never reconciled underneath itself.
+    pub fn stale_after(mut self, after: Duration) -> Self {
+        self.stale_after = after;
+        self
+    }
+
+    /// How long a payment's record is kept after its `validBefore` (default 15 minutes; raised to the stale
+    /// time plus a minute). No authorization can be used past its `validBefore`, so a record is no longer
+    /// needed against replays then; it is kept so that
+    ///
+    /// - a payment whose outcome was unknown at `validBefore` (a settlement pending, a request that died) is
+    ///   still reconciled ([`PaymentEngine::reconcile_unresolved`]), and
+    /// - a buyer who resends a settled payment after its `validBefore` (a response lost near the end of the
+    ///   window, a pending settlement reconciled late) gets the content again instead of a refusal. Such a
+    ///   payment is checked as of its last valid second and only ever redelivered, never settled.
+    ///
+    /// Records (and payment identifiers) live `validBefore` plus this (the engine's default in-memory store
+    /// gives up settled ones past `validBefore` when it is full:
+    /// [`InMemoryReplayStore::evicting_settled_after`]). As before `validBefore`, whoever holds the identical payment is served
+    /// its resource again; a payment settled on chain is public (its calldata), so this is also how long a
+    /// chain observer who rebuilds it could be served that one resource again.
+    pub fn keep_after_expiry(mut self, keep: Duration) -> Self {
+        self.keep_after_expiry = keep;
+        self
+    }
+
+    /// Replaces the clock (unix seconds). For tests with fixed signatures.
+    pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Checks the configuration and builds the engine.
+    pub fn build(self) -> Result<PaymentEngine, EngineConfigError> {
+        if self.max_header_len < 512 {
+            return Err(EngineConfigError::HeaderLimitTooSmall(self.max_header_len));
+        }
+        let settler = self.settler.ok_or(EngineConfigError::NoSettler)?;
+        let stale_after = match settler.settle_deadline() {
+            Some(deadline) => self.stale_after.max(deadline + STALE_MARGIN),
+            None => self.stale_after,
+        };
+        let keep_after_expiry = self.keep_after_expiry.max(stale_after + STALE_MARGIN);
+        Ok(PaymentEngine {
+            settler,
+            observer: self.observer,
+            store: self.store.unwrap_or_else(|| {
+                Arc::new(InMemoryReplayStore::default().evicting_settled_after(keep_after_expiry))
+            }),
+            max_header_len: self.max_header_len,
+            in_flight_wait: self.in_flight_wait,
+            stale_after: stale_after.as_secs().max(1),
+            keep_after_expiry: keep_after_expiry.as_secs(),
+            verify_only: self.verify_only,
+            verify_only_warned: std::sync::atomic::AtomicBool::new(false),
+            metrics: Arc::new(X402Metrics::default()),
+            clock: self.clock.unwrap_or_else(|| Arc::new(system_now)),
+            domains: Mutex::new(HashMap::new()),
+            compiled: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+impl PaymentEngine {
+    /// Starts a configuration.
+    pub fn builder() -> PaymentEngineBuilder {
+        PaymentEngineBuilder {
+            settler: None,
+            verify_only: false,
+            observer: None,
+            store: None,
+            max_header_len: DEFAULT_MAX_HEADER_LEN,
+            in_flight_wait: DEFAULT_IN_FLIGHT_WAIT,
+            stale_after: DEFAULT_STALE_AFTER,
+            keep_after_expiry: DEFAULT_KEEP_AFTER_EXPIRY,
+            clock: None,
+        }
+    }
+}

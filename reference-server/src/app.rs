@@ -22,13 +22,13 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 use crate::config::Settings;
-use crate::layers::{CountRequestsLayer, ErrorRequestIdLayer, PlainOptionsLayer};
 use crate::licensing::articles::ArticleCatalog;
 use crate::licensing::settlements::SettlementLog;
 use crate::licensing::{self, handlers};
 use crate::metrics::Metrics;
 use crate::registry::RegistryConfig;
 use crate::store::{LicensingStore, PaymentStore, Stores};
+use crate::web::layers::{CountRequestsLayer, ErrorRequestIdLayer, PlainOptionsLayer};
 use x402_tower::X402Layer;
 
 /// State shared by every handler (`State<Arc<AppState>>`).
@@ -45,7 +45,7 @@ pub struct AppState {
     /// The published articles, in memory (reloaded every [`licensing::articles::REFRESH`]).
     pub articles: ArticleCatalog,
     /// Server counters.
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// The server loop's connection counters.
     pub connections: Arc<crate::serve::ConnectionStats>,
     /// llms.txt interest, counted in memory and flushed in batches.
@@ -121,12 +121,12 @@ impl AppState {
             payment_store,
             settlements,
             licensing,
-            openapi_etag: crate::conditional::body_etag(
+            openapi_etag: crate::web::conditional::body_etag(
                 &openapi,
                 Some(&HeaderValue::from_static("application/json")),
             ),
             openapi,
-            metrics: Metrics::default(),
+            metrics: Arc::default(),
             interest: Default::default(),
             connections: Default::default(),
             settings,
@@ -187,7 +187,8 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
         // Interface A
         .route(
             "/x402Article/list",
-            get(handlers::list_articles).route_layer(middleware::from_fn(crate::conditional::etag)),
+            get(handlers::list_articles)
+                .route_layer(middleware::from_fn(crate::web::conditional::etag)),
         )
         .route("/x402Article", paid_article)
         .route("/serveLlmsTxt", llms_txt.clone())
@@ -197,22 +198,23 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
         .route("/license.xml", get(handlers::license_xml))
         .route("/robots.txt", get(handlers::robots_txt))
         .route("/operator/licensing", get(handlers::licensing_view))
-        .route("/", get(crate::pages::landing))
-        .route("/assets/site.css", get(crate::pages::stylesheet))
-        .route("/favicon.ico", get(crate::pages::favicon))
+        .route("/", get(crate::licensing::landing::landing))
+        .route("/assets/site.css", get(crate::web::pages::stylesheet))
+        .route("/favicon.ico", get(crate::web::pages::favicon))
         .route("/receipts/signer", get(handlers::receipt_signer))
         .route(
             "/receipts/{token_id}",
-            get(handlers::receipt_json).route_layer(middleware::from_fn(crate::conditional::etag)),
+            get(handlers::receipt_json)
+                .route_layer(middleware::from_fn(crate::web::conditional::etag)),
         )
         .route(
             "/receipts/{token_id}/certificate",
             get(handlers::receipt_certificate)
-                .route_layer(middleware::from_fn(crate::conditional::etag)),
+                .route_layer(middleware::from_fn(crate::web::conditional::etag)),
         )
         .route(
             "/openapi.json",
-            get(openapi_json).route_layer(middleware::from_fn(crate::conditional::etag)),
+            get(openapi_json).route_layer(middleware::from_fn(crate::web::conditional::etag)),
         )
         // Operations
         .route("/operator/llms-txt", get(handlers::llms_txt_stats))
@@ -267,7 +269,7 @@ pub fn build_router(state: Arc<AppState>) -> Result<App, BuildError> {
     // allocation per layer and level: 16% of a 402's CPU with these, perf in
     // docs/bench/reference-server-licensing.md). The request count is the innermost, where a CORS
     // preflight answered by `CorsLayer` never reaches it.
-    let counted = CountRequestsLayer::new(state).layer(app.fallback(not_found));
+    let counted = CountRequestsLayer::new(state.metrics.clone()).layer(app.fallback(not_found));
     let service = ServiceBuilder::new()
         // Outermost: every request has an id (the caller's `x-request-id`, or a new UUID) before it is
         // logged, and every response carries it back.
@@ -390,7 +392,7 @@ async fn paid_article(
         Ok(response) => response,
         Err(e) => {
             tracing::error!(error = %e, "paid request task failed");
-            handlers::ApiError::new(
+            crate::web::error::ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
                 "the request failed",
@@ -414,7 +416,8 @@ fn registry_config(state: &AppState) -> RegistryConfig {
 }
 
 async fn not_found() -> Response {
-    handlers::ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint").into_response()
+    crate::web::error::ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+        .into_response()
 }
 
 /// `GET /readyz`: ready to take traffic (the database answers, settlement is configured); 503 otherwise.

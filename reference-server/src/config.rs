@@ -487,7 +487,7 @@ pub struct Settings {
     /// Log format.
     pub log_format: LogFormat,
     /// The license of articles without licenses of their own.
-    pub default_terms: crate::licensing::license::DefaultTerms,
+    pub default_terms: crate::domain::license::DefaultTerms,
     /// Web Bot Auth verification.
     pub bot_auth: crate::licensing::bot_auth::BotAuthConfig,
     /// The license-token contract, when purchases mint license tokens.
@@ -849,8 +849,8 @@ impl Config {
 }
 
 impl Config {
-    fn default_terms(&self) -> Result<crate::licensing::license::DefaultTerms, ConfigError> {
-        use crate::licensing::license::{DefaultTerms, USAGES, USER_TYPES, parse_tokens};
+    fn default_terms(&self) -> Result<crate::domain::license::DefaultTerms, ConfigError> {
+        use crate::domain::license::{DefaultTerms, USAGES, USER_TYPES, parse_tokens};
         let terms = DefaultTerms {
             permits: parse_tokens(&self.license_permits, "usage", USAGES)
                 .map_err(|e| invalid("license-permits", &self.license_permits, e.to_string()))?,

@@ -242,7 +242,7 @@ fn own_items(state: &AppState) -> Vec<DiscoveryResource> {
     ),
     responses(
         (status = 200, description = "A page of the catalogue.", body = DiscoveryList),
-        (status = 503, description = "The catalogue's store is unavailable.", body = crate::licensing::handlers::ErrorBody),
+        (status = 503, description = "The catalogue's store is unavailable.", body = crate::web::error::ErrorBody),
     ),
 )]
 pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery) -> Response {
@@ -275,7 +275,7 @@ pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery)
         Ok(found) => found,
         Err(e) => {
             tracing::error!(error = %e, "discovery catalogue unavailable");
-            return crate::licensing::handlers::ApiError::new(
+            return crate::web::error::ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
                 "the discovery catalogue is unavailable",

@@ -125,7 +125,7 @@ async fn authorize(State(door): State<Arc<Door>>, request: Request, next: Next) 
         .config
         .token
         .as_deref()
-        .is_some_and(|t| crate::auth::carries(request.headers(), "Bearer", t));
+        .is_some_and(|t| crate::web::auth::carries(request.headers(), "Bearer", t));
     if allowed {
         return next.run(request).await;
     }
@@ -189,7 +189,7 @@ async fn settle(State(door): State<Arc<Door>>, body: Body) -> Response {
     {
         Ok(r) => {
             if r.success {
-                let now = crate::registry::signing::unix_now();
+                let now = crate::web::clock::unix_now();
                 match door.catalogue.settled(&body, now).await {
                     Ok(()) => tracing::debug!("resource catalogued for discovery"),
                     Err(NotCatalogued::Shape(CatalogError::Absent)) => {}

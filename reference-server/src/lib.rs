@@ -27,22 +27,19 @@
 #![warn(missing_docs)]
 
 pub mod app;
-pub mod auth;
 pub mod cli;
-pub mod conditional;
 pub mod config;
 pub mod discovery;
+pub mod domain;
 pub mod facilitator;
-pub mod html;
-pub mod layers;
 pub mod licensing;
 mod log_lines;
 pub mod metrics;
 pub mod openapi;
-pub mod pages;
 pub mod registry;
 pub mod serve;
 pub mod store;
+pub mod web;
 
 use std::future::Future;
 use std::net::SocketAddr;

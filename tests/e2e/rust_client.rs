@@ -235,31 +235,29 @@ async fn a_contract_wallet_signs_in_through_eip1271() {
     server
         .state
         .licensing
-        .insert_receipt(std::sync::Arc::new(
-            reference_server::store::articles::Receipt {
-                token_id: reference_server::licensing::receipt::token_id(
-                    &format!("eip155:{CHAIN_ID}"),
-                    &chain.usdc.to_checksum(None),
-                    &wallet.to_checksum(None),
-                    &format!("0x{}", "11".repeat(32)),
-                    1_764_547_200,
-                ),
-                article_id: crate::common::ARTICLE.into(),
-                payer: wallet.to_checksum(None),
-                pay_to: PAY_TO.into(),
-                amount_atomic: ARTICLE_PRICE.to_string(),
-                network: format!("eip155:{CHAIN_ID}"),
-                asset: chain.usdc.to_checksum(None),
-                nonce: format!("0x{}", "11".repeat(32)),
-                x402_version: 2,
-                settlement: format!("0x{}", "22".repeat(32)),
-                created_at: "2026-11-23T00:00:00Z".into(),
-                signed: None,
-                license_id: None,
-                license_version: None,
-                agent: None,
-            },
-        ))
+        .insert_receipt(std::sync::Arc::new(reference_server::domain::Receipt {
+            token_id: reference_server::domain::token::token_id(
+                &format!("eip155:{CHAIN_ID}"),
+                &chain.usdc.to_checksum(None),
+                &wallet.to_checksum(None),
+                &format!("0x{}", "11".repeat(32)),
+                1_764_547_200,
+            ),
+            article_id: crate::common::ARTICLE.into(),
+            payer: wallet.to_checksum(None),
+            pay_to: PAY_TO.into(),
+            amount_atomic: ARTICLE_PRICE.to_string(),
+            network: format!("eip155:{CHAIN_ID}"),
+            asset: chain.usdc.to_checksum(None),
+            nonce: format!("0x{}", "11".repeat(32)),
+            x402_version: 2,
+            settlement: format!("0x{}", "22".repeat(32)),
+            created_at: "2026-11-23T00:00:00Z".into(),
+            signed: None,
+            license_id: None,
+            license_version: None,
+            agent: None,
+        }))
         .await
         .expect("receipt");
     let before = chain.balance(wallet).await;

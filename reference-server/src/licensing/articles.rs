@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use x402_tower::extensions::terms::Terms;
 
-use super::license::{self, DefaultTerms};
 use super::payment::{ArticleOffers, ArticlePricing};
+use crate::domain::Article;
+use crate::domain::license::DefaultTerms;
 use crate::store::StoreError;
-use crate::store::articles::{Article, LicensingStore};
+use crate::store::articles::LicensingStore;
 
 /// How often the catalog is reloaded from the database.
 pub const REFRESH: Duration = Duration::from_secs(10);
@@ -83,14 +84,14 @@ impl ArticleCatalog {
         let published: Vec<Arc<Article>> = articles
             .into_iter()
             .map(|mut a| {
-                a.licenses = license::effective(&a, &self.default_terms);
+                a.licenses = crate::domain::license::effective(&a, &self.default_terms);
                 Arc::new(a)
             })
             .collect();
         let by_id = published
             .iter()
             .map(|a| {
-                let terms = license::terms_of(&self.public_url, &a.id, &a.licenses);
+                let terms = crate::licensing::rsl::terms_of(&self.public_url, &a.id, &a.licenses);
                 let offers = self.pricing.offers(a);
                 let for_sale = ForSale {
                     article: a.clone(),
@@ -104,7 +105,7 @@ impl ArticleCatalog {
         let changed_at = if current.published == published {
             current.changed_at
         } else {
-            crate::registry::signing::unix_now()
+            crate::web::clock::unix_now()
         };
         *current = Arc::new(Snapshot {
             by_id,
@@ -192,7 +193,7 @@ mod tests {
     async fn articles_without_licenses_get_the_default_terms_and_terms_follow_the_licenses() {
         let store = SqliteLicensingStore::new(Db::open_in_memory().unwrap());
         let mut own = article("own", true);
-        own.licenses = vec![license::License {
+        own.licenses = vec![crate::domain::license::License {
             id: "training".into(),
             permits: vec!["ai-train".into()],
             prohibits: vec![],
@@ -211,7 +212,10 @@ mod tests {
             terms,
             offers: plain_offers,
         } = catalog.for_sale("plain").unwrap();
-        assert_eq!(plain.licenses[0].id, license::DEFAULT_LICENSE_ID);
+        assert_eq!(
+            plain.licenses[0].id,
+            crate::domain::license::DEFAULT_LICENSE_ID
+        );
         assert_eq!(plain.licenses[0].prohibits, ["ai-train"]);
         assert_eq!(plain.licenses[0].price_atomic, plain.price_atomic);
         assert_eq!(terms.info().terms, "http://x/license.xml?articleId=plain");

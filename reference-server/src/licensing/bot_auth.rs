@@ -466,7 +466,7 @@ pub async fn verify_agent(
     };
     let path = request.uri().path().trim_end_matches('/');
     if agent.is_none() && bots.config.require.iter().any(|p| p == path) {
-        let mut resp = super::handlers::ApiError::new(
+        let mut resp = crate::web::error::ApiError::new(
             StatusCode::UNAUTHORIZED,
             "signature_required",
             "this path requires a verified Web Bot Auth signature (RFC 9421, tag \"web-bot-auth\") from an \

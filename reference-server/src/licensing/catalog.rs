@@ -1,7 +1,7 @@
 //! The demo catalog seeded on an empty database: deterministic, so tests and docs can name articles.
 
-use super::license::License;
-use crate::store::articles::Article;
+use crate::domain::Article;
+use crate::domain::license::License;
 
 /// `(id, title, author, date, price in USDC atomic units, published, excerpt, topic sentences)`.
 type Entry = (
@@ -221,7 +221,7 @@ pub fn demo_articles() -> Vec<Article> {
         .collect()
 }
 
-/// A realistic mix of license terms (RSL 1.0 vocabulary; see [`super::license`]):
+/// A realistic mix of license terms (RSL 1.0 vocabulary; see [`crate::domain::license`]):
 /// - most articles: none of their own, so the site's default terms (search and AI input, no training);
 /// - three sell two licenses, one per offer: `inference` at the article's price, `training` (training
 ///   permitted too) at a higher one;
@@ -301,7 +301,7 @@ mod tests {
         );
         for x in &a {
             if !x.licenses.is_empty() {
-                super::super::license::validate(&x.licenses).unwrap();
+                crate::domain::license::validate(&x.licenses).unwrap();
                 assert_eq!(x.licenses[0].price_atomic, x.price_atomic, "{}", x.id);
             }
         }

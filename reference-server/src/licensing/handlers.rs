@@ -17,69 +17,14 @@ use super::articles::ForSale;
 use super::payment::{LicenseChoice, PaidBy};
 use super::receipt::{self, ReceiptView};
 use crate::app::AppState;
+use crate::domain::{Article, Receipt};
 use crate::store::StoreError;
-use crate::store::articles::{Article, Receipt};
 use crate::store::settlements::{SettlementOutcome, SettlementRecord};
+use crate::web::clock::now_rfc3339;
+use crate::web::error::{ApiError, ErrorBody};
 
 /// Longest `articleId` accepted (ids are short slugs).
 pub const MAX_ARTICLE_ID_LEN: usize = 128;
-
-/// An error answered as JSON `{"error": ..., "detail": ...}`.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    error: &'static str,
-    detail: String,
-}
-
-impl ApiError {
-    /// An error with a status, a stable machine-readable code and a human explanation.
-    pub fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
-        Self {
-            status,
-            error,
-            detail: detail.into(),
-        }
-    }
-
-    fn not_found(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", detail)
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        tracing::error!(error = %e, "storage error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "storage_error",
-            "the database failed; try again",
-        )
-    }
-}
-
-/// The JSON body of an [`ApiError`] (interface A's error shape).
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// A stable machine-readable code (`not_found`, `bad_request`, `storage_error`...).
-    error: &'static str,
-    /// What went wrong, for people.
-    detail: String,
-    /// The request's `x-request-id`, to quote when reporting the error (added on the way out).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    request_id: Option<String>,
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: self.error,
-            detail: self.detail,
-            request_id: None,
-        };
-        (self.status, Json(body)).into_response()
-    }
-}
 
 /// One element of `GET /x402Article/list`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -132,7 +77,7 @@ pub async fn list_articles(
 pub fn license_link(public_url: &str) -> HeaderValue {
     HeaderValue::try_from(format!(
         "<{public_url}/license.xml>; rel=\"license\"; type=\"{}\"",
-        super::license::RSL_MEDIA_TYPE
+        crate::domain::license::RSL_MEDIA_TYPE
     ))
     .unwrap_or_else(|_| HeaderValue::from_static("</license.xml>; rel=\"license\""))
 }
@@ -289,7 +234,7 @@ pub async fn get_article(
             ));
         }
     };
-    let token_id = receipt::token_id(
+    let token_id = crate::domain::token::token_id(
         &payment.network,
         &payment.asset,
         &payment.payer,
@@ -615,11 +560,11 @@ pub async fn license_xml(
     };
     let contents: Vec<_> = articles
         .iter()
-        .map(|a| super::license::rsl_content(&state.public_url, &a.id, &a.licenses))
+        .map(|a| crate::licensing::rsl::rsl_content(&state.public_url, &a.id, &a.licenses))
         .collect();
     Ok((
-        [(header::CONTENT_TYPE, super::license::RSL_MEDIA_TYPE)],
-        super::license::rsl_document(&state.public_url, &contents),
+        [(header::CONTENT_TYPE, crate::domain::license::RSL_MEDIA_TYPE)],
+        crate::licensing::rsl::rsl_document(&state.public_url, &contents),
     )
         .into_response())
 }
@@ -888,7 +833,7 @@ pub async fn receipt_certificate(
 /// `Some(401 response)` when it is missing or wrong, `None` when the request may proceed.
 fn operator_auth(state: &AppState, headers: &HeaderMap) -> Option<Response> {
     let expected = state.settings.operator_token.as_str();
-    if crate::auth::carries(headers, "token", expected) {
+    if crate::web::auth::carries(headers, "token", expected) {
         return None;
     }
     let mut resp = ApiError::new(
@@ -985,14 +930,4 @@ pub async fn settlements(
         settlements,
     })
     .into_response())
-}
-
-/// Current time as RFC 3339 UTC with microseconds.
-pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let fmt = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
-    );
-    now.format(&fmt)
-        .unwrap_or_else(|_| now.unix_timestamp().to_string())
 }

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::config::PaymentNetwork;
-use crate::store::articles::Article;
+use crate::domain::Article;
 
 /// Render the instructions for `articles` sold in `payment` to `pay_to`, on a server at `public_url`.
 pub fn render(
@@ -53,7 +53,7 @@ pub fn render(
                 "  - license `{lid}`: {price} USDC, {summary}",
                 lid = l.id,
                 price = super::usdc_display(l.price_atomic),
-                summary = super::license::summary(l),
+                summary = crate::domain::license::summary(l),
             );
         }
     }

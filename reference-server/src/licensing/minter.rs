@@ -126,7 +126,7 @@ impl Minter {
     pub async fn round(&self) -> Result<bool, StoreError> {
         let now = time::OffsetDateTime::now_utc();
         self.store
-            .queue_mints(super::handlers::now_rfc3339(), 1000)
+            .queue_mints(crate::web::clock::now_rfc3339(), 1000)
             .await?;
         let due: Vec<LicenseMint> = self
             .store
@@ -183,7 +183,7 @@ impl Minter {
         }
         let sent = outcome.is_ok();
         self.store
-            .record_mint(token_ids, outcome, super::handlers::now_rfc3339())
+            .record_mint(token_ids, outcome, crate::web::clock::now_rfc3339())
             .await?;
         Ok(sent)
     }

@@ -14,7 +14,7 @@
 //!    would not be served. `HEAD` gets the 402 of `GET` and never spends a payment.
 //! 1. [`handlers::with_article`] answers 400 (missing `articleId`) or 404 (unknown or unpublished)
 //!    **before** the x402 layer, so nobody is asked to pay for something that does not exist, and it
-//!    puts the [`Article`](crate::store::articles::Article) in the request extensions.
+//!    puts the [`Article`](crate::domain::Article) in the request extensions.
 //! 2. The x402 layer prices the request from that article (its own price), answers 402 without a valid
 //!    payment, and otherwise hands the payment to x402-tower's payment engine, which records it in the
 //!    database (`payment_states`, through [`store::payments`](crate::store::payments)) **before** any
@@ -74,11 +74,12 @@ pub mod bot_auth;
 pub mod catalog;
 pub mod handlers;
 pub mod interest;
-pub mod license;
+pub mod landing;
 pub mod llms_txt;
 pub mod minter;
 pub mod payment;
 pub mod receipt;
+pub mod rsl;
 pub mod settlements;
 
 use std::sync::Arc;

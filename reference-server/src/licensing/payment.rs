@@ -15,10 +15,11 @@ use x402_tower::proto::checksum;
 use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
 use x402_tower::{ReplayStore, VerifiedPayment, X402Layer, settle::SettleTiming};
 
-use super::license::License;
 use crate::app::BuildError;
 use crate::config::{Config, ConfigError, PaymentNetwork, Settings, parse_address};
-use crate::store::articles::{Article, LicensingStore};
+use crate::domain::Article;
+use crate::domain::license::License;
+use crate::store::articles::LicensingStore;
 
 /// Resolve `--network`, `--asset`, `--asset-name`, `--asset-version` into a [`PaymentNetwork`].
 ///
@@ -174,7 +175,7 @@ pub(crate) fn article_offers(
                 license.id,
                 article.title,
                 article.author_name,
-                super::license::summary(license)
+                crate::domain::license::summary(license)
             ))
             .mime_type("application/json")
         })

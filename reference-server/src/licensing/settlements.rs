@@ -13,8 +13,9 @@ use x402_tower::pricing::BoxFuture;
 use x402_tower::proto::checksum;
 use x402_tower::settle::{ObservedOutcome, ObserverError, SettlementEvent, SettlementObserver};
 
-use super::handlers::{MAX_ARTICLE_ID_LEN, now_rfc3339};
+use super::handlers::MAX_ARTICLE_ID_LEN;
 use crate::store::settlements::{SettlementOutcome, SettlementRecord, SettlementStore};
+use crate::web::clock::now_rfc3339;
 use std::sync::Arc;
 
 /// Writes every settlement attempt through the [`SettlementStore`] and counts what it recorded.

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::json;
 
-use crate::html::escape;
+use crate::web::html::escape;
 
 /// `Allow` of the collection.
 pub(crate) const ALLOW: &str = "GET, POST, HEAD, OPTIONS";
@@ -445,7 +445,7 @@ fn html_page(status: StatusCode, json_bytes: &[u8], ctx: &HtmlContext) -> String
             status.canonical_reason().unwrap_or("")
         ),
         allow: if detail { DETAIL_ALLOW } else { ALLOW },
-        body: linkify(&crate::html::pretty_json(json_bytes)),
+        body: linkify(&crate::web::html::pretty_json(json_bytes)),
         show_form: !detail,
         max_caption: super::upload::MAX_CAPTION,
         max_headline: super::upload::MAX_HEADLINE,

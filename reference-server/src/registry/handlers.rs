@@ -11,9 +11,9 @@ use registry_pagination::{Page, PageCount};
 use super::Registry;
 use super::model::{AssetRecord, Template};
 use super::seed::seed_file;
-use super::signing::unix_now;
 use crate::store::StoreError;
 use crate::store::assets::FileSource;
+use crate::web::clock::unix_now;
 use serde::Serialize;
 
 /// The registry error shape `{"error":{"type","message","details"}}`.
@@ -353,7 +353,7 @@ pub(crate) async fn verify_page(
                 .collect()
         })
         .unwrap_or_default();
-    crate::pages::render(&VerifyPage {
+    crate::web::pages::render(&VerifyPage {
         cid: s("cid"),
         proof_hash: s("proof_hash"),
         file_url: s("asset_file"),

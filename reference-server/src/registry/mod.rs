@@ -187,7 +187,8 @@ pub fn router(store: Arc<dyn AssetStore>, cfg: RegistryConfig) -> Router {
         .route("/api/v3/assets/{cid}/", one)
         .route(
             "/media/{*path}",
-            get(handlers::media).route_layer(axum::middleware::from_fn(crate::conditional::etag)),
+            get(handlers::media)
+                .route_layer(axum::middleware::from_fn(crate::web::conditional::etag)),
         )
         .route("/verify/{cid}", get(handlers::verify_page))
         .with_state(state)

@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 
 use super::Registry;
-use super::signing::unix_now;
+use crate::web::clock::unix_now;
 
 /// Bytes of pages (identity plus compressed encodings) the cache holds at most.
 pub(crate) const CACHE_BYTES: u64 = 64 * 1024 * 1024;
@@ -219,7 +219,7 @@ pub(crate) async fn serve(
     };
     let tag = etag(&key);
     let encoding = Encoding::choose(request.headers().get(header::ACCEPT_ENCODING));
-    if crate::conditional::none_match(request.headers().get(header::IF_NONE_MATCH), &tag) {
+    if crate::web::conditional::none_match(request.headers().get(header::IF_NONE_MATCH), &tag) {
         let mut response = StatusCode::NOT_MODIFIED.into_response();
         response.headers_mut().insert(header::ETAG, tag);
         vary(response.headers_mut());

@@ -12,13 +12,15 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::model::HoleSigner;
+
+use crate::web::clock::unix_now;
 
 /// Expiry rounding step.
 pub const SIGNING_BUCKET: Duration = Duration::from_secs(60);
@@ -165,14 +167,6 @@ impl UrlSigner {
 /// Raw `key=value` pairs of a query string (the signature parameters never need percent-decoding).
 fn form_pairs(query: &str) -> impl Iterator<Item = (&str, &str)> {
     query.split('&').filter_map(|p| p.split_once('='))
-}
-
-/// Current Unix time in seconds.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// HMAC-SHA256 over `"<key id>\n<path>\n<expires>"`, base64url without padding.

@@ -147,9 +147,9 @@ fn authorize(reg: &Registry, headers: &http::HeaderMap) -> Result<(), Response> 
             Value::Null,
         ));
     };
-    let given = crate::auth::credential(headers, "token");
+    let given = crate::web::auth::credential(headers, "token");
     match given {
-        Some(t) if crate::auth::constant_time_eq(t.as_bytes(), expected.as_bytes()) => Ok(()),
+        Some(t) if crate::web::auth::constant_time_eq(t.as_bytes(), expected.as_bytes()) => Ok(()),
         other => {
             let message = if other.is_some() {
                 "Invalid token."

@@ -9,90 +9,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::{Db, StoreError, StoreFuture};
-
-/// One article of the catalog, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Article {
-    /// Identifier (a URL-safe slug), the `articleId` of the API.
-    pub id: String,
-    /// Title.
-    pub title: String,
-    /// Short free teaser shown in the catalog.
-    pub excerpt: String,
-    /// Full text, sold.
-    pub content: String,
-    /// Author's display name.
-    pub author_name: String,
-    /// Publication date, `YYYY-MM-DD`.
-    pub published_date: String,
-    /// Price in USDC atomic units (6 decimals: 10 000 = 0.01 USDC).
-    pub price_atomic: u64,
-    /// Only published articles are listed and sold.
-    pub published: bool,
-    /// The licenses it is sold under, each at its own price (empty: the site's default terms at
-    /// `price_atomic`; see [`licensing::license`](crate::licensing::license)).
-    pub licenses: Vec<crate::licensing::license::License>,
-}
-
-/// A durable license receipt: proof that `payer` paid for `article_id`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Receipt {
-    /// Receipt (NFT-style) token id: a decimal uint256 derived from the payment identity.
-    pub token_id: String,
-    /// The licensed article.
-    pub article_id: String,
-    /// Who paid (0x address).
-    pub payer: String,
-    /// Who was paid (0x address).
-    pub pay_to: String,
-    /// Amount paid, token atomic units, decimal string.
-    pub amount_atomic: String,
-    /// CAIP-2 network of the payment.
-    pub network: String,
-    /// Token contract address.
-    pub asset: String,
-    /// EIP-3009 authorization nonce.
-    pub nonce: String,
-    /// x402 protocol version the client used (1 or 2).
-    pub x402_version: u8,
-    /// Settlement transaction hash, or `verify-only`.
-    pub settlement: String,
-    /// When the receipt was issued, RFC 3339 UTC.
-    pub created_at: String,
-    /// The receipt signed by the server's receipt key (x402 offer-receipt, EIP-712), as JSON; `None` for
-    /// receipts issued before signing existed.
-    pub signed: Option<String>,
-    /// The license bought (its id within the article); `None` for receipts issued before licenses existed.
-    pub license_id: Option<String>,
-    /// The version of the article's terms it was bought under (the x402 `terms` version of the 402).
-    pub license_version: Option<String>,
-    /// The buyer's verified crawler identity (Web Bot Auth), when its request was signed.
-    pub agent: Option<String>,
-}
-
-impl Receipt {
-    /// `Ok` if the token id is the payment's ([`token_id`](crate::licensing::receipt::token_id) of its
-    /// network, asset, payer and nonce, with the authorization's `validBefore`; or the
-    /// [`legacy_token_id`](crate::licensing::receipt::legacy_token_id) of receipts issued before ids sorted
-    /// by time): the identical payment always yields the same id, so the token id's key is what refuses a
-    /// second receipt for a payment. Else [`StoreError::Invalid`].
-    pub fn check_token(&self) -> Result<(), StoreError> {
-        if crate::licensing::receipt::is_token_of(
-            &self.token_id,
-            &self.network,
-            &self.asset,
-            &self.payer,
-            &self.nonce,
-        ) {
-            Ok(())
-        } else {
-            Err(StoreError::Invalid(format!(
-                "receipt token id {} is not its payment's",
-                self.token_id
-            )))
-        }
-    }
-}
+use crate::domain::{Article, Receipt};
 
 /// Requests of `/serveLlmsTxt` from one client address with one user agent within one minute: how llms.txt
 /// interest is recorded (aggregated in memory, flushed in batches; see `licensing::interest`).
@@ -210,7 +127,7 @@ pub trait LicensingStore: Send + Sync + std::fmt::Debug {
     /// were new.
     fn insert_articles(&self, articles: Vec<Article>) -> StoreFuture<'_, usize>;
     /// Stores a receipt durably. A second receipt for the same payment (same token id) is refused with
-    /// [`StoreError::Conflict`]; a receipt whose token id is not its payment's ([`Receipt::check_token`]) with
+    /// [`StoreError::Conflict`]; a receipt whose token id is not its payment's ([`Receipt::token_is_its_payments`]) with
     /// [`StoreError::Invalid`], before anything is written. Shared (`Arc`): the caller answers from the same
     /// receipt, and a store that writes it on another thread need not copy it.
     fn insert_receipt(&self, receipt: Arc<Receipt>) -> StoreFuture<'_, ()>;
@@ -311,10 +228,8 @@ fn article_from_row(r: &Row<'_>) -> rusqlite::Result<Article> {
 }
 
 /// An article's licenses from their column (an unreadable value is a database error, not a default).
-fn stored_licenses(
-    text: Option<&str>,
-) -> rusqlite::Result<Vec<crate::licensing::license::License>> {
-    crate::licensing::license::from_stored(text).map_err(|e| {
+fn stored_licenses(text: Option<&str>) -> rusqlite::Result<Vec<crate::domain::license::License>> {
+    crate::domain::license::from_stored(text).map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, Box::new(e))
     })
 }
@@ -416,7 +331,7 @@ impl LicensingStore for SqliteLicensingStore {
                     a.published_date,
                     price(a)?,
                     a.published,
-                    crate::licensing::license::to_stored(&a.licenses)
+                    crate::domain::license::to_stored(&a.licenses)
                 ])?;
             }
             Ok(n)
@@ -424,7 +339,7 @@ impl LicensingStore for SqliteLicensingStore {
     }
 
     fn insert_receipt(&self, receipt: Arc<Receipt>) -> StoreFuture<'_, ()> {
-        if let Err(e) = receipt.check_token() {
+        if let Err(e) = check_token(&receipt) {
             return Box::pin(std::future::ready(Err(e)));
         }
         Box::pin(self.db.write_statement(move |c| {
@@ -666,6 +581,19 @@ pub(crate) fn price(a: &Article) -> Result<i64, StoreError> {
 }
 
 /// A uniqueness violation on a receipt insert, as the trait reports it.
+/// [`StoreError::Invalid`] unless the receipt's token id is its payment's
+/// ([`Receipt::token_is_its_payments`]).
+pub(crate) fn check_token(r: &Receipt) -> Result<(), StoreError> {
+    if r.token_is_its_payments() {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "receipt token id {} is not its payment's",
+            r.token_id
+        )))
+    }
+}
+
 pub(crate) fn receipt_conflict(e: StoreError, r: &Receipt) -> StoreError {
     if e.is_unique_violation() {
         already_issued(&r.token_id)

@@ -185,7 +185,7 @@ async fn v2_purchase_returns_article_and_a_durable_verifiable_receipt() {
     let valid_before: u64 = auth["validBefore"].as_str().unwrap().parse().unwrap();
     assert_eq!(
         token,
-        reference_server::licensing::receipt::token_id(
+        reference_server::domain::token::token_id(
             "eip155:84532",
             receipt["asset"].as_str().unwrap(),
             auth["from"].as_str().unwrap(),

@@ -7,9 +7,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use reference_server::registry::signing::{UrlSigner, unix_now};
+use reference_server::registry::signing::UrlSigner;
 use reference_server::registry::{self, RegistryConfig, cid_v1_raw};
 use reference_server::store::Stores;
+use reference_server::web::clock::unix_now;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 

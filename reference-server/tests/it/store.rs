@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use alloy_primitives::{Address, B256};
-use reference_server::licensing::license::License;
+use reference_server::domain::license::License;
+use reference_server::domain::{Article, Receipt};
 use reference_server::store::articles::{
-    Article, DailyInterest, DailyPurchases, LlmsTxtInterest, Receipt, UserAgentCount,
+    DailyInterest, DailyPurchases, LlmsTxtInterest, UserAgentCount,
 };
 use reference_server::store::assets::{FileSource, NewAsset};
 use reference_server::store::settlements::{SettlementOutcome, SettlementRecord};
@@ -136,13 +137,7 @@ fn article(id: &str, published: bool) -> Article {
 
 /// The token id of the payment with `nonce` (the other fields of [`receipt`], valid before 2026-12-01).
 fn token(nonce: &str) -> String {
-    reference_server::licensing::receipt::token_id(
-        "eip155:84532",
-        "0x3",
-        "0x1",
-        nonce,
-        1_764_547_200,
-    )
+    reference_server::domain::token::token_id("eip155:84532", "0x3", "0x1", nonce, 1_764_547_200)
 }
 
 /// The receipt of the payment with `nonce` (its token id derived from the payment, as a store requires).
@@ -170,7 +165,7 @@ fn receipt(nonce: &str) -> Receipt {
 /// a store accepts it as its payment's (a migration moves such receipts) and finds it by it.
 #[tokio::test]
 async fn a_receipt_with_a_legacy_token_id_is_accepted_and_found() {
-    use reference_server::licensing::receipt::legacy_token_id;
+    use reference_server::domain::token::legacy_token_id;
 
     let dir = TempDir::new();
     let s = stores(&dir).await.licensing;

@@ -5,10 +5,11 @@ use std::sync::{Arc, LazyLock};
 use tokio_postgres::Row;
 
 use super::{Pg, Statement, big, changed, param, unsigned};
+use crate::domain::{Article, Receipt};
 use crate::store::articles::{
-    Article, DailyInterest, DailyPurchases, LicenseMint, LicensingStore, LlmsTxtInterest,
-    LlmsTxtStats, MINT_COLUMNS, RECEIPT_COLUMNS, Receipt, UserAgentCount, activity_interest_sql,
-    activity_purchases_sql, already_issued, price, queue_mints_sql, receipt_of_sql,
+    DailyInterest, DailyPurchases, LicenseMint, LicensingStore, LlmsTxtInterest, LlmsTxtStats,
+    MINT_COLUMNS, RECEIPT_COLUMNS, UserAgentCount, activity_interest_sql, activity_purchases_sql,
+    already_issued, price, queue_mints_sql, receipt_of_sql,
 };
 use crate::store::{StoreError, StoreFuture};
 
@@ -38,7 +39,7 @@ fn article(r: &Row) -> Result<Article, StoreError> {
         published_date: r.try_get(5)?,
         price_atomic: unsigned(r.try_get(6)?),
         published: r.try_get(7)?,
-        licenses: crate::licensing::license::from_stored(r.try_get::<_, Option<&str>>(8)?)
+        licenses: crate::domain::license::from_stored(r.try_get::<_, Option<&str>>(8)?)
             .map_err(|e| StoreError::Invalid(format!("article licenses: {e}")))?,
     })
 }
@@ -149,7 +150,7 @@ impl LicensingStore for PgLicensingStore {
                             &a.published_date,
                             &price(a)?,
                             &a.published,
-                            &crate::licensing::license::to_stored(&a.licenses),
+                            &crate::domain::license::to_stored(&a.licenses),
                         ],
                     )
                     .await?;
@@ -161,7 +162,7 @@ impl LicensingStore for PgLicensingStore {
 
     fn insert_receipt(&self, r: Arc<Receipt>) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            r.check_token()?;
+            crate::store::articles::check_token(&r)?;
             // A conflict is a result, not an error: an error would abort the other writes of its group.
             let insert = Statement::new(
                 INSERT_RECEIPT.as_str(),

@@ -1,34 +1,13 @@
-//! The server's own HTML pages that are not part of an interface: the landing page and the one stylesheet
-//! every page links. Pages are askama templates under `templates/` (one layout, `base.html`; escaping by
+//! The HTML plumbing every part's pages share: [`render`] an askama template, the one stylesheet every page
+//! links, the favicon. Pages are askama templates under `templates/` (one layout, `base.html`; escaping by
 //! default), so no page escapes by hand.
 
-use std::sync::Arc;
-
 use askama::Template;
-use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 
-use crate::app::AppState;
-
 /// The stylesheet of every page (`/assets/site.css`).
-pub const STYLESHEET: &str = include_str!("../assets/site.css");
-
-/// An article on the landing page.
-struct Listed {
-    id: String,
-    title: String,
-    author: String,
-    price: String,
-}
-
-#[derive(Template)]
-#[template(path = "landing.html")]
-struct Landing {
-    articles: Vec<Listed>,
-    settlement: String,
-    network: String,
-}
+pub const STYLESHEET: &str = include_str!("../../assets/site.css");
 
 /// Renders a template, or a plain 500 if it cannot (it cannot fail on the data these pages hold).
 pub fn render(t: &impl Template) -> Response {
@@ -39,26 +18,6 @@ pub fn render(t: &impl Template) -> Response {
             (StatusCode::INTERNAL_SERVER_ERROR, "page unavailable").into_response()
         }
     }
-}
-
-/// `GET /`: what this server is, with links to everything.
-pub async fn landing(State(state): State<Arc<AppState>>) -> Response {
-    let articles = state
-        .articles
-        .list()
-        .iter()
-        .map(|a| Listed {
-            id: a.id.clone(),
-            title: a.title.clone(),
-            author: a.author_name.clone(),
-            price: crate::licensing::usdc_display(a.price_atomic),
-        })
-        .collect();
-    render(&Landing {
-        articles,
-        settlement: state.settlement_mode(),
-        network: state.settings.payment.caip2().to_owned(),
-    })
 }
 
 /// `GET /favicon.ico`: no icon (204), so a browser showing a JSON answer logs no 404.

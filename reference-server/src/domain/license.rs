@@ -6,19 +6,14 @@
 //! `--license-permits`, `--license-prohibits`, `--license-users`) at its own price. Two licenses on one
 //! article are two offers in its 402, one per license; `&license=<id>` asks for one.
 //!
-//! The terms are published as an RSL 1.0 document (`/license.xml`, [`rsl_document`]), pointed at by
-//! robots.txt, `Link` headers and llms.txt, and declared in each article's 402 with the x402 `terms`
-//! extension ([`terms_of`]): its `version` ([`version`]) changes whenever the article's licenses change, and
-//! each receipt records the license id and the version it was bought under.
+//! The terms are published as an RSL 1.0 document (`crate::licensing::rsl`) and declared in each article's
+//! 402 with the x402 `terms` extension: its `version` ([`version`]) changes whenever the article's licenses
+//! change, and each receipt records the license id and the version it was bought under.
 
-use std::sync::Arc;
-
-use askama::Template;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use x402_tower::extensions::terms::Terms;
 
-use crate::store::articles::Article;
+use crate::domain::Article;
 
 /// RSL 1.0 usage tokens (`<permits type="usage">`).
 pub const USAGES: &[&str] = &[
@@ -223,17 +218,6 @@ pub fn version(licenses: &[License]) -> String {
     hex::encode(&Sha256::digest(&json)[..8])
 }
 
-/// The URL of one article's RSL document (the `terms` of its 402).
-pub fn terms_url(public_url: &str, article_id: &str) -> String {
-    let id: String = form_urlencoded::byte_serialize(article_id.as_bytes()).collect();
-    format!("{public_url}/license.xml?articleId={id}")
-}
-
-/// The x402 `terms` an article's 402 declares: its RSL document, with its version.
-pub fn terms_of(public_url: &str, article_id: &str, licenses: &[License]) -> Arc<Terms> {
-    Arc::new(Terms::uri(terms_url(public_url, article_id)).version(version(licenses)))
-}
-
 /// A sentence saying what a license allows (offer descriptions, llms.txt, the certificate).
 pub fn summary(l: &License) -> String {
     let mut s = String::new();
@@ -256,75 +240,10 @@ pub fn summary(l: &License) -> String {
     s
 }
 
-/// One `<content>` of the RSL document.
-#[derive(Debug)]
-pub struct RslContent {
-    /// The article's URL (absolute).
-    pub url: String,
-    /// Its licenses.
-    pub licenses: Vec<RslLicense>,
-}
-
-/// One `<license>` of a `<content>`.
-#[derive(Debug)]
-pub struct RslLicense {
-    /// The license's id (an XML comment names it).
-    pub id: String,
-    /// Space-separated permitted usages ("" for none).
-    pub permits: String,
-    /// Space-separated prohibited usages.
-    pub prohibits: String,
-    /// Space-separated permitted user types.
-    pub users: String,
-    /// `0.05`.
-    pub amount: String,
-    /// The resource URL that sells this license over x402.
-    pub buy_url: String,
-}
-
-/// The RSL 1.0 document (`/license.xml`).
-#[derive(Template)]
-#[template(path = "license.xml")]
-pub struct RslDocument<'a> {
-    /// One `<content>` per article.
-    pub contents: &'a [RslContent],
-    /// `<copyright>` contact.
-    pub contact_url: &'a str,
-}
-
-/// The RSL `<content>` of one article.
-pub fn rsl_content(public_url: &str, article_id: &str, licenses: &[License]) -> RslContent {
-    let id: String = form_urlencoded::byte_serialize(article_id.as_bytes()).collect();
-    let url = format!("{public_url}/x402Article?articleId={id}");
-    RslContent {
-        licenses: licenses
-            .iter()
-            .map(|l| RslLicense {
-                id: l.id.clone(),
-                permits: l.permits.join(" "),
-                prohibits: l.prohibits.join(" "),
-                users: l.users.join(" "),
-                amount: super::usdc_display(l.price_atomic),
-                buy_url: format!("{url}&license={}", l.id),
-            })
-            .collect(),
-        url,
-    }
-}
-
-/// The RSL document for `contents`.
-pub fn rsl_document(public_url: &str, contents: &[RslContent]) -> String {
-    RslDocument {
-        contents,
-        contact_url: public_url,
-    }
-    .render()
-    .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::licensing::rsl::*;
 
     fn lic(id: &str, permits: &str, prohibits: &str, price: u64) -> License {
         License {

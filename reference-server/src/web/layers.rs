@@ -19,19 +19,19 @@ use pin_project_lite::pin_project;
 use tower::util::Oneshot;
 use tower::{Layer, Service, ServiceExt as _};
 
-use crate::app::AppState;
+use crate::metrics::Metrics;
 
 /// Counts every request its service answers, by route group and status class, with its latency
 /// ([`crate::metrics::Metrics::record_request`]).
 #[derive(Debug, Clone)]
 pub struct CountRequestsLayer {
-    state: Arc<AppState>,
+    metrics: Arc<Metrics>,
 }
 
 impl CountRequestsLayer {
-    /// Counts into `state`'s metrics.
-    pub fn new(state: Arc<AppState>) -> Self {
-        Self { state }
+    /// Counts into `metrics`.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics }
     }
 }
 
@@ -41,7 +41,7 @@ impl<S> Layer<S> for CountRequestsLayer {
     fn layer(&self, inner: S) -> Self::Service {
         CountRequests {
             inner,
-            state: self.state.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -50,7 +50,7 @@ impl<S> Layer<S> for CountRequestsLayer {
 #[derive(Debug, Clone)]
 pub struct CountRequests<S> {
     inner: S,
-    state: Arc<AppState>,
+    metrics: Arc<Metrics>,
 }
 
 impl<S, B, ResB> Service<Request<B>> for CountRequests<S>
@@ -69,7 +69,7 @@ where
         let route = crate::metrics::route_index(request.uri().path());
         CountFuture {
             inner: self.inner.call(request),
-            state: self.state.clone(),
+            metrics: self.metrics.clone(),
             route,
             started: Instant::now(),
         }
@@ -82,7 +82,7 @@ pin_project! {
     pub struct CountFuture<F> {
         #[pin]
         inner: F,
-        state: Arc<AppState>,
+        metrics: Arc<Metrics>,
         route: usize,
         started: Instant,
     }
@@ -98,7 +98,7 @@ where
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
         if let Ok(response) = &result {
-            this.state.metrics.record_route(
+            this.metrics.record_route(
                 *this.route,
                 response.status().as_u16(),
                 this.started.elapsed(),

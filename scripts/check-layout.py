@@ -6,10 +6,6 @@ For each library and the server crate:
   any file under `a` names `crate::b` (tests: `#[cfg(test)]` modules and `tests.rs` files are left out);
 - no source file above 700 lines of non-test code (blank and comment lines not counted);
 - x402-tower's crate root exposes at most 25 public names.
-
-What the tree still owes is listed in scripts/layout-debt.txt (one `cycle a b c` or `big path` per line): it is
-printed, and anything beyond it fails. A debt that has been paid must be struck from that file too, so the
-list only ever shrinks.
 """
 
 import os
@@ -126,38 +122,22 @@ def root_names(lib):
 
 
 def main():
-    debt_file = os.path.join(ROOT, "scripts", "layout-debt.txt")
-    debt = set()
-    if os.path.exists(debt_file):
-        for line in open(debt_file, encoding="utf-8"):
-            line = line.split("#")[0].strip()
-            if line:
-                debt.add(line)
-    failures, owed, seen = [], [], set()
+    failures = []
     for src in CRATES:
         nodes, graph, sizes = crate_graph(os.path.join(ROOT, src))
         for comp in cycles(nodes, graph):
-            entry = f"cycle {src.split('/')[0]}: " + " ".join(comp)
-            seen.add(entry)
-            (owed if entry in debt else failures).append(entry)
+            failures.append(f"import cycle in {src.split('/')[0]}: " + " -> ".join(comp))
         for path, n in sorted(sizes.items()):
             if n > MAX_LINES:
-                entry = f"big {path}"
-                seen.add(entry)
-                (owed if entry in debt else failures).append(f"{entry} ({n} lines of non-test code)")
+                failures.append(f"{path}: {n} lines of non-test code (at most {MAX_LINES})")
     names = root_names(os.path.join(ROOT, "x402-tower/src/lib.rs"))
     if len(names) > MAX_ROOT_NAMES:
         failures.append(f"x402-tower's root has {len(names)} public names (at most {MAX_ROOT_NAMES}): {sorted(names)}")
-    for entry in sorted(debt - seen):
-        failures.append(f"paid, strike it from scripts/layout-debt.txt: {entry}")
-    print(f"layout: x402-tower's root has {len(names)} public names (at most {MAX_ROOT_NAMES})")
-    for entry in owed:
-        print(f"layout: still owed (scripts/layout-debt.txt): {entry}")
     for entry in failures:
         print(f"layout: error: {entry}", file=sys.stderr)
     if failures:
         return 1
-    print("layout: no new cycle, no new file above 700 lines")
+    print(f"layout: no import cycle, no file above {MAX_LINES} lines, x402-tower's root has {len(names)} public names")
     return 0
 
 

@@ -9,5 +9,5 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    reference_server::cli::main().await
+    reference_server::server::cli::main().await
 }

@@ -26,7 +26,7 @@ pub(crate) struct RefServer {
     /// Its listening address, as a base URL.
     pub(crate) url: String,
     /// Its state (stores), for tests that set up data directly.
-    pub(crate) state: Arc<reference_server::AppState>,
+    pub(crate) state: Arc<reference_server::licensing::Licensing>,
     _stop: oneshot::Sender<()>,
 }
 
@@ -207,7 +207,7 @@ pub(crate) async fn facilitator_for(chain: &Chain) -> String {
     let router = facilitator::router(
         Arc::new(engine),
         facilitator::FacilitatorConfig::with_token(FACILITATOR_TOKEN),
-        Arc::new(reference_server::discovery::Catalogue::new(
+        Arc::new(reference_server::facilitator::discovery::Catalogue::new(
             stores.settlements.clone(),
         )),
     );

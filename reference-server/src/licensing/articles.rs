@@ -150,7 +150,7 @@ mod tests {
     use crate::store::{Db, SqliteLicensingStore};
 
     fn pricing() -> ArticlePricing {
-        let settings = crate::Config::for_tests().validate().unwrap();
+        let settings = crate::Config::for_tests().validate().unwrap().licensing;
         ArticlePricing::new(settings.payment, settings.pay_to)
     }
 

@@ -31,7 +31,7 @@ use web_bot_auth::keyring::{JSONWebKeySet, KeyRing};
 use web_bot_auth::message_signatures::SignedMessage;
 use web_bot_auth::{SignatureAgentLink, WebBotAuthVerifier};
 
-use crate::app::AppState;
+use crate::licensing::Licensing;
 
 /// The well-known path of a key directory.
 pub const DIRECTORY_PATH: &str = "/.well-known/http-message-signatures-directory";
@@ -431,7 +431,7 @@ pub fn current_agent() -> Option<VerifiedAgent> {
 /// task-local, and answers 401 on a path that requires a verified signature. Unsigned requests pass as
 /// they are.
 pub async fn identify(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<Licensing>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -444,7 +444,7 @@ pub async fn identify(
 /// [`identify`]'s check: the request with its [`VerifiedAgent`] (also in its extensions) if it carries a
 /// valid signature, or the 401 of a path that requires one.
 pub async fn verify_agent(
-    state: &AppState,
+    state: &Licensing,
     mut request: Request,
 ) -> Result<(Request, Option<VerifiedAgent>), Response> {
     let bots = &state.bots;

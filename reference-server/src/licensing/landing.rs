@@ -6,7 +6,7 @@ use askama::Template;
 use axum::extract::State;
 use axum::response::Response;
 
-use crate::app::AppState;
+use crate::licensing::Licensing;
 use crate::web::pages::render;
 
 /// An article on the landing page.
@@ -26,7 +26,7 @@ struct Landing {
 }
 
 /// `GET /`: what this server is, with links to everything.
-pub async fn landing(State(state): State<Arc<AppState>>) -> Response {
+pub async fn landing(State(state): State<Arc<Licensing>>) -> Response {
     let articles = state
         .articles
         .list()

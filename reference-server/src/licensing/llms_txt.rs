@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::config::PaymentNetwork;
+use super::settings::PaymentNetwork;
 use crate::domain::Article;
 
 /// Render the instructions for `articles` sold in `payment` to `pay_to`, on a server at `public_url`.

@@ -30,7 +30,7 @@
 //! handler then fails) is kept small by steps 0 and 1: the only failure left after payment is a database
 //! write error, which is logged with the full payment and counted in `license_receipt_failures_total`; the
 //! buyer's resend of the same payment then gets the article (below). The route also runs on its own task
-//! (`app::paid_article`), so a client that hangs up cannot cancel a settlement in flight or the
+//! (`routes::paid_article`), so a client that hangs up cannot cancel a settlement in flight or the
 //! receipt write that follows it.
 //!
 //! # Delivered at least once, charged at most once
@@ -72,6 +72,7 @@
 pub mod articles;
 pub mod bot_auth;
 pub mod catalog;
+pub mod discovery;
 pub mod handlers;
 pub mod interest;
 pub mod landing;
@@ -79,10 +80,14 @@ pub mod llms_txt;
 pub mod minter;
 pub mod payment;
 pub mod receipt;
+mod routes;
 pub mod rsl;
+pub mod settings;
 pub mod settlements;
+mod state;
 
-use std::sync::Arc;
+pub use routes::router;
+pub use state::{BuildError, Licensing};
 
 use crate::store::StoreError;
 use crate::store::articles::LicensingStore;
@@ -110,9 +115,6 @@ pub fn usdc_display(atomic: u64) -> String {
     let frac = format!("{frac:06}");
     format!("{whole}.{}", frac.trim_end_matches('0'))
 }
-
-/// Shared pieces the licensing handlers need (part of the app state).
-pub type Shared = Arc<crate::app::AppState>;
 
 #[cfg(test)]
 mod tests {

@@ -9,79 +9,16 @@ use x402_tower::PaymentOffer;
 use x402_tower::Price;
 use x402_tower::extensions::offer_receipt::OfferReceipt;
 use x402_tower::extensions::siwx::{PaidCheck, SignInWithX};
-use x402_tower::network::{Network, Token};
 use x402_tower::pricing::{Offers, PriceDecision};
 use x402_tower::proto::checksum;
 use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
 use x402_tower::{ReplayStore, VerifiedPayment, X402Layer, settle::SettleTiming};
 
-use crate::app::BuildError;
-use crate::config::{Config, ConfigError, PaymentNetwork, Settings, parse_address};
+use super::BuildError;
+use super::settings::{LicensingSettings as Settings, PaymentNetwork};
 use crate::domain::Article;
 use crate::domain::license::License;
 use crate::store::articles::LicensingStore;
-
-/// Resolve `--network`, `--asset`, `--asset-name`, `--asset-version` into a [`PaymentNetwork`].
-///
-/// Known networks take their USDC address and EIP-712 domain from x402-tower's network table (each flag
-/// given overrides its part); any other CAIP-2 `eip155:<id>` network needs `--asset` and `--asset-name`
-/// (`--asset-version` defaults to "2", as for every USDC).
-pub(crate) fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigError> {
-    let flag_err = |flag: &'static str, value: &str, reason: &str| ConfigError::Invalid {
-        flag,
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let network: Network =
-        cfg.network
-            .trim()
-            .parse()
-            .map_err(|e: x402_tower::network::UnknownNetwork| {
-                flag_err("network", &cfg.network, &e.to_string())
-            })?;
-    let asset = cfg
-        .asset
-        .as_deref()
-        .map(|a| parse_address("asset", a))
-        .transpose()?;
-    for (flag, value) in [
-        ("asset-name", &cfg.asset_name),
-        ("asset-version", &cfg.asset_version),
-    ] {
-        if let Some(v) = value
-            && (v.trim().is_empty() || v.len() > 64)
-        {
-            return Err(flag_err(flag, v, "1 to 64 characters"));
-        }
-    }
-    let token = match Token::usdc(&network) {
-        Some(usdc) => Token::new(
-            asset.unwrap_or(usdc.address),
-            cfg.asset_name.clone().unwrap_or(usdc.name),
-            cfg.asset_version.clone().unwrap_or(usdc.version),
-            usdc.decimals,
-        ),
-        None => {
-            let need = |flag| {
-                flag_err(
-                    flag,
-                    "",
-                    &format!(
-                        "required: network {} has no known USDC deployment",
-                        network.caip2()
-                    ),
-                )
-            };
-            Token::new(
-                asset.ok_or_else(|| need("asset"))?,
-                cfg.asset_name.clone().ok_or_else(|| need("asset-name"))?,
-                cfg.asset_version.clone().unwrap_or_else(|| "2".to_owned()),
-                x402_tower::network::USDC_DECIMALS,
-            )
-        }
-    };
-    Ok(PaymentNetwork { network, token })
-}
 
 /// What the x402 layer established about a paid request, in the terms a receipt records.
 #[derive(Debug, Clone)]
@@ -268,7 +205,7 @@ pub(crate) fn x402_layer(
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, licensing))
-        .discovery(crate::discovery::article_discovery(example_article))
+        .discovery(super::discovery::article_discovery(example_article))
         // Each article's license (RSL document and version), put in the request by with_article.
         .terms_per_request()
         // Signed offers and receipts; the transaction is in them, as on the public verify URL already.
@@ -401,7 +338,7 @@ mod stale_tests {
     /// What the engine over the configured settler takes as the abandonment threshold of an in-flight payment.
     fn stale_after(config: &crate::Config) -> u64 {
         x402_tower::PaymentEngine::builder()
-            .settler(settler(&config.validate().unwrap()).unwrap())
+            .settler(settler(&config.validate().unwrap().licensing).unwrap())
             .build()
             .unwrap()
             .stale_after()
@@ -432,7 +369,11 @@ mod stale_tests {
         config.rpc_timeout_secs = 10;
         config.rpc_log_lookback_blocks = 250_000;
         let settings = config.validate().unwrap();
-        let settler = settings.onchain.as_ref().expect("an on-chain settler");
+        let settler = settings
+            .licensing
+            .onchain
+            .as_ref()
+            .expect("an on-chain settler");
         assert_eq!(settler.log_lookback_blocks(), 250_000);
         for refused in [0, 10_000_001] {
             config.rpc_log_lookback_blocks = refused;
@@ -467,7 +408,7 @@ mod offers_tests {
 
     #[test]
     fn an_articles_offers_are_every_license_then_each_alone_as_article_offers_builds_them() {
-        let settings = crate::Config::for_tests().validate().unwrap();
+        let settings = crate::Config::for_tests().validate().unwrap().licensing;
         let pricing = ArticlePricing::new(settings.payment.clone(), settings.pay_to);
         let mut a = test_article("a", true);
         a.licenses = vec![license("inference", 40_000), license("training", 100_000)];

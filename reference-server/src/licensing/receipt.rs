@@ -107,7 +107,7 @@ pub struct LicenseTokenView {
 
 impl LicenseTokenView {
     /// The license token of `r` as the server knows it now (reads `ownerOf` on chain when minted).
-    pub async fn of(r: &Receipt, state: &crate::app::AppState) -> Self {
+    pub async fn of(r: &Receipt, state: &crate::licensing::Licensing) -> Self {
         let Some(minter) = &state.minter else {
             return Self::none("this server mints no license tokens (no --license-token contract)");
         };

@@ -19,7 +19,8 @@ use alloy_primitives::{Address, B256, U256};
 use alloy_signer_local::PrivateKeySigner;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use reference_server::{AppState, Config, Server};
+use reference_server::licensing::Licensing;
+use reference_server::{Config, Server};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -156,7 +157,7 @@ pub struct TestServer {
     /// Base URL, e.g. `http://127.0.0.1:40123`.
     pub base: String,
     /// Shared state of the running server.
-    pub state: Arc<AppState>,
+    pub state: Arc<Licensing>,
     /// A client for it.
     pub client: reqwest::Client,
     /// The configuration it was started with.

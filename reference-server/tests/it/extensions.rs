@@ -119,7 +119,7 @@ async fn the_articles_declare_bazaar_and_the_discovery_listing_pages_them() {
     assert_eq!(bazaar["info"]["input"]["method"], "GET");
     assert!(bazaar["info"]["input"]["queryParams"]["articleId"].is_string());
     assert_eq!(bazaar["schema"]["required"][0], "input");
-    reference_server::discovery::validate_info(bazaar).unwrap();
+    reference_server::facilitator::discovery::validate_info(bazaar).unwrap();
 
     let catalog = json_body(server.get("/x402Article/list").await).await;
     let published = catalog

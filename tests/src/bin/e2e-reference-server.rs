@@ -4,5 +4,5 @@
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    reference_server::cli::main().await
+    reference_server::server::cli::main().await
 }

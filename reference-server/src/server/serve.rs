@@ -37,18 +37,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::ServiceExt as _;
 
-use crate::app::App;
-
-/// The limits every connection is held to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// Time a client has to send a request's head, and the most a kept-alive connection may sit idle.
-    pub header_read_timeout: Duration,
-    /// Time a response write may make no progress before the connection is dropped.
-    pub write_stall_timeout: Duration,
-    /// Most connections open at once; more are closed on accept.
-    pub max_connections: usize,
-}
+use super::app::App;
+use crate::config::ConnectionLimits;
 
 impl Default for ConnectionLimits {
     fn default() -> Self {

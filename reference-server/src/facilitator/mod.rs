@@ -26,7 +26,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use reference_server::discovery::Catalogue;
+//! use reference_server::facilitator::discovery::Catalogue;
 //! use reference_server::facilitator::{FacilitatorConfig, router};
 //! use reference_server::store::Stores;
 //! use x402_tower::{settle::VerifyOnlySettler, PaymentEngine};
@@ -52,7 +52,9 @@ use x402_tower::PaymentEngine;
 use x402_tower::engine::facilitator::{FacilitatorError, FacilitatorPolicy};
 use x402_tower::extensions::bazaar::CatalogError;
 
-use crate::discovery::{Catalogue, NotCatalogued};
+pub mod discovery;
+
+use discovery::{Catalogue, NotCatalogued};
 
 /// Largest facilitator request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -83,7 +85,7 @@ struct Door {
 }
 
 /// The facilitator routes over `engine`; resources whose payments it settles are listed in `catalogue`
-/// (x402 bazaar, [`crate::discovery`]). Merge it into the server's router.
+/// (x402 bazaar, [`discovery`]). Merge it into the server's router.
 pub fn router(
     engine: Arc<PaymentEngine>,
     config: FacilitatorConfig,

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use super::{ServeError, init_tracing, serve, shutdown_signal};
+use crate::config::{Command, Config};
 use crate::store::{DatabaseUrl, migrate};
-use crate::{Command, Config, ServeError, init_tracing, serve, shutdown_signal};
 
 /// Parses the process's flags and runs: the server until SIGINT/SIGTERM, or the subcommand. Exit codes: 0,
 /// 2 for a configuration error (clap's own for bad flags), 1 for a failure.
@@ -41,7 +42,8 @@ async fn deploy_command(config: &Config) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (Some(onchain), Some(public_url)) = (&settings.onchain, &settings.public_url) else {
+    let (Some(onchain), Some(public_url)) = (&settings.licensing.onchain, &settings.public_url)
+    else {
         eprintln!(
             "reference-server: deploy-license-token needs --rpc-url, --settler-key and --public-url"
         );

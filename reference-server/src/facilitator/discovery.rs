@@ -1,12 +1,12 @@
 //! Discovery (x402 `bazaar`): what agents can buy here and through this facilitator.
 //!
-//! - Every article's 402 declares the `bazaar` extension ([`article_discovery`]): `GET` with the `articleId`
-//!   query parameter, and an example of the paid answer.
+//! - Every article's 402 declares the `bazaar` extension (`crate::licensing::discovery`): `GET` with the
+//!   `articleId` query parameter, and an example of the paid answer.
 //! - `GET /facilitator/supported` lists `"bazaar"` in `extensions`.
 //! - `GET /facilitator/discovery/resources?type&limit&offset` (public, read-only: it shows what anyone can
 //!   see in a 402) answers `{x402Version: 2, items, pagination: {limit, offset, total}}`: first this server's
-//!   own articles (from the in-memory catalog, one item per article with its price), then the resources of
-//!   other services whose payments this facilitator settled ([`Catalogue::settled`]), ordered by URL.
+//!   own resources ([`OwnResources`]: the articles, one item per article with its price), then the resources
+//!   of other services whose payments this facilitator settled ([`Catalogue::settled`]), ordered by URL.
 //!   `limit` and `offset` are read with this workspace's `registry-pagination` rules (DRF's: a missing,
 //!   malformed, zero or negative `limit` gives the default 20, a larger one is clamped to 100; a bad
 //!   `offset` gives 0), which agree with the extension's `limit` 1-100 default 20.
@@ -27,38 +27,19 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use registry_pagination::Page;
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use x402_tower::extensions::bazaar::{
-    CatalogError, Discovery, DiscoveryList, DiscoveryPagination, DiscoveryResource, catalog_entry,
+    CatalogError, DiscoveryList, DiscoveryPagination, DiscoveryResource, catalog_entry,
 };
 
-use crate::app::AppState;
 use crate::store::settlements::SettlementStore;
 
 /// Default page size of the listing.
 pub const DEFAULT_LIMIT: u64 = 20;
 /// Largest page size of the listing.
 pub const MAX_LIMIT: u64 = 100;
-
-/// The articles' discovery declaration, with `example_id` as the example `articleId`.
-pub fn article_discovery(example_id: &str) -> Discovery {
-    Discovery::query(http::Method::GET)
-        .query_param(
-            "articleId",
-            example_id,
-            "An article id from /x402Article/list",
-        )
-        .output_example(json!({
-            "article": {"title": "How Newsrooms Prove a Photo Is Real", "content": "…", "author_name": "Amara Okafor"},
-            "receipt": {
-                "nft": {"tokenId": "4242…", "verifyUrl": "https://news.example/receipts/4242…"},
-                "certificate": {"url": "https://news.example/receipts/4242…/certificate"},
-                "signed": {"format": "eip712", "payload": {"version": 1}, "signature": "0x…"}
-            }
-        }))
-}
 
 /// The catalogue of resources this facilitator settled payments for.
 ///
@@ -187,43 +168,26 @@ pub fn validate_info(declaration: &Value) -> Result<(), NotCatalogued> {
     }
 }
 
-/// This server's articles as discovery items.
-fn own_items(state: &AppState) -> Vec<DiscoveryResource> {
-    let changed_at = state.articles.changed_at();
-    state
-        .articles
-        .list()
-        .iter()
-        .filter_map(|a| {
-            // One offer per license, as the article's 402 (the first is its catalog price).
-            let offers = crate::licensing::payment::article_offers(
-                &state.settings.payment,
-                state.settings.pay_to,
-                a,
-                crate::licensing::payment::LicenseChoice(None),
-            );
-            let offer = offers.first()?;
-            let id: String = form_urlencoded::byte_serialize(a.id.as_bytes()).collect();
-            let mut metadata = serde_json::Map::new();
-            metadata.insert(
-                "bazaar".into(),
-                article_discovery(&a.id).declaration()["info"].clone(),
-            );
-            metadata.insert("description".into(), json!(offer.description));
-            metadata.insert("mimeType".into(), json!(offer.mime_type));
-            Some(DiscoveryResource {
-                resource: format!("{}/x402Article?articleId={id}", state.public_url),
-                kind: "http".into(),
-                x402_version: 2,
-                accepts: offers
-                    .iter()
-                    .map(|o| serde_json::to_value(o.requirements_v2()).unwrap_or(Value::Null))
-                    .collect(),
-                last_updated: json!(changed_at),
-                metadata,
-            })
-        })
-        .collect()
+/// This server's own resources, first in the listing (the composition root gives the articles).
+pub type OwnResources = Arc<dyn Fn() -> Vec<DiscoveryResource> + Send + Sync>;
+
+/// What the listing reads: this server's own resources, then the ones this facilitator catalogued.
+pub struct Listing {
+    own: OwnResources,
+    settled: Arc<dyn SettlementStore>,
+}
+
+impl std::fmt::Debug for Listing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listing").finish_non_exhaustive()
+    }
+}
+
+/// `GET /facilitator/discovery/resources`: public, whether or not the facilitator API is on.
+pub fn router(own: OwnResources, settled: Arc<dyn SettlementStore>) -> axum::Router {
+    axum::Router::new()
+        .route("/facilitator/discovery/resources", axum::routing::get(list))
+        .with_state(Arc::new(Listing { own, settled }))
 }
 
 /// `GET /facilitator/discovery/resources`.
@@ -245,7 +209,7 @@ fn own_items(state: &AppState) -> Vec<DiscoveryResource> {
         (status = 503, description = "The catalogue's store is unavailable.", body = crate::web::error::ErrorBody),
     ),
 )]
-pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery) -> Response {
+pub async fn list(State(listing): State<Arc<Listing>>, RawQuery(query): RawQuery) -> Response {
     let page = Page::from_query(query.as_deref(), DEFAULT_LIMIT, Some(MAX_LIMIT));
     let kind = query.as_deref().and_then(|q| {
         form_urlencoded::parse(q.as_bytes())
@@ -255,7 +219,7 @@ pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery)
             .filter(|v| !v.is_empty())
     });
     let own: Vec<DiscoveryResource> = if kind.as_deref().is_none_or(|k| k == "http") {
-        own_items(&state)
+        (listing.own)()
     } else {
         Vec::new()
     };
@@ -266,9 +230,8 @@ pub async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery)
         .take(usize::try_from(page.limit).unwrap_or(usize::MAX))
         .collect();
     let wanted = page.limit - items.len() as u64;
-    let (more, others) = match state
-        .stores
-        .settlements
+    let (more, others) = match listing
+        .settled
         .discovered(kind, page.offset.saturating_sub(own_count), wanted)
         .await
     {

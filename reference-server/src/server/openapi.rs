@@ -11,7 +11,7 @@ use utoipa::openapi::server::Server;
 use utoipa::{Modify, OpenApi};
 use x402_tower::layer::openapi::X402Schemas;
 
-use crate::config::PaymentNetwork;
+use crate::licensing::settings::PaymentNetwork;
 use crate::{licensing, registry};
 
 #[derive(OpenApi)]
@@ -21,14 +21,14 @@ use crate::{licensing, registry};
         description = "Content licensing for USDC over x402, and a media provenance registry.",
     ),
     paths(
-        licensing::handlers::list_articles,
-        licensing::handlers::get_article,
-        licensing::handlers::serve_llms_txt,
-        licensing::handlers::license_xml,
-        licensing::handlers::receipt_json,
-        licensing::handlers::receipt_signer,
-        crate::discovery::list,
-        licensing::handlers::receipt_certificate,
+        licensing::handlers::articles::list_articles,
+        licensing::handlers::articles::get_article,
+        licensing::handlers::terms::serve_llms_txt,
+        licensing::handlers::terms::license_xml,
+        licensing::handlers::receipts::receipt_json,
+        licensing::handlers::receipts::receipt_signer,
+        crate::facilitator::discovery::list,
+        licensing::handlers::receipts::receipt_certificate,
         registry::handlers::list,
         registry::upload::create,
         registry::drf::options,

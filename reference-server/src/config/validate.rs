@@ -1,0 +1,491 @@
+//! [`Config::validate`]: every flag checked, defaults resolved, into [`Settings`].
+
+use std::time::Duration;
+
+use alloy_primitives::Address;
+use x402_tower::network::{Network, Token};
+
+use super::{Config, ConfigError, ConnectionLimits, DEFAULT_DATABASE, Settings, invalid};
+use crate::licensing::settings::{LicensingSettings, OperatorToken, PaymentNetwork, ReceiptKey};
+use crate::store::DatabaseUrl;
+
+impl Config {
+    /// `--receipt-signing-key`, else a key derived from the URL signing key, else a new one.
+    fn receipt_key(&self, url_signing_key: Option<&[u8]>) -> Result<ReceiptKey, ConfigError> {
+        use alloy_signer_local::PrivateKeySigner;
+        if let Some(k) = &self.receipt_signing_key {
+            return k
+                .trim()
+                .parse::<PrivateKeySigner>()
+                .map(ReceiptKey::Given)
+                .map_err(|_| {
+                    invalid(
+                        "receipt-signing-key",
+                        "<hidden>",
+                        "expected 0x followed by 64 hex digits (a secp256k1 private key)",
+                    )
+                });
+        }
+        if let Some(url_key) = url_signing_key {
+            use hmac::{Hmac, Mac};
+            // A different purpose string for each attempt: the odd HMAC output that is not a valid scalar
+            // (about 1 in 2^128) moves on to the next.
+            for attempt in 0u8..=255 {
+                let Ok(mut mac) = <Hmac<sha2::Sha256> as Mac>::new_from_slice(url_key) else {
+                    break;
+                };
+                mac.update(b"x402 offer and receipt signing key");
+                mac.update(&[attempt]);
+                let bytes = mac.finalize().into_bytes();
+                if let Ok(k) = PrivateKeySigner::from_slice(&bytes) {
+                    return Ok(ReceiptKey::Derived(k));
+                }
+            }
+        }
+        Ok(ReceiptKey::Generated(PrivateKeySigner::random()))
+    }
+
+    /// Check every value and resolve defaults.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let public_url = self
+            .public_url
+            .as_deref()
+            .map(parse_public_url)
+            .transpose()?;
+        if public_url.is_none() && self.listen.ip().is_unspecified() {
+            return Err(invalid(
+                "listen",
+                &self.listen.to_string(),
+                "an unspecified address (0.0.0.0 or [::]) would end up in links as the server's URL: \
+                 pass --public-url with the address clients reach this server at",
+            ));
+        }
+        let written = self
+            .database
+            .clone()
+            .or_else(|| {
+                std::env::var("DATABASE_URL")
+                    .ok()
+                    .filter(|v| !v.trim().is_empty())
+            })
+            .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
+        let database: DatabaseUrl =
+            written
+                .parse()
+                .map_err(|e: crate::store::DatabaseUrlError| {
+                    invalid(
+                        "database",
+                        &crate::store::postgres::redact(&written),
+                        e.to_string(),
+                    )
+                })?;
+        if let DatabaseUrl::SqliteFile(path) = &database {
+            if path.is_dir() {
+                return Err(invalid(
+                    "database",
+                    &written,
+                    "is a directory, expected a file path",
+                ));
+            }
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+                && !parent.is_dir()
+            {
+                return Err(invalid(
+                    "database",
+                    &written,
+                    "its directory does not exist",
+                ));
+            }
+        }
+        let pay_to = parse_address("pay-to", &self.pay_to)?;
+        if pay_to == Address::ZERO {
+            return Err(invalid(
+                "pay-to",
+                &self.pay_to,
+                "the zero address cannot receive payments",
+            ));
+        }
+        let payment = resolve_network(self)?;
+        let facilitator_url = self
+            .facilitator_url
+            .as_deref()
+            .map(|u| parse_http_url("facilitator-url", u))
+            .transpose()?;
+        if let Some(t) = &self.api_token
+            && (t.is_empty()
+                || t.len() > 256
+                || t.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(invalid(
+                "api-token",
+                "<hidden>",
+                "1 to 256 characters without spaces",
+            ));
+        }
+        let url_signing_key = match &self.url_signing_key {
+            Some(k) if k.len() < 16 => {
+                return Err(invalid(
+                    "url-signing-key",
+                    "<hidden>",
+                    "at least 16 characters",
+                ));
+            }
+            Some(k) => Some(k.as_bytes().to_vec()),
+            None => None,
+        };
+        for (flag, secs) in [
+            ("header-read-timeout-secs", self.header_read_timeout_secs),
+            ("write-stall-timeout-secs", self.write_stall_timeout_secs),
+        ] {
+            if secs == 0 || secs > 3600 {
+                return Err(invalid(flag, &secs.to_string(), "1 to 3600 seconds"));
+            }
+        }
+        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+            return Err(invalid(
+                "max-connections",
+                &self.max_connections.to_string(),
+                "1 to 1000000",
+            ));
+        }
+        if self.url_ttl_secs == 0 || self.url_ttl_secs > 7 * 24 * 3600 {
+            return Err(invalid(
+                "url-ttl-secs",
+                &self.url_ttl_secs.to_string(),
+                "1 to 604800 seconds",
+            ));
+        }
+        if self.facilitator_settle_timeout_secs == 0 || self.facilitator_settle_timeout_secs > 600 {
+            return Err(invalid(
+                "facilitator-settle-timeout-secs",
+                &self.facilitator_settle_timeout_secs.to_string(),
+                "1 to 600 seconds",
+            ));
+        }
+        // Below 10 s a request that is merely slow (a long queue of writes) could be taken for dead.
+        if !(10..=86_400).contains(&self.payment_stale_after_secs) {
+            return Err(invalid(
+                "payment-stale-after-secs",
+                &self.payment_stale_after_secs.to_string(),
+                "10 to 86400 seconds",
+            ));
+        }
+        if !(60..=86_400).contains(&self.payment_keep_after_expiry_secs) {
+            return Err(invalid(
+                "payment-keep-after-expiry-secs",
+                &self.payment_keep_after_expiry_secs.to_string(),
+                "60 to 86400 seconds",
+            ));
+        }
+        if self.seed_assets > 1_000_000 {
+            return Err(invalid(
+                "seed-assets",
+                &self.seed_assets.to_string(),
+                "at most 1000000",
+            ));
+        }
+        let onchain = match (&self.rpc_url, &self.settler_key) {
+            (None, None) => None,
+            (Some(url), Some(key)) => {
+                if facilitator_url.is_some() {
+                    return Err(invalid(
+                        "rpc-url",
+                        url,
+                        "settle either through --facilitator-url or on chain, not both",
+                    ));
+                }
+                let url = parse_http_url("rpc-url", url)?;
+                if self.rpc_receipt_timeout_secs == 0 || self.rpc_receipt_timeout_secs > 3600 {
+                    return Err(invalid(
+                        "rpc-receipt-timeout-secs",
+                        &self.rpc_receipt_timeout_secs.to_string(),
+                        "1 to 3600 seconds",
+                    ));
+                }
+                if !(1..=120).contains(&self.rpc_timeout_secs) {
+                    return Err(invalid(
+                        "rpc-timeout-secs",
+                        &self.rpc_timeout_secs.to_string(),
+                        "1 to 120 seconds",
+                    ));
+                }
+                if !(1..=10_000_000).contains(&self.rpc_log_lookback_blocks) {
+                    return Err(invalid(
+                        "rpc-log-lookback-blocks",
+                        &self.rpc_log_lookback_blocks.to_string(),
+                        "1 to 10000000 blocks",
+                    ));
+                }
+                Some(
+                    x402_tower::settle::onchain::OnchainSettler::builder(url.clone(), key.clone())
+                        .receipt_timeout(Duration::from_secs(self.rpc_receipt_timeout_secs))
+                        .rpc_timeout(Duration::from_secs(self.rpc_timeout_secs))
+                        .log_lookback_blocks(self.rpc_log_lookback_blocks)
+                        .build()
+                        .map_err(|e| invalid("settler-key", "<hidden>", e.to_string()))?,
+                )
+            }
+            (Some(url), None) => return Err(invalid("rpc-url", url, "needs --settler-key")),
+            (None, Some(_)) => return Err(invalid("settler-key", "<hidden>", "needs --rpc-url")),
+        };
+        let token_ok = |t: &str| {
+            !t.is_empty()
+                && t.len() <= 256
+                && !t.chars().any(|c| c.is_whitespace() || c.is_control())
+        };
+        if let Some(t) = &self.facilitator_url_token
+            && !token_ok(t)
+        {
+            return Err(invalid(
+                "facilitator-url-token",
+                "<hidden>",
+                "1 to 256 characters without spaces",
+            ));
+        }
+        if let Some(t) = &self.facilitator_token
+            && !token_ok(t)
+        {
+            return Err(invalid(
+                "facilitator-token",
+                "<hidden>",
+                "1 to 256 characters without spaces",
+            ));
+        }
+        if self.facilitator_max_timeout_secs == 0 || self.facilitator_max_timeout_secs > 86_400 {
+            return Err(invalid(
+                "facilitator-max-timeout-secs",
+                &self.facilitator_max_timeout_secs.to_string(),
+                "1 to 86400 seconds",
+            ));
+        }
+        let facilitator_pay_to = self
+            .facilitator_pay_to
+            .iter()
+            .map(|a| parse_address("facilitator-pay-to", a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let facilitator = crate::facilitator::FacilitatorConfig {
+            token: self.facilitator_token.clone(),
+            policy: x402_tower::engine::facilitator::FacilitatorPolicy {
+                max_timeout_seconds: self.facilitator_max_timeout_secs,
+                pay_to: (!facilitator_pay_to.is_empty()).then_some(facilitator_pay_to),
+            },
+        };
+        let default_terms = self.default_terms()?;
+        let bot_auth = self.bot_auth()?;
+        let license_token = match &self.license_token {
+            None => None,
+            Some(_) if onchain.is_none() => {
+                return Err(invalid(
+                    "license-token",
+                    self.license_token.as_deref().unwrap_or(""),
+                    "minting needs on-chain settlement: --rpc-url and --settler-key",
+                ));
+            }
+            Some(a) => Some(parse_address("license-token", a)?),
+        };
+        Ok(Settings {
+            facilitator,
+            listen: self.listen,
+            public_url,
+            database,
+            seed_assets: self.seed_assets,
+            media_dir: self.media_dir.clone(),
+            api_token: self.api_token.clone(),
+            url_ttl: Duration::from_secs(self.url_ttl_secs),
+            connections: ConnectionLimits {
+                header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
+                write_stall_timeout: Duration::from_secs(self.write_stall_timeout_secs),
+                max_connections: self.max_connections,
+            },
+            log_format: self.log_format,
+            licensing: LicensingSettings {
+                default_terms,
+                bot_auth,
+                license_token,
+                onchain,
+                pay_to,
+                payment,
+                facilitator_url,
+                facilitator_url_token: self.facilitator_url_token.clone(),
+                facilitator_settle_timeout: Duration::from_secs(
+                    self.facilitator_settle_timeout_secs,
+                ),
+                payment_stale_after: Duration::from_secs(self.payment_stale_after_secs),
+                payment_keep_after_expiry: Duration::from_secs(self.payment_keep_after_expiry_secs),
+                operator_token: self.api_token.clone().map_or_else(
+                    || OperatorToken::Generated(uuid::Uuid::new_v4().simple().to_string()),
+                    OperatorToken::Given,
+                ),
+                receipt_key: self.receipt_key(url_signing_key.as_deref())?,
+                url_signing_key: url_signing_key.clone(),
+            },
+            url_signing_key,
+        })
+    }
+}
+
+impl Config {
+    fn default_terms(&self) -> Result<crate::domain::license::DefaultTerms, ConfigError> {
+        use crate::domain::license::{DefaultTerms, USAGES, USER_TYPES, parse_tokens};
+        let terms = DefaultTerms {
+            permits: parse_tokens(&self.license_permits, "usage", USAGES)
+                .map_err(|e| invalid("license-permits", &self.license_permits, e.to_string()))?,
+            prohibits: parse_tokens(&self.license_prohibits, "usage", USAGES).map_err(|e| {
+                invalid("license-prohibits", &self.license_prohibits, e.to_string())
+            })?,
+            users: parse_tokens(&self.license_users, "user type", USER_TYPES)
+                .map_err(|e| invalid("license-users", &self.license_users, e.to_string()))?,
+        };
+        terms
+            .validate()
+            .map_err(|e| invalid("license-prohibits", &self.license_prohibits, e.to_string()))?;
+        Ok(terms)
+    }
+
+    fn bot_auth(&self) -> Result<crate::licensing::bot_auth::BotAuthConfig, ConfigError> {
+        let agents = self
+            .bot_agents
+            .iter()
+            .filter(|a| !a.trim().is_empty())
+            .map(|a| {
+                let url = parse_http_url("bot-agents", a)?;
+                let origin = crate::licensing::bot_auth::origin_of(&url).ok_or_else(|| {
+                    invalid("bot-agents", a, "expected an origin (scheme://host[:port])")
+                })?;
+                Ok(origin)
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        for (flag, v, max) in [
+            (
+                "bot-directory-timeout-ms",
+                self.bot_directory_timeout_ms,
+                60_000,
+            ),
+            (
+                "bot-directory-ttl-secs",
+                self.bot_directory_ttl_secs,
+                7 * 86_400,
+            ),
+        ] {
+            if v == 0 || v > max {
+                return Err(invalid(flag, &v.to_string(), format!("1 to {max}")));
+            }
+        }
+        let require = self
+            .bot_require
+            .iter()
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| {
+                if p.starts_with('/') && !p.contains(['?', '#', ' ']) {
+                    Ok(p.trim_end_matches('/').to_owned())
+                } else {
+                    Err(invalid(
+                        "bot-require",
+                        p,
+                        "expected a path such as /x402Article",
+                    ))
+                }
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        Ok(crate::licensing::bot_auth::BotAuthConfig {
+            agents,
+            directory_timeout: Duration::from_millis(self.bot_directory_timeout_ms),
+            directory_ttl: Duration::from_secs(self.bot_directory_ttl_secs),
+            require,
+        })
+    }
+}
+
+/// Parse a 0x address (any case; checksummed when mixed-case is given and valid).
+pub(crate) fn parse_address(flag: &'static str, s: &str) -> Result<Address, ConfigError> {
+    let t = s.trim();
+    if !(t.len() == 42 && t.starts_with("0x") && t[2..].bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Err(invalid(flag, s, "expected 0x followed by 40 hex digits"));
+    }
+    t.parse::<Address>()
+        .map_err(|e| invalid(flag, s, e.to_string()))
+}
+
+fn parse_http_url(flag: &'static str, s: &str) -> Result<String, ConfigError> {
+    let t = s.trim();
+    let rest = t
+        .strip_prefix("http://")
+        .or_else(|| t.strip_prefix("https://"))
+        .ok_or_else(|| invalid(flag, s, "expected an http:// or https:// URL"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() || t.contains(char::is_whitespace) {
+        return Err(invalid(flag, s, "expected an absolute URL with a host"));
+    }
+    if t.contains(['?', '#']) {
+        return Err(invalid(flag, s, "must not carry a query or fragment"));
+    }
+    t.parse::<http::Uri>()
+        .map_err(|e| invalid(flag, s, e.to_string()))?;
+    Ok(t.trim_end_matches('/').to_owned())
+}
+
+fn parse_public_url(s: &str) -> Result<String, ConfigError> {
+    parse_http_url("public-url", s)
+}
+
+/// Resolve `--network`, `--asset`, `--asset-name`, `--asset-version` into a [`PaymentNetwork`].
+///
+/// Known networks take their USDC address and EIP-712 domain from x402-tower's network table (each flag
+/// given overrides its part); any other CAIP-2 `eip155:<id>` network needs `--asset` and `--asset-name`
+/// (`--asset-version` defaults to "2", as for every USDC).
+fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigError> {
+    let flag_err = |flag: &'static str, value: &str, reason: &str| ConfigError::Invalid {
+        flag,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let network: Network =
+        cfg.network
+            .trim()
+            .parse()
+            .map_err(|e: x402_tower::network::UnknownNetwork| {
+                flag_err("network", &cfg.network, &e.to_string())
+            })?;
+    let asset = cfg
+        .asset
+        .as_deref()
+        .map(|a| parse_address("asset", a))
+        .transpose()?;
+    for (flag, value) in [
+        ("asset-name", &cfg.asset_name),
+        ("asset-version", &cfg.asset_version),
+    ] {
+        if let Some(v) = value
+            && (v.trim().is_empty() || v.len() > 64)
+        {
+            return Err(flag_err(flag, v, "1 to 64 characters"));
+        }
+    }
+    let token = match Token::usdc(&network) {
+        Some(usdc) => Token::new(
+            asset.unwrap_or(usdc.address),
+            cfg.asset_name.clone().unwrap_or(usdc.name),
+            cfg.asset_version.clone().unwrap_or(usdc.version),
+            usdc.decimals,
+        ),
+        None => {
+            let need = |flag| {
+                flag_err(
+                    flag,
+                    "",
+                    &format!(
+                        "required: network {} has no known USDC deployment",
+                        network.caip2()
+                    ),
+                )
+            };
+            Token::new(
+                asset.ok_or_else(|| need("asset"))?,
+                cfg.asset_name.clone().ok_or_else(|| need("asset-name"))?,
+                cfg.asset_version.clone().unwrap_or_else(|| "2".to_owned()),
+                x402_tower::network::USDC_DECIMALS,
+            )
+        }
+    };
+    Ok(PaymentNetwork { network, token })
+}

@@ -1,0 +1,126 @@
+//! What interface A is configured with: checked values, built by `crate::config` from the flags.
+
+use std::time::Duration;
+
+use alloy_primitives::Address;
+use x402_tower::settle::onchain::OnchainSettler;
+
+use crate::domain::license::DefaultTerms;
+use crate::licensing::bot_auth::BotAuthConfig;
+
+/// Interface A's settings.
+#[derive(Debug, Clone)]
+pub struct LicensingSettings {
+    /// Payment recipient.
+    pub pay_to: Address,
+    /// The payment network and token.
+    pub payment: PaymentNetwork,
+    /// Remote facilitator base URL, if any.
+    pub facilitator_url: Option<String>,
+    /// Bearer token for the remote facilitator, if any.
+    pub facilitator_url_token: Option<String>,
+    /// How long to wait for the facilitator's `/settle`.
+    pub facilitator_settle_timeout: Duration,
+    /// After how long an in-flight payment is taken for the leftover of a request that died (the engine
+    /// raises it to the settler's longest wait plus a minute).
+    pub payment_stale_after: Duration,
+    /// How long a payment's record is kept after its `validBefore` (the engine raises it to the stale time
+    /// plus a minute).
+    pub payment_keep_after_expiry: Duration,
+    /// On-chain settler (`--rpc-url` + `--settler-key`), if any.
+    pub onchain: Option<OnchainSettler>,
+    /// The token `/operator/*` requires: `--api-token`, or one generated at start.
+    pub operator_token: OperatorToken,
+    /// The media URL signing key, which every instance of a deployment shares: sign-in-with-x nonces are
+    /// tagged with a key derived from it.
+    pub url_signing_key: Option<Vec<u8>>,
+    /// The key that signs offers and receipts.
+    pub receipt_key: ReceiptKey,
+    /// The license of articles without licenses of their own.
+    pub default_terms: DefaultTerms,
+    /// Web Bot Auth verification.
+    pub bot_auth: BotAuthConfig,
+    /// The license-token contract, when purchases mint license tokens.
+    pub license_token: Option<Address>,
+}
+
+/// The network and token articles are sold in (from x402-tower's network table, or given explicitly).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentNetwork {
+    /// The network.
+    pub network: x402_tower::network::Network,
+    /// The EIP-3009 token (its contract and EIP-712 domain).
+    pub token: x402_tower::network::Token,
+}
+
+impl PaymentNetwork {
+    /// CAIP-2 identifier, e.g. `eip155:84532`.
+    pub fn caip2(&self) -> &str {
+        self.network.caip2()
+    }
+
+    /// The v1 name legacy clients know, when there is one (v1 offers are made only then).
+    pub fn v1_name(&self) -> Option<&'static str> {
+        self.network.legacy_v1_name()
+    }
+}
+
+/// The key that signs x402 offers and license receipts, and where it came from.
+#[derive(Clone)]
+pub enum ReceiptKey {
+    /// `--receipt-signing-key`.
+    Given(alloy_signer_local::PrivateKeySigner),
+    /// Derived from `--url-signing-key` (the same on every instance sharing it).
+    Derived(alloy_signer_local::PrivateKeySigner),
+    /// Generated at start (printed in the banner; receipts signed before a restart keep their old signer).
+    Generated(alloy_signer_local::PrivateKeySigner),
+}
+
+impl ReceiptKey {
+    /// The signer.
+    pub fn signer(&self) -> &alloy_signer_local::PrivateKeySigner {
+        match self {
+            ReceiptKey::Given(k) | ReceiptKey::Derived(k) | ReceiptKey::Generated(k) => k,
+        }
+    }
+}
+
+impl std::fmt::Debug for ReceiptKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self {
+            ReceiptKey::Given(_) => "Given",
+            ReceiptKey::Derived(_) => "Derived",
+            ReceiptKey::Generated(_) => "Generated",
+        };
+        write!(f, "ReceiptKey::{how}({})", self.signer().address())
+    }
+}
+
+/// The token the operator endpoints require. They always require one: payers' addresses and callers'
+/// user agents are not public.
+#[derive(Clone, PartialEq, Eq)]
+pub enum OperatorToken {
+    /// `--api-token`.
+    Given(String),
+    /// None was given: generated at start (printed in the banner, valid until the process ends).
+    Generated(String),
+}
+
+impl OperatorToken {
+    /// The token.
+    pub fn as_str(&self) -> &str {
+        match self {
+            OperatorToken::Given(t) | OperatorToken::Generated(t) => t,
+        }
+    }
+}
+
+/// Never printed by `{:?}`.
+impl std::fmt::Debug for OperatorToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OperatorToken::Given(_) => f.write_str("Given(***)"),
+            OperatorToken::Generated(_) => f.write_str("Generated(***)"),
+        }
+    }
+}

@@ -200,7 +200,13 @@ fn benches(c: &mut Criterion) {
     });
     let verify_only = X402Layer::builder("https://shop.example")
         .offer(offer())
-        .replay_store(Arc::new(AlwaysFree))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .replay_store(Arc::new(AlwaysFree))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner());
@@ -293,8 +299,14 @@ fn benches(c: &mut Criterion) {
     });
     let receipted = X402Layer::builder("https://shop.example")
         .offer(offer())
-        .replay_store(Arc::new(AlwaysFree))
         .offer_receipt(issuer.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .replay_store(Arc::new(AlwaysFree))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner());
@@ -334,10 +346,16 @@ fn benches(c: &mut Criterion) {
     // sign-in-with-x: a buyer reads again what it paid for (proof checked, nonce claimed, "paid?" asked).
     let siwx = X402Layer::builder("https://shop.example")
         .offer(offer())
-        .replay_store(Arc::new(AlwaysFree))
         .sign_in_with_x(SignInWithX::new(
             b"a bench key of at least 16 bytes",
             Arc::new(AlwaysPaid),
+        ))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .replay_store(Arc::new(AlwaysFree))
+                .build()
+                .unwrap(),
         ))
         .build()
         .unwrap()

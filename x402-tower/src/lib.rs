@@ -123,7 +123,7 @@
 //! # Settlers
 //!
 //! [`settle::VerifyOnlySettler`] moves **no money**: it accepts every locally verified payment and its receipt says
-//! `transaction: "verify-only"`. For demos and tests; it is what a layer built without `.settler(...)` uses, with
+//! `transaction: "verify-only"`. For demos and tests; it is what a layer built without `.engine(...)` uses, with
 //! a warning at build and on the first payment.
 #![cfg_attr(feature = "facilitator", doc = "[`settle::FacilitatorSettler`]")]
 #![cfg_attr(not(feature = "facilitator"), doc = "`settle::FacilitatorSettler`")]
@@ -146,7 +146,7 @@
 //!
 //! # Keeping books
 //!
-//! Logs and counters are not a record. A [`settle::SettlementObserver`] ([`X402Config::settlement_observer`]) is
+//! Logs and counters are not a record. A [`settle::SettlementObserver`] ([`engine::PaymentEngineBuilder::settlement_observer`]) is
 //! told every settlement outcome — settled, failed, or **unknown** (timeout after broadcast: money may have
 //! moved although the client got `settlement_pending`), and every later reconciliation — with the verified
 //! payment and the resource, and is awaited before the client is answered. See [`settle::SettlementObserver`].

@@ -194,14 +194,20 @@ pub(crate) fn x402_layer(
         };
         std::future::ready(decision)
     };
-    X402Layer::builder(public_url.to_owned())
-        .price_source(price)
+    // One engine: the paid route's layer and the facilitator API (which reads it from the layer) are two
+    // doors into it, over one payment store and one settler.
+    let engine = x402_tower::PaymentEngine::builder()
         .settler(settler)
         .settlement_observer(observer)
         .replay_store(store)
-        .settle_timing(SettleTiming::BeforeHandler)
         .stale_after(settings.payment_stale_after)
         .keep_after_expiry(settings.payment_keep_after_expiry)
+        .build()
+        .map_err(|e| BuildError::Payment(e.to_string()))?;
+    X402Layer::builder(public_url.to_owned())
+        .engine(Arc::new(engine))
+        .price_source(price)
+        .settle_timing(SettleTiming::BeforeHandler)
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, licensing))

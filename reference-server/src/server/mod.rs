@@ -1,5 +1,5 @@
 //! The composition root: the one place that knows every part. It opens the database, builds each part's
-//! state and router ([`app`]), binds the socket, runs the background tasks and serves ([`serve`]); the
+//! state and router ([`app`]), binds the socket, runs the background tasks and serves ([`mod@serve`]); the
 //! command line ([`cli`]) and logging live here too. Nothing else in the crate imports this module.
 
 pub mod app;

@@ -1,20 +1,17 @@
 //! [`X402Layer`] and its builder [`X402Config`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{HeaderValue, Method};
 use tower_layer::Layer;
 
 use super::service::X402;
 use crate::engine::metrics::X402Metrics;
-use crate::engine::{EngineConfigError, PaymentEngine, PaymentEngineBuilder, Route};
+use crate::engine::{EngineConfigError, PaymentEngine, Route};
 use crate::extensions::payment_identifier::{self as identifier, PaymentIdentifier};
 use crate::offer::PaymentOffer;
 use crate::payment::SettleTiming;
 use crate::pricing::{PriceSource, offer_problem};
-use crate::settle::{SettlementObserver, Settler};
-use crate::store::ReplayStore;
 use crate::verify::CompiledOffer;
 
 pub use crate::engine::DEFAULT_MAX_HEADER_LEN;
@@ -40,33 +37,15 @@ pub enum ConfigError {
         /// Why.
         why: &'static str,
     },
-    /// `max_header_len` is too small to hold any payment.
-    #[error("max_header_len {0} is too small (at least 512)")]
-    HeaderLimitTooSmall(usize),
-    /// A shared engine was given together with engine settings (settler, observer, store, limits, clock):
-    /// configure those on the engine.
-    #[error(
-        "give either an engine or its settings (settler, observer, store, limits, clock), not both"
-    )]
-    EngineAndParts,
     /// No method is sold.
     #[error("no paid methods")]
     NoMethods,
     /// The sign-in-with-x key is shorter than 16 bytes.
     #[error("the sign-in-with-x key must be at least 16 bytes")]
     SignInKeyTooShort,
-    /// The payment engine refused its settings.
+    /// The default (verify-only) payment engine refused its settings.
     #[error(transparent)]
-    Engine(EngineConfigError),
-}
-
-impl From<EngineConfigError> for ConfigError {
-    fn from(e: EngineConfigError) -> Self {
-        match e {
-            EngineConfigError::HeaderLimitTooSmall(n) => ConfigError::HeaderLimitTooSmall(n),
-            other => ConfigError::Engine(other),
-        }
-    }
+    Engine(#[from] EngineConfigError),
 }
 
 pub(crate) enum Pricing {
@@ -196,9 +175,7 @@ impl X402Layer {
             public_base_url: public_base_url.into(),
             offers: Vec::new(),
             source: None,
-            engine: PaymentEngine::builder(),
-            engine_parts: false,
-            shared_engine: None,
+            engine: None,
             timing: SettleTiming::default(),
             expose_headers: false,
             methods: vec![Method::GET],
@@ -238,15 +215,18 @@ impl<S> Layer<S> for X402Layer {
 /// ```
 /// use std::sync::Arc;
 /// use alloy_primitives::address;
-/// use x402_tower::{settle::{SettleTiming, VerifyOnlySettler}, PaymentOffer, Price, X402Layer};
+/// use x402_tower::settle::{SettleTiming, VerifyOnlySettler};
+/// use x402_tower::{PaymentEngine, PaymentOffer, Price, X402Layer};
 ///
+/// // The engine decides payments: its settler, store, observer and limits are set here.
+/// let engine = PaymentEngine::builder().settler(Arc::new(VerifyOnlySettler)).build().unwrap();
 /// let layer = X402Layer::builder("https://api.example.com")
+///     .engine(Arc::new(engine))
 ///     .offer(PaymentOffer::usdc(
 ///         "base-sepolia".parse().unwrap(),
 ///         address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
 ///         Price::from_usdc_decimal("0.01").unwrap(),
 ///     ).unwrap())
-///     .settler(Arc::new(VerifyOnlySettler))
 ///     .settle_timing(SettleTiming::AfterResponse)
 ///     .expose_headers(true)
 ///     .build()
@@ -257,9 +237,7 @@ pub struct X402Config {
     public_base_url: String,
     offers: Vec<PaymentOffer>,
     source: Option<Arc<dyn PriceSource>>,
-    engine: PaymentEngineBuilder,
-    engine_parts: bool,
-    shared_engine: Option<Arc<PaymentEngine>>,
+    engine: Option<Arc<PaymentEngine>>,
     timing: SettleTiming,
     expose_headers: bool,
     methods: Vec<Method>,
@@ -392,35 +370,12 @@ impl X402Config {
         self
     }
 
-    /// Uses a shared [`PaymentEngine`] (one store and settler for several layers and a facilitator API).
-    /// Exclusive with the engine settings below.
+    /// The [`PaymentEngine`] that decides payments: its settler, store, observer, limits and clock are
+    /// configured on it ([`PaymentEngine::builder`]), and one engine may serve several layers and a
+    /// facilitator API. Without one, the layer builds a verify-only engine: payments are checked and
+    /// **nothing is settled** (no money moves), with a warning when built and on the first payment.
     pub fn engine(mut self, engine: Arc<PaymentEngine>) -> Self {
-        self.shared_engine = Some(engine);
-        self
-    }
-
-    /// The settler. Without one, the layer settles nothing ([`VerifyOnlySettler`](crate::settle::VerifyOnlySettler):
-    /// no money moves) and logs a warning when built and on every verify-only payment; choose it explicitly to
-    /// silence the warning.
-    pub fn settler(mut self, settler: Arc<dyn Settler>) -> Self {
-        self.engine = self.engine.settler(settler);
-        self.engine_parts = true;
-        self
-    }
-
-    /// Reports every settlement outcome (settled, failed, unknown, reconciled) to `observer`, awaited before
-    /// the client is answered. Default: none. See [`SettlementObserver`].
-    pub fn settlement_observer(mut self, observer: Arc<dyn SettlementObserver>) -> Self {
-        self.engine = self.engine.settlement_observer(observer);
-        self.engine_parts = true;
-        self
-    }
-
-    /// The payment store (default: an [`InMemoryReplayStore`](crate::store::InMemoryReplayStore) of 100 000
-    /// entries, for one process).
-    pub fn replay_store(mut self, store: Arc<dyn ReplayStore>) -> Self {
-        self.engine = self.engine.replay_store(store);
-        self.engine_parts = true;
+        self.engine = Some(engine);
         self
     }
 
@@ -451,45 +406,6 @@ impl X402Config {
         self
     }
 
-    /// Cap on the payment header's length, checked before decoding (default 16 KiB).
-    pub fn max_header_len(mut self, len: usize) -> Self {
-        self.engine = self.engine.max_header_len(len);
-        self.engine_parts = true;
-        self
-    }
-
-    /// How long a resend of a payment still being settled waits for it (default 5 s). See
-    /// [`PaymentEngineBuilder::in_flight_wait`].
-    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
-        self.engine = self.engine.in_flight_wait(wait);
-        self.engine_parts = true;
-        self
-    }
-
-    /// After how long a payment left `InFlight` counts as abandoned (its request died) and is reconciled
-    /// (default 180 s, raised to the settler's own deadline plus a minute). See
-    /// [`PaymentEngineBuilder::stale_after`].
-    pub fn stale_after(mut self, after: Duration) -> Self {
-        self.engine = self.engine.stale_after(after);
-        self.engine_parts = true;
-        self
-    }
-
-    /// How long a payment's record is kept after its `validBefore` (default 15 minutes, raised to the stale
-    /// time plus a minute). See [`PaymentEngineBuilder::keep_after_expiry`].
-    pub fn keep_after_expiry(mut self, keep: Duration) -> Self {
-        self.engine = self.engine.keep_after_expiry(keep);
-        self.engine_parts = true;
-        self
-    }
-
-    /// Replaces the clock (unix seconds). For tests with fixed signatures.
-    pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
-        self.engine = self.engine.clock(clock);
-        self.engine_parts = true;
-        self
-    }
-
     /// Checks the configuration and builds the layer.
     pub fn build(self) -> Result<X402Layer, ConfigError> {
         let base_url = check_base_url(&self.public_base_url)?;
@@ -501,16 +417,15 @@ impl X402Config {
         if self.methods.is_empty() {
             return Err(ConfigError::NoMethods);
         }
-        let engine = match (self.shared_engine, self.engine_parts) {
-            (Some(_), true) => return Err(ConfigError::EngineAndParts),
-            (Some(e), false) => e,
-            (None, _) => Arc::new(self.engine.verify_only_default().build()?),
+        let engine = match self.engine {
+            Some(e) => e,
+            None => Arc::new(PaymentEngine::builder().verify_only_default().build()?),
         };
         if engine.defaulted_to_verify_only() {
             tracing::warn!(
                 base_url,
                 "x402 layer built without a settler: payments are verified but NOT settled (no money moves); \
-                 choose .settler(...) explicitly"
+                 give it an engine with a settler: .engine(PaymentEngine::builder().settler(...).build()?)"
             );
         }
         let pricing = match (self.offers.is_empty(), self.source) {

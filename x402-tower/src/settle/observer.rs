@@ -78,7 +78,7 @@ impl ObserverError {
 /// The layer logs and counts settlements, but money may move even when the client hears an error (a
 /// settler that timed out after broadcasting, a facilitator that did not answer `/settle`). An application
 /// that must keep books gives the layer an observer
-/// ([`X402Config::settlement_observer`](crate::X402Config::settlement_observer)); the layer calls it **once
+/// ([`PaymentEngineBuilder::settlement_observer`](crate::engine::PaymentEngineBuilder::settlement_observer)); the layer calls it **once
 /// per settlement attempt**, with the verified payment, the resource and the outcome, and **awaits it before
 /// answering the client**, so a record exists before anybody hears anything:
 ///
@@ -120,7 +120,11 @@ impl ObserverError {
 ///     }
 /// }
 ///
-/// let config = x402_tower::X402Layer::builder("https://api.example.com").settlement_observer(Arc::new(Books));
+/// let engine = x402_tower::PaymentEngine::builder()
+///     .settler(Arc::new(x402_tower::settle::VerifyOnlySettler))
+///     .settlement_observer(Arc::new(Books))
+///     .build();
+/// # assert!(engine.is_ok());
 /// ```
 pub trait SettlementObserver: Send + Sync + 'static {
     /// Records one settlement attempt. The layer awaits the future before answering the client; keep it

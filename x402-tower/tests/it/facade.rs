@@ -19,7 +19,12 @@ fn the_layer_records_402s_payments_and_rejections_through_the_facade() {
         rt.block_on(async {
             let inner = Inner::new();
             let svc = config()
-                .settler(Scripted::new(settled_outcome()))
+                .engine(std::sync::Arc::new(
+                    x402_tower::PaymentEngine::builder()
+                        .settler(Scripted::new(settled_outcome()))
+                        .build()
+                        .unwrap(),
+                ))
                 .build()
                 .unwrap()
                 .layer(inner.service(StatusCode::OK));

@@ -137,7 +137,12 @@ fn paid_route(
 ) {
     let inner = Inner::new();
     let svc = config()
-        .settler(facilitator(&url))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(facilitator(&url))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));

@@ -120,9 +120,14 @@ async fn pay(
     nonce: u8,
 ) -> (Answer, x402_tower::engine::MetricsSnapshot) {
     let layer = config()
-        .settler(Arc::new(Fixed(outcome)))
         .settle_timing(timing)
-        .settlement_observer(observer)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(Fixed(outcome)))
+                .settlement_observer(observer)
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let svc = layer.layer(Inner::new().service(StatusCode::OK));
@@ -236,8 +241,13 @@ async fn a_failing_observer_is_logged_and_counted_and_the_answer_is_unchanged() 
 async fn nothing_is_reported_when_no_settlement_is_attempted() {
     let rec = Arc::new(Recorder::default());
     let layer = config()
-        .settler(Arc::new(Fixed(settled())))
-        .settlement_observer(rec.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(Fixed(settled())))
+                .settlement_observer(rec.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     // Settle-after with an inner service answering 404: nothing is settled.
@@ -295,9 +305,14 @@ async fn the_client_is_answered_only_after_the_observer_finished() {
             release: Notify::new(),
         });
         let svc = config()
-            .settler(Arc::new(Fixed(outcome)))
             .settle_timing(timing)
-            .settlement_observer(gate.clone())
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(Arc::new(Fixed(outcome)))
+                    .settlement_observer(gate.clone())
+                    .build()
+                    .unwrap(),
+            ))
             .build()
             .unwrap()
             .layer(Inner::new().service(StatusCode::OK));
@@ -348,10 +363,15 @@ async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_a
     let observer = Arc::new(Gated::default());
     let store = Arc::new(x402_tower::store::InMemoryReplayStore::default());
     let layer = config()
-        .settler(Arc::new(Fixed(settled())))
         .settle_timing(SettleTiming::BeforeHandler)
-        .settlement_observer(observer.clone())
-        .replay_store(store.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(Fixed(settled())))
+                .settlement_observer(observer.clone())
+                .replay_store(store.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     // The handler notes whether the settlement's report had been issued when it ran.
@@ -405,9 +425,14 @@ async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_a
 async fn a_copy_sent_while_the_settlement_is_being_written_is_not_settled_again() {
     let observer = Arc::new(Gated::default());
     let layer = config()
-        .settler(Arc::new(Fixed(settled())))
         .settle_timing(SettleTiming::BeforeHandler)
-        .settlement_observer(observer.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(Fixed(settled())))
+                .settlement_observer(observer.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let inner = Inner::new();

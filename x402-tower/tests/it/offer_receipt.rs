@@ -84,7 +84,13 @@ async fn a_signed_offer_is_reused_while_half_its_validity_is_left_then_signed_an
         .offer_receipt(Arc::new(
             OfferReceipt::new(KEY.parse::<PrivateKeySigner>().unwrap()).offer_validity_seconds(60),
         ))
-        .clock(move || *c.lock().unwrap())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .clock(move || *c.lock().unwrap())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let inner = Inner::new();
@@ -105,9 +111,14 @@ async fn paid(timing: SettleTiming, header: String, v1: bool) -> (Answer, Arc<Of
     let issuer = issuer();
     let settler = Scripted::new(settled_outcome());
     let layer = config()
-        .settler(settler)
         .settle_timing(timing)
         .offer_receipt(issuer.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(settler)
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let name = if v1 { "x-payment" } else { "payment-signature" };
@@ -184,9 +195,14 @@ async fn the_transaction_is_in_the_receipt_only_when_configured() {
         OfferReceipt::new(KEY.parse::<PrivateKeySigner>().unwrap()).include_transaction(true),
     );
     let layer = config()
-        .settler(Scripted::new(settled_outcome()))
         .settle_timing(SettleTiming::BeforeHandler)
         .offer_receipt(issuer)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Scripted::new(settled_outcome()))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let a = send(
@@ -204,13 +220,18 @@ async fn the_transaction_is_in_the_receipt_only_when_configured() {
 #[tokio::test]
 async fn nothing_is_signed_for_a_payment_that_did_not_settle() {
     let layer = config()
-        .settler(Scripted::new(SettleOutcome::Failed {
-            reason: "insufficient_funds".into(),
-            message: None,
-            authorization_still_usable: false,
-        }))
         .settle_timing(SettleTiming::BeforeHandler)
         .offer_receipt(issuer())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Scripted::new(SettleOutcome::Failed {
+                    reason: "insufficient_funds".into(),
+                    message: None,
+                    authorization_still_usable: false,
+                }))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let a = send(
@@ -259,10 +280,15 @@ async fn a_payment_reconciled_on_a_resend_answers_the_same_receipt_every_time() 
         let settler = pending_settler();
         let issuer = issuer();
         let layer = config()
-            .settler(settler.clone())
             .settle_timing(timing)
             .offer_receipt(issuer.clone())
-            .clock(move || c.load(Ordering::SeqCst))
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(settler.clone())
+                    .clock(move || c.load(Ordering::SeqCst))
+                    .build()
+                    .unwrap(),
+            ))
             .build()
             .unwrap();
         let inner = Inner::new();
@@ -319,10 +345,15 @@ async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by
     let instance = || {
         let c = clock.clone();
         config()
-            .settler(settler.clone())
-            .replay_store(store.clone())
             .offer_receipt(issuer())
-            .clock(move || c.load(Ordering::SeqCst))
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(settler.clone())
+                    .replay_store(store.clone())
+                    .clock(move || c.load(Ordering::SeqCst))
+                    .build()
+                    .unwrap(),
+            ))
             .build()
             .unwrap()
     };
@@ -366,8 +397,13 @@ async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by
 async fn concurrent_resends_of_a_reconciled_payment_answer_one_receipt() {
     let settler = pending_settler();
     let layer = config()
-        .settler(settler.clone())
         .offer_receipt(issuer())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(settler.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let inner = Inner::new();

@@ -315,7 +315,13 @@ async fn header_length_cap_applies_before_decoding() {
 
     let inner = Inner::new();
     let svc = config()
-        .max_header_len(2048)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .max_header_len(2048)
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -347,8 +353,13 @@ async fn no_method_but_the_sold_ones_is_charged_in_either_timing() {
         let inner = Inner::new();
         let settler = Scripted::new(settled_outcome());
         let svc = config()
-            .settler(settler.clone())
             .settle_timing(timing)
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(settler.clone())
+                    .build()
+                    .unwrap(),
+            ))
             .build()
             .unwrap()
             .layer(inner.service(StatusCode::OK));
@@ -402,8 +413,13 @@ async fn payment_identifier_declared_cached_conflicting_and_required() {
     let inner = Inner::new();
     let settler = Scripted::new(settled_outcome());
     let svc = config()
-        .settler(settler.clone())
         .payment_identifier(false)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(settler.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -470,7 +486,13 @@ async fn payment_identifiers_expire_with_their_payments_record() {
     let c = clock.clone();
     let svc = config()
         .payment_identifier(false)
-        .clock(move || c.load(std::sync::atomic::Ordering::SeqCst))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .clock(move || c.load(std::sync::atomic::Ordering::SeqCst))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(Inner::new().service(StatusCode::OK));
@@ -503,8 +525,13 @@ async fn payment_identifiers_expire_with_their_payments_record() {
 async fn one_payment_identifier_with_concurrent_different_payments_lets_one_through() {
     let settler = Scripted::new(settled_outcome());
     let svc = config()
-        .settler(settler.clone())
         .payment_identifier(true)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(settler.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(Inner::new().service(StatusCode::OK));

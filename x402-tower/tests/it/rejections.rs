@@ -309,7 +309,15 @@ async fn settler_reason_passes_through() {
         }
     }
     let inner = Inner::new();
-    let layer = config().settler(Arc::new(Poor)).build().unwrap();
+    let layer = config()
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(Poor))
+                .build()
+                .unwrap(),
+        ))
+        .build()
+        .unwrap();
     let svc = layer.layer(inner.service(StatusCode::OK));
     let h = v2_header(1);
     let a = send(svc.clone(), req("/report", &[("payment-signature", &h)])).await;
@@ -424,7 +432,13 @@ async fn signature_hex_with_a_sign_is_not_hex() {
     for (sig, ok) in [(good, true), (signed, false)] {
         let inner = Inner::new();
         let svc = config()
-            .clock(|| T)
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                    .clock(|| T)
+                    .build()
+                    .unwrap(),
+            ))
             .build()
             .unwrap()
             .layer(inner.service(StatusCode::OK));
@@ -477,7 +491,13 @@ async fn time_window_boundaries_with_a_fixed_clock() {
     for (n, (valid_after, valid_before, expect)) in cases.into_iter().enumerate() {
         let inner = Inner::new();
         let svc = config()
-            .clock(|| T)
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                    .clock(|| T)
+                    .build()
+                    .unwrap(),
+            ))
             .build()
             .unwrap()
             .layer(inner.service(StatusCode::OK));
@@ -516,7 +536,13 @@ async fn a_payment_past_its_valid_before_is_only_redelivered_from_its_record() {
     let c = clock.clone();
     let inner = Inner::new();
     let svc = config()
-        .clock(move || c.load(Ordering::SeqCst))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .clock(move || c.load(Ordering::SeqCst))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));

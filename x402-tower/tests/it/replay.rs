@@ -29,7 +29,12 @@ fn settling() -> (
     let inner = Inner::new();
     let settler = Scripted::new(settled_outcome());
     let svc = config()
-        .settler(settler.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(settler.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -153,8 +158,13 @@ async fn a_resend_while_the_first_is_in_flight_waits_then_gets_a_retryable_answe
     );
     let settler = Scripted::new(settled_outcome());
     let svc = config()
-        .settler(settler.clone())
-        .in_flight_wait(std::time::Duration::from_millis(200))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(settler.clone())
+                .in_flight_wait(std::time::Duration::from_millis(200))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(slow);
@@ -201,7 +211,13 @@ async fn full_store_answers_503_not_500() {
     let inner = Inner::new();
     let store = std::sync::Arc::new(x402_tower::store::InMemoryReplayStore::with_capacity(1));
     let svc = config()
-        .replay_store(store)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .replay_store(store)
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -240,7 +256,13 @@ async fn a_request_dropped_mid_flight_keeps_its_reservation() {
         },
     );
     let svc = config()
-        .in_flight_wait(std::time::Duration::from_millis(50))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .in_flight_wait(std::time::Duration::from_millis(50))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(hanging);
@@ -270,11 +292,16 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
     let store = std::sync::Arc::new(x402_tower::store::InMemoryReplayStore::default());
     let inner = Inner::new();
     let svc = config()
-        .settler(Scripted::new(SettleOutcome::Unknown {
-            message: "no receipt".into(),
-            transaction: None,
-        }))
-        .replay_store(store.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Scripted::new(SettleOutcome::Unknown {
+                    message: "no receipt".into(),
+                    transaction: None,
+                }))
+                .replay_store(store.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -306,8 +333,13 @@ async fn an_echoing_payment_copied_resent_and_sent_to_another_instance_settles_o
         let settler = Scripted::new(settled_outcome());
         let instance = || {
             config()
-                .settler(settler.clone())
-                .replay_store(store.clone())
+                .engine(std::sync::Arc::new(
+                    x402_tower::PaymentEngine::builder()
+                        .settler(settler.clone())
+                        .replay_store(store.clone())
+                        .build()
+                        .unwrap(),
+                ))
                 .build()
                 .unwrap()
                 .layer(Inner::new().service(StatusCode::OK))

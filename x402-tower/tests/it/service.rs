@@ -204,8 +204,13 @@ async fn config_errors_at_build() {
         Err(ConfigError::BadOffer { .. })
     ));
     assert!(matches!(
-        config().max_header_len(10).build(),
-        Err(ConfigError::HeaderLimitTooSmall(10))
+        x402_tower::PaymentEngine::builder()
+            .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+            .max_header_len(10)
+            .build(),
+        Err(x402_tower::engine::EngineConfigError::HeaderLimitTooSmall(
+            10
+        ))
     ));
     assert!(matches!(
         config()

@@ -28,7 +28,12 @@ async fn failing_handler_means_no_settlement() {
     let s = Scripted::new(settled());
     let inner = Inner::new();
     let svc = config()
-        .settler(s.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(s.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::NOT_FOUND));
@@ -43,7 +48,12 @@ async fn settled_after_the_handler_with_the_transaction_in_the_receipt() {
     let s = Scripted::new(settled());
     let inner = Inner::new();
     let svc = config()
-        .settler(s.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(s.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -59,7 +69,15 @@ async fn settled_after_the_handler_with_the_transaction_in_the_receipt() {
 async fn settlement_failure_drops_the_held_response() {
     let s = Scripted::new(failed(true));
     let inner = Inner::new();
-    let layer = config().settler(s.clone()).build().unwrap();
+    let layer = config()
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(s.clone())
+                .build()
+                .unwrap(),
+        ))
+        .build()
+        .unwrap();
     let svc = layer.layer(inner.service(StatusCode::OK));
     let h = v1_header(3);
     let a = send(svc.clone(), req("/r", &[("x-payment", &h)])).await;
@@ -86,7 +104,12 @@ async fn settlement_failure_that_spent_the_nonce_keeps_it() {
     let s = Scripted::new(failed(false));
     let inner = Inner::new();
     let svc = config()
-        .settler(s.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(s.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -114,7 +137,12 @@ async fn unknown_outcome_is_settlement_pending_and_a_resend_reconciles_without_a
     });
     let inner = Inner::new();
     let svc = config()
-        .settler(s.clone())
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(s.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -143,8 +171,13 @@ async fn settle_before_the_handler() {
     let s = Scripted::new(settled());
     let inner = Inner::new();
     let svc = config()
-        .settler(s.clone())
         .settle_timing(SettleTiming::BeforeHandler)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(s.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -164,8 +197,13 @@ async fn settle_before_failure_never_runs_the_handler() {
     let s = Scripted::new(failed(true));
     let inner = Inner::new();
     let svc = config()
-        .settler(s.clone())
         .settle_timing(SettleTiming::BeforeHandler)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(s.clone())
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -183,9 +221,14 @@ async fn settle_without_verify_skips_the_settlers_verify_only_when_settling_firs
     ] {
         let s = Scripted::new(settled());
         let svc = config()
-            .settler(s.clone())
             .settle_timing(timing)
             .settle_without_verify(true)
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(s.clone())
+                    .build()
+                    .unwrap(),
+            ))
             .build()
             .unwrap()
             .layer(Inner::new().service(StatusCode::OK));
@@ -265,7 +308,14 @@ fn a_layer_without_a_settler_warns_when_built_and_on_its_first_payment_only() {
     assert_eq!(defaulted.matches("VERIFY-ONLY").count(), 1, "{defaulted}");
     // Chosen explicitly: no warning.
     let chosen = logs_of(|| {
-        pay_twice(config().settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler)))
+        pay_twice(
+            config().engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                    .build()
+                    .unwrap(),
+            )),
+        )
     });
     assert!(
         !chosen.contains("without a settler") && !chosen.contains("VERIFY-ONLY"),

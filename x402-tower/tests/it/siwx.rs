@@ -55,7 +55,13 @@ fn server_and_metrics(
         Arc::new(Receipts(bought.clone())),
     ));
     if let Some(c) = clock {
-        config = config.clock(move || *c.lock().unwrap());
+        config = config.engine(Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .clock(move || *c.lock().unwrap())
+                .build()
+                .unwrap(),
+        ));
     }
     let layer = config.build().unwrap();
     let metrics = layer.metrics();

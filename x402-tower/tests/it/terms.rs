@@ -29,8 +29,13 @@ fn two_offers() -> X402Layer {
             .unwrap()
             .description("A report, with the right to train on it"),
         )
-        .settler(Arc::new(VerifyOnlySettler))
         .settle_timing(SettleTiming::BeforeHandler)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(VerifyOnlySettler))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
 }
@@ -116,7 +121,12 @@ async fn fixed_terms_are_declared_in_every_402_beside_the_other_extensions() {
     let terms = Terms::uri("https://shop.example/license.xml").version("7");
     let layer = config()
         .terms(terms.clone())
-        .settler(Arc::new(VerifyOnlySettler))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(VerifyOnlySettler))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let inner = Inner::new();
@@ -138,7 +148,12 @@ async fn fixed_terms_are_declared_in_every_402_beside_the_other_extensions() {
 async fn per_request_terms_come_from_the_request_and_are_not_mixed_up_by_the_prebuilt_402s() {
     let layer = config()
         .terms_per_request()
-        .settler(Arc::new(VerifyOnlySettler))
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(VerifyOnlySettler))
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap();
     let inner = Inner::new();

@@ -27,7 +27,13 @@ async fn through_layer(auth: &Auth, sig: &str, v1: bool) -> Answer {
     let inner = Inner::new();
     // validAfter < now, validBefore >= now + 6.
     let svc = config()
-        .clock(|| 1_740_672_100)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .clock(|| 1_740_672_100)
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -108,7 +114,13 @@ async fn vector_b_accepted_on_base_mainnet() {
             .unwrap();
     let svc = x402_tower::X402Layer::builder(BASE_URL)
         .offer(offer)
-        .clock(|| 1_740_672_100)
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                .clock(|| 1_740_672_100)
+                .build()
+                .unwrap(),
+        ))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));

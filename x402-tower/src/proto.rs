@@ -497,7 +497,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
         struct V;
         impl<'de> serde::de::Visitor<'de> for V {
             type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a key")
             }
             fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
@@ -519,7 +519,7 @@ pub(crate) fn object_members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)
     struct Members;
     impl<'de> Visitor<'de> for Members {
         type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a JSON object")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {

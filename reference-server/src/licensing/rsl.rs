@@ -46,7 +46,7 @@ pub struct RslLicense {
 }
 
 /// The RSL 1.0 document (`/license.xml`).
-#[derive(Template)]
+#[derive(Debug, Template)]
 #[template(path = "license.xml")]
 pub struct RslDocument<'a> {
     /// One `<content>` per article.

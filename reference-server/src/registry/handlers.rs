@@ -122,8 +122,8 @@ pub(crate) fn render_one(reg: &Registry, id: u64, template: &[u8]) -> Result<Vec
         (status = 200, description = "A page.", body = AssetPage,
             headers(("ETag" = String, description = "Strong tag of the page's bytes (If-None-Match answers 304)."))),
         (status = 304, description = "Not modified (If-None-Match matched)."),
-        (status = 404, description = "A page past the last one (`Invalid page.`).", body = super::drf::Detail),
-        (status = 406, description = "Accept allows neither JSON nor HTML.", body = super::drf::Detail),
+        (status = 404, description = "A page past the last one (`Invalid page.`).", body = super::drf::Detail<'static>),
+        (status = 406, description = "Accept allows neither JSON nor HTML.", body = super::drf::Detail<'static>),
     ),
 )]
 pub(crate) async fn list(
@@ -179,8 +179,8 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "The file, with its stored MIME type; ETag is its CID.", body = Vec<u8>, content_type = "application/octet-stream"),
         (status = 304, description = "Not modified (If-None-Match matched)."),
-        (status = 403, description = "Unsigned, expired or tampered URL.", body = RegistryError),
-        (status = 404, description = "No such file.", body = RegistryError),
+        (status = 403, description = "Unsigned, expired or tampered URL.", body = RegistryError<'static>),
+        (status = 404, description = "No such file.", body = RegistryError<'static>),
     ),
 )]
 pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Response {
@@ -315,7 +315,7 @@ async fn record_of(reg: &Registry, cid: String) -> Result<Option<Vec<u8>>, Respo
     params(("cid" = String, Path, description = "The asset's CIDv1.")),
     responses(
         (status = 200, description = "An HTML page.", body = String, content_type = "text/html"),
-        (status = 404, description = "No such asset.", body = RegistryError),
+        (status = 404, description = "No such asset.", body = RegistryError<'static>),
     ),
 )]
 pub(crate) async fn verify_page(

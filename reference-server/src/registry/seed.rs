@@ -167,7 +167,7 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
         created_at: at.clone(),
     };
     let legacy_id = trytes(&format!("legacy:{cid}"), 81);
-    let legacy_tag = "CAPTURE9PROOF9LEGACY9999999".to_string();
+    let legacy_tag = "CAPTURE9PROOF9LEGACY9999999".to_owned();
     let (mut integrity_info, mut verification_hash, mut verification_tag, legacy) = (
         Vec::new(),
         String::new(),
@@ -220,11 +220,11 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
     }
 
     let caption = if i % 29 == 7 {
-        LONG_CAPTION.to_string()
+        LONG_CAPTION.to_owned()
     } else {
-        CAPTIONS[(i % CAPTIONS.len() as u64) as usize].to_string()
+        CAPTIONS[(i % CAPTIONS.len() as u64) as usize].to_owned()
     };
-    let headline = HEADLINES[(i % HEADLINES.len() as u64) as usize].to_string();
+    let headline = HEADLINES[(i % HEADLINES.len() as u64) as usize].to_owned();
     let (origin_type, digital_source_type, service_name) = match i % 6 {
         0 | 1 => ("captureCamera", "digitalCapture", "Capture App"),
         2 => ("captureUpload", "digitalUpload", "Capture App"),
@@ -424,7 +424,7 @@ pub fn seed_asset(i: u64, n: u64) -> Result<NewAsset, TemplateError> {
             "jpg" => format!("IMG_{}_{:06}.jpg", 20220101 + i % 1000, i),
             "png" => format!("capture-{i}.png"),
             "json" => format!("document-{i}.json"),
-            _ => format!("VID_{:06}.mp4", i),
+            _ => format!("VID_{i:06}.mp4"),
         },
         asset_file_size: bytes.len() as u64,
         asset_file_mime_type: mime.into(),

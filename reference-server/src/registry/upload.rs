@@ -75,12 +75,12 @@ pub(crate) struct UploadForm {
     security(("token" = [])),
     responses(
         (status = 201, description = "Registered: the new record.", body = AssetRecord),
-        (status = 400, description = "Invalid input (`details` per field) or a malformed body.", body = super::handlers::RegistryError),
-        (status = 401, description = "No or a wrong `Authorization: token <t>`.", body = super::handlers::RegistryError),
-        (status = 403, description = "Registration is disabled (no API token configured).", body = super::handlers::RegistryError),
-        (status = 409, description = "The same file is already registered (`details.cid`).", body = super::handlers::RegistryError),
-        (status = 413, description = "The file exceeds the size limit (`details.max_bytes`).", body = super::handlers::RegistryError),
-        (status = 415, description = "Not multipart/form-data.", body = super::handlers::RegistryError),
+        (status = 400, description = "Invalid input (`details` per field) or a malformed body.", body = super::handlers::RegistryError<'static>),
+        (status = 401, description = "No or a wrong `Authorization: token <t>`.", body = super::handlers::RegistryError<'static>),
+        (status = 403, description = "Registration is disabled (no API token configured).", body = super::handlers::RegistryError<'static>),
+        (status = 409, description = "The same file is already registered (`details.cid`).", body = super::handlers::RegistryError<'static>),
+        (status = 413, description = "The file exceeds the size limit (`details.max_bytes`).", body = super::handlers::RegistryError<'static>),
+        (status = 415, description = "Not multipart/form-data.", body = super::handlers::RegistryError<'static>),
     ),
 )]
 pub(crate) async fn create(State(reg): State<Arc<Registry>>, req: Request) -> Response {
@@ -408,7 +408,7 @@ fn sniff(bytes: &[u8]) -> &'static str {
         [0x89, b'P', b'N', b'G', ..] => "image/png",
         [b'G', b'I', b'F', b'8', ..] => "image/gif",
         [_, _, _, _, b'f', b't', b'y', b'p', ..] => "video/mp4",
-        [b'{', ..] | [b'[', ..] => "application/json",
+        [b'{' | b'[', ..] => "application/json",
         _ => "application/octet-stream",
     }
 }

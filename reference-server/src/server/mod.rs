@@ -451,6 +451,7 @@ pub(crate) fn log_lines_dropped() -> u64 {
 
 /// Flushes the log lines still queued when dropped: keep it until the process ends.
 #[must_use = "log lines still queued are lost unless the guard is kept until the end"]
+#[derive(Debug)]
 pub struct LogGuard {
     _writer: Option<tracing_appender::non_blocking::WorkerGuard>,
 }

@@ -208,7 +208,7 @@ impl AsyncWrite for StallTimeout {
     ) -> Poll<io::Result<usize>> {
         match Pin::new(&mut self.io).poll_write(cx, buf) {
             Poll::Pending => self.pending_write(cx),
-            done => {
+            done @ Poll::Ready(_) => {
                 self.stalled_since = None;
                 done
             }
@@ -222,7 +222,7 @@ impl AsyncWrite for StallTimeout {
     ) -> Poll<io::Result<usize>> {
         match Pin::new(&mut self.io).poll_write_vectored(cx, bufs) {
             Poll::Pending => self.pending_write(cx),
-            done => {
+            done @ Poll::Ready(_) => {
                 self.stalled_since = None;
                 done
             }

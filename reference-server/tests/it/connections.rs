@@ -22,7 +22,7 @@ async fn closed_within(stream: &mut TcpStream, wait: Duration) -> Option<usize> 
     loop {
         match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
             Err(_) => return None,
-            Ok(Ok(0)) | Ok(Err(_)) => return Some(total),
+            Ok(Ok(0) | Err(_)) => return Some(total),
             Ok(Ok(n)) => total += n,
         }
     }

@@ -46,7 +46,7 @@ impl PaymentEngine {
         };
         let (local, expired) = match local {
             Ok(v) => (v, false),
-            Err(r) => match self.verify_expired(r, offers, header, now) {
+            Err(r) => match Self::verify_expired(r, offers, header, now) {
                 Ok(v) => (v, true),
                 Err(r) => {
                     debug!(
@@ -153,7 +153,6 @@ impl PaymentEngine {
     /// second ([`verify::as_of_last_valid_second`]): `Ok` to be looked up (never settled), else the first
     /// refusal. Decoded again: the first check consumed the decoding, and only this rare path needs it twice.
     pub(super) fn verify_expired(
-        &self,
         refused: Rejection,
         offers: &[CompiledOffer],
         header: &[u8],
@@ -316,7 +315,7 @@ impl PaymentEngine {
                 Taken::Changed => continue,
             }
             if Instant::now() >= deadline {
-                return Admitted::Answer(self.pending_answer(&request, None));
+                return Admitted::Answer(Self::pending_answer(&request, None));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(200));

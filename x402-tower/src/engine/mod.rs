@@ -59,6 +59,7 @@ use std::time::Duration;
 use alloy_primitives::B256;
 use tracing::{Instrument, debug_span, error, warn};
 
+pub(crate) use crate::extensions::Settled;
 use crate::extensions::payment_identifier::PaymentIdentifier;
 use crate::network::Token;
 use crate::offer::PaymentOffer;
@@ -146,20 +147,6 @@ pub(crate) struct SettledHook(pub(crate) Arc<SettledFn>);
 
 /// The function of a [`SettledHook`]: the settlement, its resource URL, and how it was settled.
 pub(crate) type SettledFn = dyn Fn(&mut SettleResponse, &str, Settled) + Send + Sync;
-
-/// How a successful settlement reaches a [`SettledHook`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Settled {
-    /// Settled for this request at these unix seconds, not recorded yet: the hook writes what it adds to
-    /// the settlement the engine built from the settler's outcome (a transaction, a payer, a network:
-    /// nothing a settler's answer carried besides).
-    Now(u64),
-    /// Read from the payment's record, settled at these unix seconds (the record's last change). The hook
-    /// adds only what is missing: a record written without the hook (by the background reconciler, which
-    /// serves no route, or by a build or configuration without it) is completed from the record alone, so
-    /// every delivery of it answers the same.
-    Recorded(u64),
-}
 
 impl std::fmt::Debug for SettledHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

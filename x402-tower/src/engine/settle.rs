@@ -17,8 +17,8 @@ use crate::verify::RejectReason;
 impl PaymentEngine {
     /// After the protected service answered, when nothing is left to do: the receipt to add (settled before
     /// the handler, or a redelivery). `None`: call [`PaymentEngine::finish`].
+    #[allow(clippy::option_option)] // None: settle now; Some(receipt or none): answer as it is.
     pub(crate) fn finish_now(
-        &self,
         route: &Route,
         attempt: &mut Attempt,
         served: bool,
@@ -35,7 +35,7 @@ impl PaymentEngine {
         served: bool,
     ) -> Finish {
         let version = attempt.verified.x402_version;
-        if let Some(receipt) = self.finish_now(route, &mut attempt, served) {
+        if let Some(receipt) = PaymentEngine::finish_now(route, &mut attempt, served) {
             return Finish::Pass(receipt, version);
         }
         if !served {
@@ -63,7 +63,7 @@ impl PaymentEngine {
             Ok(VerifyOutcome::Invalid { reason, message }) => {
                 debug!(%reason, ?message, "settler rejected the payment");
                 let nonce_used = reason == RejectReason::NonceAlreadyUsed.as_str();
-                let failure = self.failure(attempt, &reason, message);
+                let failure = Self::failure(attempt, &reason, message);
                 self.dispose(
                     attempt,
                     Event::SettlerRefused { nonce_used },
@@ -166,7 +166,7 @@ impl PaymentEngine {
             } => {
                 warn!(%reason, ?message, "settlement failed");
                 self.metrics.settlement_failed();
-                let sr = self.failure(attempt, &reason, message);
+                let sr = Self::failure(attempt, &reason, message);
                 let event = Event::SettlementFailed {
                     still_usable: authorization_still_usable,
                 };
@@ -183,7 +183,7 @@ impl PaymentEngine {
             } => {
                 error!(%message, ?transaction, "settlement outcome unknown: recorded as pending");
                 self.metrics.settlement_unknown();
-                let answer = self.pending_answer(&attempt.request, transaction);
+                let answer = Self::pending_answer(&attempt.request, transaction);
                 if let Answer::PaymentRequired { receipt, .. } = &answer {
                     self.dispose(attempt, Event::OutcomeUnknown, receipt.clone())
                         .await;
@@ -267,7 +267,6 @@ impl PaymentEngine {
     }
 
     pub(super) fn failure(
-        &self,
         attempt: &Attempt,
         reason: &str,
         message: Option<String>,
@@ -284,11 +283,7 @@ impl PaymentEngine {
     }
 
     /// 402 with a `settlement_pending` receipt: resend the identical payment later.
-    pub(super) fn pending_answer(
-        &self,
-        request: &SettleRequest,
-        transaction: Option<String>,
-    ) -> Answer {
+    pub(super) fn pending_answer(request: &SettleRequest, transaction: Option<String>) -> Answer {
         Answer::PaymentRequired {
             error: Cow::Borrowed(SETTLEMENT_PENDING),
             receipt: Some(SettleResponse {

@@ -8,8 +8,55 @@
 //! | [`bazaar`] | `bazaar` | how a paid route is called, for a facilitator's discovery catalogue |
 //! | [`terms`] | `terms` | the license terms a payment buys under |
 //!
-//! The layer declares them in its 402 ([`X402Config`](crate::X402Config) has one setting per extension); the
-//! engine reads what a payment echoes back.
+//! Each is an [`Extension`]: it declares itself in a 402 and may add to a successful settlement. The layer
+//! declares the extensions its configuration names ([`X402Config`](crate::X402Config) has one setting per
+//! extension of this crate, and [`X402Config::extension`](crate::X402Config::extension) takes any other), so
+//! each route chooses what its 402 declares, and a 402 that declares none has no `extensions` at all.
+//!
+//! Two extensions are more than a declaration and are wired by the layer and the engine themselves:
+//! `sign-in-with-x` is a second way in (a wallet that paid signs in instead of paying: the layer checks its
+//! header before asking for a payment), and `payment-identifier` is part of the engine's admission (an id
+//! bound to one payment). `terms` declared per request ([`X402Config::terms_per_request`](crate::X402Config::terms_per_request))
+//! come from the request itself.
+//!
+//! # Your own extension
+//!
+//! ```
+//! use std::sync::Arc;
+//! use x402_tower::extensions::{Declaration, Extension, Offered};
+//!
+//! /// Tells buyers where support is.
+//! struct Support;
+//!
+//! impl Extension for Support {
+//!     fn key(&self) -> &str {
+//!         "support"
+//!     }
+//!     fn declare(&self, offered: &Offered<'_>) -> Option<Declaration> {
+//!         Some(Declaration::lasting(format!(
+//!             r#"{{"info":{{"url":"https://example.com/help","resource":{:?}}}}}"#,
+//!             offered.resource_url()
+//!         )))
+//!     }
+//! }
+//!
+//! let layer = x402_tower::X402Layer::builder("https://example.com")
+//!     .offer(x402_tower::PaymentOffer::usdc(
+//!         "base-sepolia".parse().unwrap(),
+//!         alloy_primitives::address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+//!         x402_tower::Price::from_usdc_decimal("0.01").unwrap(),
+//!     ).unwrap())
+//!     .extension(Arc::new(Support))
+//!     .build()
+//!     .unwrap();
+//! # let _ = layer;
+//! ```
+
+use std::sync::Arc;
+
+use crate::pricing::PaymentOffer;
+use crate::proto::{PaymentRequirementsV2, SettleResponse};
+use crate::verify::CompiledOffer;
 
 pub mod bazaar;
 pub mod offer_receipt;
@@ -25,3 +72,121 @@ pub mod terms;
 /// ([`StoredPayment::new`](crate::store::StoredPayment::new)): they were most of the database pages a
 /// durable purchase wrote.
 pub const ECHOED_EXTENSIONS: [&str; 4] = [bazaar::KEY, offer_receipt::KEY, siwx::KEY, terms::KEY];
+
+/// An x402 extension a layer declares in its 402s (under [`key`](Extension::key) in `extensions`) and that
+/// may add to every successful settlement of its route (the `extensions` of `PAYMENT-RESPONSE`).
+pub trait Extension: Send + Sync + 'static {
+    /// Its key in `extensions`.
+    fn key(&self) -> &str;
+
+    /// Its declaration in a 402 that sells [`Offered`]: the JSON value under [`key`](Extension::key), and
+    /// until when it may be sent again. `None`: nothing to declare in this 402. The layer keeps a 402 ready
+    /// per resource and offer list, so this runs when one is built, not for every request.
+    fn declare(&self, offered: &Offered<'_>) -> Option<Declaration>;
+
+    /// Adds to a successful settlement of `resource_url` before it is recorded and answered (its
+    /// `extensions`). Called again with [`Settled::Recorded`] when a recorded settlement is delivered again
+    /// (a resend): add only what is missing, so every delivery answers the same. Default: nothing.
+    fn on_settled(&self, settlement: &mut SettleResponse, resource_url: &str, settled: Settled) {
+        let _ = (settlement, resource_url, settled);
+    }
+}
+
+/// What a 402 sells, as an [`Extension`] sees it when declaring itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Offered<'a> {
+    pub(crate) resource_url: &'a str,
+    pub(crate) offers: &'a [CompiledOffer],
+    pub(crate) now: u64,
+}
+
+impl<'a> Offered<'a> {
+    /// The absolute URL of the resource.
+    pub fn resource_url(&self) -> &'a str {
+        self.resource_url
+    }
+
+    /// The offers, in the order of the 402's `accepts`.
+    pub fn offers(&self) -> impl ExactSizeIterator<Item = &'a PaymentOffer> + 'a {
+        self.offers.iter().map(|o| &o.offer)
+    }
+
+    /// The v2 requirements of the offers, in the order of `accepts`.
+    pub fn requirements(&self) -> impl ExactSizeIterator<Item = &'a PaymentRequirementsV2> + 'a {
+        self.offers.iter().map(|o| &o.v2)
+    }
+
+    /// The unix time the 402 is built at.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+}
+
+/// An extension's declaration in a 402: its JSON value, and the last unix second it may be sent again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    /// The JSON value, serialised.
+    pub json: Arc<str>,
+    /// Sent again until this unix second (excluded); `u64::MAX` while the 402's offers are the same.
+    pub until: u64,
+}
+
+impl Declaration {
+    /// A declaration that holds as long as the offers it was made for.
+    pub fn lasting(json: impl Into<Arc<str>>) -> Self {
+        Declaration {
+            json: json.into(),
+            until: u64::MAX,
+        }
+    }
+
+    /// A declaration to make anew from `until` on (signed offers expire).
+    pub fn until(json: impl Into<Arc<str>>, until: u64) -> Self {
+        Declaration {
+            json: json.into(),
+            until,
+        }
+    }
+}
+
+/// How a successful settlement reaches [`Extension::on_settled`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Settled for this request at these unix seconds, not recorded yet: add what the extension adds.
+    Now(u64),
+    /// Read from the payment's record, settled at these unix seconds (the record's last change): add only
+    /// what is missing. A record written without the extension (by the background reconciler, which serves
+    /// no route, or before the extension was configured) is completed from the record alone, so every
+    /// delivery of it answers the same.
+    Recorded(u64),
+}
+
+impl Extension for payment_identifier::PaymentIdentifier {
+    fn key(&self) -> &str {
+        payment_identifier::KEY
+    }
+
+    fn declare(&self, _: &Offered<'_>) -> Option<Declaration> {
+        Some(Declaration::lasting(self.declaration().to_string()))
+    }
+}
+
+impl Extension for bazaar::Discovery {
+    fn key(&self) -> &str {
+        bazaar::KEY
+    }
+
+    fn declare(&self, _: &Offered<'_>) -> Option<Declaration> {
+        Some(Declaration::lasting(self.declaration().to_string()))
+    }
+}
+
+impl Extension for terms::Terms {
+    fn key(&self) -> &str {
+        terms::KEY
+    }
+
+    fn declare(&self, _: &Offered<'_>) -> Option<Declaration> {
+        Some(Declaration::lasting(self.declaration()))
+    }
+}

@@ -504,6 +504,47 @@ fn receipt_schema_value() -> Value {
 #[cfg(feature = "offer-receipt")]
 pub use issuer::{InvalidKey, IssueError, OfferReceipt};
 
+/// Signs every offer of a 402 and the receipt of every successful settlement.
+#[cfg(feature = "offer-receipt")]
+impl crate::extensions::Extension for OfferReceipt {
+    fn key(&self) -> &str {
+        KEY
+    }
+
+    fn declare(
+        &self,
+        offered: &crate::extensions::Offered<'_>,
+    ) -> Option<crate::extensions::Declaration> {
+        let (json, until) = self.declare(offered.resource_url, offered.offers, offered.now)?;
+        Some(crate::extensions::Declaration::until(json, until))
+    }
+
+    /// The signed receipt is added to the settlement before the engine records it, so a redelivery answers
+    /// the same receipt. A recorded settlement without one (recorded by the background reconciler, or
+    /// before a signer was configured) is signed as of its record's time: the same receipt on every
+    /// delivery, from any instance with this key.
+    fn on_settled(
+        &self,
+        settlement: &mut SettleResponse,
+        resource_url: &str,
+        settled: crate::extensions::Settled,
+    ) {
+        use crate::extensions::Settled;
+        match settled {
+            Settled::Now(now) => self.enrich(settlement, resource_url, now),
+            Settled::Recorded(at) => {
+                if !settlement
+                    .extensions
+                    .as_ref()
+                    .is_some_and(|e| e.contains(KEY))
+                {
+                    self.enrich(settlement, resource_url, at);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(feature = "offer-receipt")]
 mod issuer {
     use std::collections::HashMap;

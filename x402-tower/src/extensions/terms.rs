@@ -105,24 +105,6 @@ impl Terms {
     }
 }
 
-/// Where the layer takes the terms of a 402 from.
-#[derive(Debug, Clone)]
-pub(crate) enum TermsSource {
-    /// The same terms for every request.
-    Fixed(std::sync::Arc<Terms>),
-    /// An `Arc<Terms>` in the request extensions, when there is one.
-    PerRequest,
-}
-
-impl TermsSource {
-    pub(crate) fn for_request(&self, ext: &http::Extensions) -> Option<std::sync::Arc<Terms>> {
-        match self {
-            TermsSource::Fixed(t) => Some(t.clone()),
-            TermsSource::PerRequest => ext.get::<std::sync::Arc<Terms>>().cloned(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,8 @@ use tower_layer::Layer;
 use super::service::X402;
 use crate::engine::metrics::X402Metrics;
 use crate::engine::{EngineConfigError, PaymentEngine, Route};
-use crate::extensions::payment_identifier::{self as identifier, PaymentIdentifier};
+use crate::extensions::payment_identifier::PaymentIdentifier;
+use crate::extensions::{Extension, Offered, Settled};
 use crate::offer::PaymentOffer;
 use crate::payment::SettleTiming;
 use crate::pricing::{PriceSource, offer_problem};
@@ -63,19 +64,16 @@ pub(crate) struct Shared {
     pub(crate) methods: Vec<Method>,
     /// `Allow` of the 405 for a method that is not sold.
     pub(crate) allow: HeaderValue,
-    /// The 402's fixed v2 `extensions` (payment-identifier, bazaar), serialised once (`None` when empty).
-    pub(crate) extensions: Option<String>,
+    /// The extensions the 402 declares, in order.
+    pub(crate) extensions: Vec<Arc<dyn Extension>>,
     /// No-payment 402s, ready.
     pub(crate) prebuilt: super::response::Prebuilt402s,
     /// The sign-in-with-x extension, when declared.
     pub(crate) siwx: Option<Arc<crate::extensions::siwx::SignInWithX>>,
     /// What browsers get.
     pub(crate) paywall: crate::layer::paywall::Paywall,
-    /// Where the `terms` of a 402 come from, when declared.
-    pub(crate) terms: Option<crate::extensions::terms::TermsSource>,
-    /// The offer-receipt signer, when declared.
-    #[cfg(feature = "offer-receipt")]
-    pub(crate) offer_receipt: Option<Arc<crate::extensions::offer_receipt::OfferReceipt>>,
+    /// Whether the `terms` of a 402 come from the request (`Arc<Terms>` in its extensions).
+    pub(crate) terms_per_request: bool,
 }
 
 impl Shared {
@@ -96,19 +94,13 @@ impl Shared {
         now: u64,
     ) -> (Option<String>, u64) {
         let resource_url = info.resource_url.as_str();
-        let fresh_nonce = sign_in.is_some() && self.siwx.is_some();
-        if !(self.signs_offers() || fresh_nonce || info.terms.is_some()) {
-            return (self.extensions.clone(), u64::MAX);
+        let sign_in = sign_in.zip(self.siwx.as_ref());
+        if self.extensions.is_empty() && sign_in.is_none() && info.terms.is_none() {
+            return (None, u64::MAX);
         }
         let mut until = u64::MAX;
-        let mut out = String::with_capacity(self.extensions.as_ref().map_or(0, String::len) + 4096);
+        let mut out = String::with_capacity(4096);
         out.push('{');
-        // The fixed declarations without their braces.
-        if let Some(fixed) = &self.extensions
-            && fixed.len() > 2
-        {
-            out.push_str(&fixed[1..fixed.len() - 1]);
-        }
         let mut add = |key: &str, value: &str| {
             if out.len() > 1 {
                 out.push(',');
@@ -118,17 +110,21 @@ impl Shared {
             out.push_str("\":");
             out.push_str(value);
         };
+        let offered = Offered {
+            resource_url,
+            offers,
+            now,
+        };
+        for extension in &self.extensions {
+            if let Some(d) = extension.declare(&offered) {
+                add(extension.key(), &d.json);
+                until = until.min(d.until);
+            }
+        }
         if let Some(terms) = &info.terms {
             add(crate::extensions::terms::KEY, terms.declaration());
         }
-        #[cfg(feature = "offer-receipt")]
-        if let Some(signer) = &self.offer_receipt
-            && let Some((declaration, fresh_until)) = signer.declare(resource_url, offers, now)
-        {
-            add(crate::extensions::offer_receipt::KEY, &declaration);
-            until = fresh_until;
-        }
-        if let (Some(nonce), Some(siwx)) = (sign_in, &self.siwx) {
+        if let Some((nonce, siwx)) = sign_in {
             let mut nets: Vec<&str> = offers.iter().map(|o| o.offer.network.caip2()).collect();
             nets.dedup();
             add(
@@ -140,13 +136,6 @@ impl Shared {
         }
         out.push('}');
         ((out.len() > 2).then_some(out), until)
-    }
-
-    fn signs_offers(&self) -> bool {
-        #[cfg(feature = "offer-receipt")]
-        return self.offer_receipt.is_some();
-        #[cfg(not(feature = "offer-receipt"))]
-        return false;
     }
 }
 
@@ -182,11 +171,9 @@ impl X402Layer {
             identifier: None,
             settle_without_verify: false,
             siwx: None,
-            discovery: None,
-            terms: None,
+            extensions: Vec::new(),
+            terms_per_request: false,
             paywall: Default::default(),
-            #[cfg(feature = "offer-receipt")]
-            offer_receipt: None,
         }
     }
 
@@ -244,11 +231,9 @@ pub struct X402Config {
     identifier: Option<PaymentIdentifier>,
     settle_without_verify: bool,
     siwx: Option<crate::extensions::siwx::SignInWithX>,
-    discovery: Option<crate::extensions::bazaar::Discovery>,
-    terms: Option<crate::extensions::terms::TermsSource>,
+    extensions: Vec<Arc<dyn Extension>>,
+    terms_per_request: bool,
     paywall: crate::layer::paywall::Paywall,
-    #[cfg(feature = "offer-receipt")]
-    offer_receipt: Option<Arc<crate::extensions::offer_receipt::OfferReceipt>>,
 }
 
 impl std::fmt::Debug for X402Config {
@@ -308,8 +293,9 @@ impl X402Config {
     /// payment under the same id is refused with 409, and a missing id where required with 400. See
     /// [`crate::extensions::payment_identifier`]. Default: not declared (ids are ignored).
     pub fn payment_identifier(mut self, required: bool) -> Self {
-        self.identifier = Some(PaymentIdentifier { required });
-        self
+        let identifier = PaymentIdentifier { required };
+        self.identifier = Some(identifier);
+        self.extension(Arc::new(identifier))
     }
 
     /// Declares the `sign-in-with-x` extension in the no-payment 402s (v2) with a fresh nonce each, and lets
@@ -330,11 +316,10 @@ impl X402Config {
     /// [`crate::extensions::offer_receipt`]. Default: not declared.
     #[cfg(feature = "offer-receipt")]
     pub fn offer_receipt(
-        mut self,
+        self,
         signer: Arc<crate::extensions::offer_receipt::OfferReceipt>,
     ) -> Self {
-        self.offer_receipt = Some(signer);
-        self
+        self.extension(signer)
     }
 
     /// What a browser (`Accept` preferring HTML) gets with a 402: the built-in page that pays from a browser
@@ -348,25 +333,31 @@ impl X402Config {
     /// Declares the `bazaar` extension in the 402s (v2): how the route is called and what it answers, so a
     /// facilitator that settles its payments can list it for discovery (the client echoes the declaration
     /// into its payment). See [`crate::extensions::bazaar`]. Default: not declared.
-    pub fn discovery(mut self, discovery: crate::extensions::bazaar::Discovery) -> Self {
-        self.discovery = Some(discovery);
-        self
+    pub fn discovery(self, discovery: crate::extensions::bazaar::Discovery) -> Self {
+        self.extension(Arc::new(discovery))
     }
 
     /// Declares the `terms` extension in every 402 (v2): what a payment buys the right to do. See
     /// [`crate::extensions::terms`]. Default: not declared.
-    pub fn terms(mut self, terms: crate::extensions::terms::Terms) -> Self {
-        self.terms = Some(crate::extensions::terms::TermsSource::Fixed(Arc::new(
-            terms,
-        )));
-        self
+    pub fn terms(self, terms: crate::extensions::terms::Terms) -> Self {
+        self.extension(Arc::new(terms))
     }
 
     /// Declares the `terms` extension per request: the `Arc<`[`Terms`](crate::extensions::terms::Terms)`>` an earlier layer
     /// put in the request extensions (none there: no `terms` in that 402). For resources sold under terms of
     /// their own, such as articles each with its license.
     pub fn terms_per_request(mut self) -> Self {
-        self.terms = Some(crate::extensions::terms::TermsSource::PerRequest);
+        self.terms_per_request = true;
+        self
+    }
+
+    /// Declares `extension` in the 402s (after the ones declared before it) and lets it add to every
+    /// successful settlement: an extension of your own, or one of [`crate::extensions`] (which the settings
+    /// above add for you). A later extension with the same key replaces the earlier one. See
+    /// [`Extension`].
+    pub fn extension(mut self, extension: Arc<dyn Extension>) -> Self {
+        self.extensions.retain(|e| e.key() != extension.key());
+        self.extensions.push(extension);
         self
     }
 
@@ -445,42 +436,18 @@ impl X402Config {
             Some(s) => Some(Arc::new(s.bind(&base_url))),
             None => None,
         };
-        let mut declarations = serde_json::Map::new();
-        if let Some(p) = &self.identifier {
-            declarations.insert(identifier::KEY.to_owned(), p.declaration());
-        }
-        if let Some(d) = &self.discovery {
-            declarations.insert(crate::extensions::bazaar::KEY.to_owned(), d.declaration());
-        }
-        let extensions =
-            (!declarations.is_empty()).then(|| serde_json::Value::Object(declarations).to_string());
-        // The signed receipt is added to the settlement before the engine records it, so a redelivery
-        // answers the same receipt. A recorded settlement without one (recorded by the background
-        // reconciler, or before a signer was configured) is signed as of its record's time: the same
-        // receipt on every delivery, from any instance with this key.
-        #[cfg(feature = "offer-receipt")]
-        let on_settled =
-            self.offer_receipt.clone().map(|signer| {
-                crate::engine::SettledHook(Arc::new(
-                    move |sr: &mut crate::proto::SettleResponse,
-                          resource: &str,
-                          how: crate::engine::Settled| {
-                        use crate::engine::Settled;
-                        match how {
-                            Settled::Now(now) => signer.enrich(sr, resource, now),
-                            Settled::Recorded(at) => {
-                                if !sr.extensions.as_ref().is_some_and(|e| {
-                                    e.contains(crate::extensions::offer_receipt::KEY)
-                                }) {
-                                    signer.enrich(sr, resource, at);
-                                }
-                            }
-                        }
-                    },
-                ))
-            });
-        #[cfg(not(feature = "offer-receipt"))]
-        let on_settled = None;
+        // What the extensions add to a settlement is added before the engine records it, so a redelivery
+        // answers the same.
+        let on_settled = (!self.extensions.is_empty()).then(|| {
+            let extensions = self.extensions.clone();
+            crate::engine::SettledHook(Arc::new(
+                move |sr: &mut crate::proto::SettleResponse, resource: &str, how: Settled| {
+                    for extension in &extensions {
+                        extension.on_settled(sr, resource, how);
+                    }
+                },
+            ))
+        });
         Ok(X402Layer {
             shared: Arc::new(Shared {
                 base_url,
@@ -495,13 +462,11 @@ impl X402Config {
                 expose_headers: self.expose_headers,
                 methods: self.methods,
                 allow,
-                extensions,
+                extensions: self.extensions,
                 prebuilt: Default::default(),
                 siwx,
                 paywall: self.paywall,
-                terms: self.terms,
-                #[cfg(feature = "offer-receipt")]
-                offer_receipt: self.offer_receipt,
+                terms_per_request: self.terms_per_request,
             }),
         })
     }

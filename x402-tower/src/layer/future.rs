@@ -17,8 +17,9 @@ use super::config::{Pricing, Shared};
 use super::response::{
     RequestInfo, add_receipt, method_not_allowed, plain_error, prefers_html, render,
 };
-use crate::engine::{Attempt, Begin, Finish, Recording};
+use crate::engine::{Attempt, Begin, Finish, PaymentEngine, Recording};
 use crate::extensions::siwx::{Refusal, SignedIn};
+use crate::extensions::terms::Terms;
 use crate::header::{PAYMENT_SIGNATURE, X_PAYMENT};
 use crate::pricing::{BoxFuture, PriceDecision};
 use crate::verify::CompiledOffer;
@@ -289,9 +290,7 @@ where
                     let served = matches!(&res, Ok(r) if r.status().as_u16() < 400);
                     let expose = this.shared.expose_headers;
                     if let Some(receipt) =
-                        this.shared
-                            .engine
-                            .finish_now(&this.shared.route, &mut attempt, served)
+                        PaymentEngine::finish_now(&this.shared.route, &mut attempt, served)
                     {
                         let version = attempt.verified.x402_version;
                         if this.recording.is_none() {
@@ -384,9 +383,9 @@ fn request_info<B>(shared: &Shared, req: &Request<B>) -> RequestInfo {
         wants_html: !matches!(shared.paywall, crate::layer::paywall::Paywall::Off)
             && prefers_html(req.headers()),
         terms: shared
-            .terms
-            .as_ref()
-            .and_then(|t| t.for_request(req.extensions())),
+            .terms_per_request
+            .then(|| req.extensions().get::<std::sync::Arc<Terms>>().cloned())
+            .flatten(),
     }
 }
 

@@ -55,6 +55,7 @@ fn string() -> ObjectBuilder {
 /// Headers: `PAYMENT-REQUIRED` (x402 v2: Base64 of the JSON [`PaymentRequiredV2`]); body: the x402 v1
 /// [`PaymentRequiredV1`] JSON, whose `error` says why the payment is required or what was wrong with the
 /// one sent. Registers both documents' schemas.
+#[derive(Debug)]
 pub struct PaymentRequired;
 
 impl IntoResponses for PaymentRequired {
@@ -113,6 +114,7 @@ impl IntoResponses for PaymentRequired {
 /// A [`utoipa::Modify`] that registers the schemas [`PaymentRequired`] and the payment headers refer to
 /// (`PaymentRequiredV1`, `PaymentRequiredV2`, `SettleResponse` and what they contain):
 /// `#[openapi(modifiers(&X402Schemas))]`.
+#[derive(Debug)]
 pub struct X402Schemas;
 
 impl Modify for X402Schemas {
@@ -139,6 +141,7 @@ impl Modify for X402Schemas {
 }
 
 /// The request headers a client pays with, as header parameters (both optional: absent, the answer is 402).
+#[derive(Debug)]
 pub struct PaymentHeaders;
 
 impl IntoParams for PaymentHeaders {
@@ -166,6 +169,7 @@ impl IntoParams for PaymentHeaders {
 }
 
 /// The settlement receipt headers of a paid answer, to add to its `200` response.
+#[derive(Debug)]
 pub struct PaymentResponseHeaders;
 
 impl PaymentResponseHeaders {

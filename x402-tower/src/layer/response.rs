@@ -37,8 +37,7 @@ pub(crate) fn prefers_html(headers: &HeaderMap) -> bool {
         let mut parts = item.split(';');
         let media = parts.next().unwrap_or("").trim();
         let q = parts
-            .filter_map(|p| p.trim().strip_prefix("q="))
-            .next()
+            .find_map(|p| p.trim().strip_prefix("q="))
             .and_then(|q| q.trim().parse::<f32>().ok())
             .map_or(1000, |q| (q.clamp(0.0, 1.0) * 1000.0) as u32);
         if best.is_none_or(|(_, bq)| q > bq) {

@@ -387,7 +387,7 @@ impl Inner {
                 });
             }
         };
-        let FeeQuote { gas_price, tip, .. } = fees.map_err(not_sent)?;
+        let FeeQuote { gas_price, tip } = fees.map_err(not_sent)?;
 
         let tx = TxEip1559 {
             chain_id,
@@ -567,10 +567,10 @@ impl Inner {
                 authorization_still_usable: false,
             };
         }
-        self.settled(request, hash)
+        Self::settled(request, hash)
     }
 
-    fn settled(&self, request: &SettleRequest, hash: B256) -> SettleOutcome {
+    fn settled(request: &SettleRequest, hash: B256) -> SettleOutcome {
         SettleOutcome::Settled {
             transaction: format!("{hash}"),
             payer: request.payload.exact().authorization.from,
@@ -658,7 +658,7 @@ impl Inner {
             .await
         {
             Ok(Some(receipt)) if receipt.succeeded() && receipt.pays(request) => {
-                self.settled(request, hash)
+                Self::settled(request, hash)
             }
             Ok(Some(_)) => spent(format!(
                 "transaction {hash} used the nonce without paying this offer"

@@ -90,8 +90,7 @@ async fn python_key_order_and_lowercase_addresses() {
         .replace(&a.to.to_checksum(None), &a.to.to_string().to_lowercase());
     assert!(auth.contains("validAfter") && !auth.contains("0xf39F"));
     let json = format!(
-        r#"{{"accepted":{{"amount":"10000","asset":"0x036cbd53842c5426634e7929541ec2318f3dcf7e","extra":{{"name":"USDC","version":"2"}},"maxTimeoutSeconds":300,"network":"eip155:84532","payTo":"0x209693bc6afc0c5328ba36faf03c514ef312287c","scheme":"exact"}},"payload":{{"signature":"{}","authorization":{}}},"x402Version":2}}"#,
-        sig, auth
+        r#"{{"accepted":{{"amount":"10000","asset":"0x036cbd53842c5426634e7929541ec2318f3dcf7e","extra":{{"name":"USDC","version":"2"}},"maxTimeoutSeconds":300,"network":"eip155:84532","payTo":"0x209693bc6afc0c5328ba36faf03c514ef312287c","scheme":"exact"}},"payload":{{"signature":"{sig}","authorization":{auth}}},"x402Version":2}}"#
     );
     let res = pays("payment-signature", &b64s(&json)).await;
     assert_eq!(res.status, StatusCode::OK, "{res:?}");

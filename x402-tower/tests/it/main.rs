@@ -4,6 +4,7 @@ mod support;
 
 mod clients;
 mod engine;
+mod extension;
 #[cfg(feature = "metrics")]
 mod facade;
 #[cfg(feature = "facilitator")]

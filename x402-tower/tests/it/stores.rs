@@ -167,7 +167,7 @@ async fn contract(s: Arc<dyn ReplayStore>) {
         fingerprint: B256::repeat_byte(5),
         ..b
     };
-    let id = format!("pay_{}", now);
+    let id = format!("pay_{now}");
     assert_eq!(s.bind_id(&id, &b, now).await.unwrap(), IdClaim::New);
     assert_eq!(s.bind_id(&id, &b, now).await.unwrap(), IdClaim::Same);
     assert_eq!(

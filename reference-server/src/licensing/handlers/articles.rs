@@ -183,7 +183,7 @@ pub fn with_license_link(state: &Licensing, mut response: Response) -> Response 
         x402_tower::layer::openapi::PaymentHeaders,
     ),
     responses(
-        (status = 200, description = "Paid: the article and its license receipt.", body = PaidArticle,
+        (status = 200, description = "Paid: the article and its license receipt.", body = PaidArticle<'static>,
             headers(
                 ("PAYMENT-RESPONSE" = String, description = "x402 v2 (paid with PAYMENT-SIGNATURE): Base64 of the JSON SettleResponse."),
                 ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 (paid with X-PAYMENT): Base64 of the JSON SettleResponse."),

@@ -689,7 +689,7 @@ async fn an_authorization_another_transaction_paid_with_is_settled_by_that_trans
                 "{message}"
             );
         }
-        other => panic!("{other:?}"),
+        other @ VerifyOutcome::Valid => panic!("{other:?}"),
     }
     match s.settle(&request(1)).await {
         SettleOutcome::Failed {

@@ -41,8 +41,8 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let mut config = Config::for_tests();
-    config.seed_assets = 0;
-    config.public_url = Some(BASE.into());
+    config.registry.seed_assets = 0;
+    config.http.public_url = Some(BASE.into());
     let settings = config.validate().unwrap();
     let stores = Stores::sqlite(Db::open_in_memory().unwrap());
     rt.block_on(reference_server::licensing::seed(&*stores.licensing))

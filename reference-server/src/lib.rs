@@ -9,7 +9,7 @@
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut config = Config::for_tests(); // in-memory database, 127.0.0.1:0
-//! config.seed_assets = 10;
+//! config.registry.seed_assets = 10;
 //! let server = Server::bind(config.validate()?).await?;
 //! println!("listening on {}", server.public_url());
 //! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

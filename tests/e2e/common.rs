@@ -33,8 +33,8 @@ pub(crate) struct RefServer {
 impl RefServer {
     pub(crate) async fn start(adjust: impl FnOnce(&mut Config)) -> RefServer {
         let mut config = Config::for_tests();
-        config.seed_assets = 5;
-        config.pay_to = PAY_TO.into();
+        config.registry.seed_assets = 5;
+        config.payment.pay_to = PAY_TO.into();
         adjust(&mut config);
         let server = Server::bind(config.validate().expect("valid config"))
             .await
@@ -59,12 +59,12 @@ impl RefServer {
         let usdc = chain.usdc.to_checksum(None);
         let rpc_url = chain.anvil.url.clone();
         RefServer::start(move |c| {
-            c.network = format!("eip155:{CHAIN_ID}");
-            c.asset = Some(usdc);
-            c.asset_name = Some(TOKEN_NAME.into());
-            c.asset_version = Some(TOKEN_VERSION.into());
-            c.rpc_url = Some(rpc_url);
-            c.settler_key = Some(DEV_KEYS[1].into());
+            c.payment.network = format!("eip155:{CHAIN_ID}");
+            c.payment.asset = Some(usdc);
+            c.payment.asset_name = Some(TOKEN_NAME.into());
+            c.payment.asset_version = Some(TOKEN_VERSION.into());
+            c.payment.rpc_url = Some(rpc_url);
+            c.payment.settler_key = Some(DEV_KEYS[1].into());
             adjust(c);
         })
         .await
@@ -82,8 +82,8 @@ impl RefServer {
         let database = format!("sqlite:{}", dir.0.join("shop.sqlite3").display());
         let instance = || {
             RefServer::settling_on(chain, |c| {
-                c.database = Some(database.clone());
-                c.public_url = Some("http://shop.test".into());
+                c.registry.database = Some(database.clone());
+                c.http.public_url = Some("http://shop.test".into());
                 adjust(c);
             })
         };
@@ -102,12 +102,12 @@ impl RefServer {
         let facilitator = facilitator.to_owned();
         let network = network.to_owned();
         RefServer::start(move |c| {
-            c.network = network;
-            c.asset = Some(usdc);
-            c.asset_name = Some(TOKEN_NAME.into());
-            c.asset_version = Some(TOKEN_VERSION.into());
-            c.facilitator_url = Some(facilitator);
-            c.facilitator_url_token = Some(FACILITATOR_TOKEN.into());
+            c.payment.network = network;
+            c.payment.asset = Some(usdc);
+            c.payment.asset_name = Some(TOKEN_NAME.into());
+            c.payment.asset_version = Some(TOKEN_VERSION.into());
+            c.payment.facilitator_url = Some(facilitator);
+            c.payment.facilitator_url_token = Some(FACILITATOR_TOKEN.into());
         })
         .await
     }

@@ -118,8 +118,10 @@ async fn a_purchase_mints_one_license_token_to_the_payer_and_a_failed_mint_is_re
         reference_server::licensing::minter::deploy(&settler(&chain), "http://placeholder")
             .await
             .expect("deploy");
-    let server =
-        RefServer::settling_on(&chain, |c| c.license_token = Some(contract.to_string())).await;
+    let server = RefServer::settling_on(&chain, |c| {
+        c.payment.license_token = Some(contract.to_string())
+    })
+    .await;
     as_owner(
         &chain,
         contract,

@@ -73,7 +73,7 @@ fn multipart(file: &[u8], caption: &str) -> (String, Vec<u8>) {
 async fn openapi_document_and_real_answers_pass_independent_validators() {
     let node = tools::node();
     let js = tools::js_dir();
-    let server = RefServer::start(|c| c.api_token = Some(TOKEN.into())).await;
+    let server = RefServer::start(|c| c.registry.api_token = Some(TOKEN.into())).await;
     let base = &server.url;
     let client = http();
     let get = |path: &str| client.get(format!("{base}{path}")).send();

@@ -240,7 +240,7 @@ async fn legacy_v1_client_purchase_settles_on_chain() {
 async fn server_with_rpc_url_and_settler_key_settles_on_chain_itself() {
     let chain = Chain::start().await;
     let server = RefServer::settling_on(&chain, |c| {
-        c.facilitator_token = Some(FACILITATOR_TOKEN.into());
+        c.facilitator.facilitator_token = Some(FACILITATOR_TOKEN.into());
     })
     .await;
     let (key, from) = payer(2);
@@ -286,7 +286,7 @@ async fn a_buyer_whose_connection_dropped_resends_and_gets_the_same_receipt_with
     use tokio::io::AsyncWriteExt as _;
     let chain = Chain::start().await;
     let server = RefServer::settling_on(&chain, |c| {
-        c.api_token = Some("op".into());
+        c.registry.api_token = Some("op".into());
     })
     .await;
     let (key, from) = payer(5);
@@ -338,8 +338,8 @@ async fn a_buyer_whose_connection_dropped_resends_and_gets_the_same_receipt_with
 async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with_one_transfer() {
     let chain = Chain::start().await;
     let server = RefServer::settling_on(&chain, |c| {
-        c.rpc_receipt_timeout_secs = 1;
-        c.api_token = Some("op".into());
+        c.payment.rpc_receipt_timeout_secs = 1;
+        c.registry.api_token = Some("op".into());
     })
     .await;
     let (key, from) = payer(6);
@@ -583,7 +583,7 @@ async fn an_authorization_its_payer_cancelled_is_refused_and_moves_nothing() {
 #[tokio::test]
 async fn an_authorization_under_a_nonce_used_before_the_lookback_is_refused_at_once() {
     let chain = Chain::start().await;
-    let server = RefServer::settling_on(&chain, |c| c.rpc_log_lookback_blocks = 10).await;
+    let server = RefServer::settling_on(&chain, |c| c.payment.rpc_log_lookback_blocks = 10).await;
     refused_after_a_cancellation(&chain, &server, 100, 2).await;
 }
 
@@ -594,8 +594,10 @@ async fn an_authorization_under_a_nonce_used_before_the_lookback_is_refused_at_o
 async fn concurrent_copies_on_two_instances_of_a_payment_under_a_nonce_used_long_ago_are_all_refused()
  {
     let chain = Chain::start().await;
-    let (_dir, a, b) =
-        RefServer::deployment_on(&chain, "old-nonce", |c| c.rpc_log_lookback_blocks = 10).await;
+    let (_dir, a, b) = RefServer::deployment_on(&chain, "old-nonce", |c| {
+        c.payment.rpc_log_lookback_blocks = 10
+    })
+    .await;
     let (key, from) = payer(8);
     chain.mint(from, 1_000_000).await;
     let nonce = B256::repeat_byte(0x43);

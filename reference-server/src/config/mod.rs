@@ -29,6 +29,44 @@ pub const DEMO_PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
     long_about = None
 )]
 pub struct Config {
+    /// The HTTP server.
+    #[command(flatten)]
+    pub http: HttpArgs,
+
+    /// Interface B (the asset registry) and its database.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+
+    /// Interface A's payments: what is sold for what, and how it is settled.
+    #[command(flatten)]
+    pub payment: PaymentArgs,
+
+    /// Interface A's default license terms.
+    #[command(flatten)]
+    pub licenses: LicenseArgs,
+
+    /// Web Bot Auth: signed crawler requests.
+    #[command(flatten)]
+    pub bot_auth: BotAuthArgs,
+
+    /// The x402 facilitator API this server offers.
+    #[command(flatten)]
+    pub facilitator: FacilitatorArgs,
+
+    /// Log format: `auto` (JSON lines when stderr is not a terminal, coloured text when it is), `text` or
+    /// `json`.
+    #[arg(long, env = "REFERENCE_SERVER_LOG_FORMAT", default_value = "auto")]
+    pub log_format: LogFormat,
+
+    /// A one-off command instead of serving.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The HTTP server.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Listening and connections")]
+pub struct HttpArgs {
     /// Socket address to listen on.
     #[arg(
         long,
@@ -42,6 +80,33 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_PUBLIC_URL")]
     pub public_url: Option<String>,
 
+    /// Seconds a client has to send a request's head; also how long a kept-alive connection may sit idle.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_HEADER_READ_TIMEOUT_SECS",
+        default_value_t = 10
+    )]
+    pub header_read_timeout_secs: u64,
+
+    /// Seconds a response write may make no progress (the client stopped reading) before the connection is
+    /// dropped.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_WRITE_STALL_TIMEOUT_SECS",
+        default_value_t = 30
+    )]
+    pub write_stall_timeout_secs: u64,
+
+    /// Most connections open at once; further connections are closed on accept. Keep it below the
+    /// process's open-file limit (`ulimit -n`).
+    #[arg(long, env = "REFERENCE_SERVER_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+}
+
+/// Interface B (the asset registry) and its database.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Registry and storage")]
+pub struct RegistryArgs {
     /// Database URL: a SQLite file (`sqlite:PATH`, `sqlite://PATH` or a plain path; created and seeded when
     /// empty), `sqlite::memory:`, or PostgreSQL (`postgres://user:pass@host:port/db`) for several
     /// instances. Without it, `DATABASE_URL`, then `reference-server.sqlite3`.
@@ -58,6 +123,25 @@ pub struct Config {
     #[arg(long, env = "REFERENCE_SERVER_MEDIA_DIR")]
     pub media_dir: Option<PathBuf>,
 
+    /// API token required to register assets and to read the operator endpoints (`Authorization: token
+    /// <t>`). Without it POST is refused and a token for the operator endpoints is generated at start and
+    /// printed in the banner.
+    #[arg(long, env = "REFERENCE_SERVER_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+
+    /// Key used to sign registry media URLs (default: random at each start, so old URLs stop working).
+    #[arg(long, env = "REFERENCE_SERVER_URL_SIGNING_KEY", hide_env_values = true)]
+    pub url_signing_key: Option<String>,
+
+    /// Lifetime of signed media URLs, in seconds.
+    #[arg(long, env = "REFERENCE_SERVER_URL_TTL_SECS", default_value_t = 3600)]
+    pub url_ttl_secs: u64,
+}
+
+/// Interface A's payments: what is sold for what, and how it is settled.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Payments and settlement")]
+pub struct PaymentArgs {
     /// Address (0x, 40 hex) that receives article payments.
     #[arg(long, env = "REFERENCE_SERVER_PAY_TO", default_value = DEMO_PAY_TO)]
     pub pay_to: String,
@@ -127,16 +211,6 @@ pub struct Config {
     )]
     pub payment_keep_after_expiry_secs: u64,
 
-    /// API token required to register assets and to read the operator endpoints (`Authorization: token
-    /// <t>`). Without it POST is refused and a token for the operator endpoints is generated at start and
-    /// printed in the banner.
-    #[arg(long, env = "REFERENCE_SERVER_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<String>,
-
-    /// Key used to sign registry media URLs (default: random at each start, so old URLs stop working).
-    #[arg(long, env = "REFERENCE_SERVER_URL_SIGNING_KEY", hide_env_values = true)]
-    pub url_signing_key: Option<String>,
-
     /// Private key (0x + 64 hex) that signs x402 offers and license receipts (offer-receipt, EIP-712).
     /// Default: derived from `--url-signing-key` when given (so every instance of a deployment signs with
     /// the same key), else generated at start and printed in the banner.
@@ -146,37 +220,6 @@ pub struct Config {
         hide_env_values = true
     )]
     pub receipt_signing_key: Option<String>,
-
-    /// Lifetime of signed media URLs, in seconds.
-    #[arg(long, env = "REFERENCE_SERVER_URL_TTL_SECS", default_value_t = 3600)]
-    pub url_ttl_secs: u64,
-
-    /// Seconds a client has to send a request's head; also how long a kept-alive connection may sit idle.
-    #[arg(
-        long,
-        env = "REFERENCE_SERVER_HEADER_READ_TIMEOUT_SECS",
-        default_value_t = 10
-    )]
-    pub header_read_timeout_secs: u64,
-
-    /// Seconds a response write may make no progress (the client stopped reading) before the connection is
-    /// dropped.
-    #[arg(
-        long,
-        env = "REFERENCE_SERVER_WRITE_STALL_TIMEOUT_SECS",
-        default_value_t = 30
-    )]
-    pub write_stall_timeout_secs: u64,
-
-    /// Most connections open at once; further connections are closed on accept. Keep it below the
-    /// process's open-file limit (`ulimit -n`).
-    #[arg(long, env = "REFERENCE_SERVER_MAX_CONNECTIONS", default_value_t = 4096)]
-    pub max_connections: usize,
-
-    /// Log format: `auto` (JSON lines when stderr is not a terminal, coloured text when it is), `text` or
-    /// `json`.
-    #[arg(long, env = "REFERENCE_SERVER_LOG_FORMAT", default_value = "auto")]
-    pub log_format: LogFormat,
 
     /// JSON-RPC URL of the chain to settle on. With `--settler-key`, every purchase is settled on chain
     /// (USDC `transferWithAuthorization`, sent by the relayer) and the receipt carries the transaction hash.
@@ -216,33 +259,17 @@ pub struct Config {
     )]
     pub rpc_log_lookback_blocks: u64,
 
-    /// Bearer token that callers of the facilitator API (`/facilitator/*`) must send
-    /// (`Authorization: Bearer <t>`). Without it the facilitator API is off.
-    #[arg(
-        long,
-        env = "REFERENCE_SERVER_FACILITATOR_TOKEN",
-        hide_env_values = true
-    )]
-    pub facilitator_token: Option<String>,
+    /// License-token contract (ERC-721, `contracts/LicenseToken.sol`): each purchase mints the token whose id
+    /// is the receipt's to the payer. Needs on-chain settlement (`--rpc-url`, `--settler-key`, whose account
+    /// must be the contract's minter).
+    #[arg(long, env = "REFERENCE_SERVER_LICENSE_TOKEN")]
+    pub license_token: Option<String>,
+}
 
-    /// The facilitator API's own `validBefore` horizon, in seconds: a payment valid for longer (plus 120 s
-    /// of clock skew) is refused, whatever `maxTimeoutSeconds` the caller sends.
-    #[arg(
-        long,
-        env = "REFERENCE_SERVER_FACILITATOR_MAX_TIMEOUT_SECS",
-        default_value_t = 600
-    )]
-    pub facilitator_max_timeout_secs: u64,
-
-    /// Recipient the facilitator API may settle for (repeat the flag, or comma-separate in the env var).
-    /// Default: any.
-    #[arg(
-        long,
-        env = "REFERENCE_SERVER_FACILITATOR_PAY_TO",
-        value_delimiter = ','
-    )]
-    pub facilitator_pay_to: Vec<String>,
-
+/// Interface A's default license terms.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "License terms")]
+pub struct LicenseArgs {
     /// Usages the site's default license permits (RSL 1.0 tokens: all ai-all ai-train ai-input ai-index
     /// search), for articles without licenses of their own.
     #[arg(
@@ -264,7 +291,12 @@ pub struct Config {
     /// personal). Default: any.
     #[arg(long, env = "REFERENCE_SERVER_LICENSE_USERS", default_value = "")]
     pub license_users: String,
+}
 
+/// Web Bot Auth: signed crawler requests.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Web Bot Auth")]
+pub struct BotAuthArgs {
     /// Web Bot Auth: origins of the signature agents whose key directories this server may fetch
     /// (`https://agent.example`; repeat or comma-separate). A signed request from any other agent is treated
     /// as unsigned. Default: none.
@@ -291,16 +323,38 @@ pub struct Config {
     /// `/llms.txt`...; repeat or comma-separate). Default: none (signatures are recorded, never required).
     #[arg(long, env = "REFERENCE_SERVER_BOT_REQUIRE", value_delimiter = ',')]
     pub bot_require: Vec<String>,
+}
 
-    /// License-token contract (ERC-721, `contracts/LicenseToken.sol`): each purchase mints the token whose id
-    /// is the receipt's to the payer. Needs on-chain settlement (`--rpc-url`, `--settler-key`, whose account
-    /// must be the contract's minter).
-    #[arg(long, env = "REFERENCE_SERVER_LICENSE_TOKEN")]
-    pub license_token: Option<String>,
+/// The x402 facilitator API this server offers.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Facilitator API")]
+pub struct FacilitatorArgs {
+    /// Bearer token that callers of the facilitator API (`/facilitator/*`) must send
+    /// (`Authorization: Bearer <t>`). Without it the facilitator API is off.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_FACILITATOR_TOKEN",
+        hide_env_values = true
+    )]
+    pub facilitator_token: Option<String>,
 
-    /// A one-off command instead of serving.
-    #[command(subcommand)]
-    pub command: Option<Command>,
+    /// The facilitator API's own `validBefore` horizon, in seconds: a payment valid for longer (plus 120 s
+    /// of clock skew) is refused, whatever `maxTimeoutSeconds` the caller sends.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_FACILITATOR_MAX_TIMEOUT_SECS",
+        default_value_t = 600
+    )]
+    pub facilitator_max_timeout_secs: u64,
+
+    /// Recipient the facilitator API may settle for (repeat the flag, or comma-separate in the env var).
+    /// Default: any.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_FACILITATOR_PAY_TO",
+        value_delimiter = ','
+    )]
+    pub facilitator_pay_to: Vec<String>,
 }
 
 /// One-off commands.
@@ -337,45 +391,57 @@ impl Config {
     /// A configuration for tests and embedding: in-memory database, port 0, small seed, defaults elsewhere.
     pub fn for_tests() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            public_url: None,
-            database: Some("sqlite::memory:".into()),
-            seed_assets: 50,
-            media_dir: None,
-            pay_to: DEMO_PAY_TO.into(),
-            network: "base-sepolia".into(),
-            asset: None,
-            asset_name: None,
-            asset_version: None,
-            facilitator_url: None,
-            facilitator_url_token: None,
-            facilitator_settle_timeout_secs: 90,
-            payment_stale_after_secs: 180,
-            payment_keep_after_expiry_secs: 900,
-            rpc_url: None,
-            settler_key: None,
-            rpc_receipt_timeout_secs: 60,
-            rpc_timeout_secs: 10,
-            rpc_log_lookback_blocks: 10_000,
-            facilitator_token: None,
-            facilitator_max_timeout_secs: 600,
-            facilitator_pay_to: Vec::new(),
-            api_token: None,
-            url_signing_key: None,
-            receipt_signing_key: None,
-            url_ttl_secs: 3600,
-            header_read_timeout_secs: 10,
-            write_stall_timeout_secs: 30,
-            max_connections: 4096,
+            http: HttpArgs {
+                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                public_url: None,
+                header_read_timeout_secs: 10,
+                write_stall_timeout_secs: 30,
+                max_connections: 4096,
+            },
+            registry: RegistryArgs {
+                database: Some("sqlite::memory:".into()),
+                seed_assets: 50,
+                media_dir: None,
+                api_token: None,
+                url_signing_key: None,
+                url_ttl_secs: 3600,
+            },
+            payment: PaymentArgs {
+                pay_to: DEMO_PAY_TO.into(),
+                network: "base-sepolia".into(),
+                asset: None,
+                asset_name: None,
+                asset_version: None,
+                facilitator_url: None,
+                facilitator_url_token: None,
+                facilitator_settle_timeout_secs: 90,
+                payment_stale_after_secs: 180,
+                payment_keep_after_expiry_secs: 900,
+                receipt_signing_key: None,
+                rpc_url: None,
+                settler_key: None,
+                rpc_receipt_timeout_secs: 60,
+                rpc_timeout_secs: 10,
+                rpc_log_lookback_blocks: 10_000,
+                license_token: None,
+            },
+            licenses: LicenseArgs {
+                license_permits: "search ai-input".into(),
+                license_prohibits: "ai-train".into(),
+                license_users: String::new(),
+            },
+            bot_auth: BotAuthArgs {
+                bot_agents: Vec::new(),
+                bot_directory_timeout_ms: 2000,
+                bot_directory_ttl_secs: 3600,
+                bot_require: Vec::new(),
+            },
+            facilitator: FacilitatorArgs {
+                facilitator_token: None,
+                facilitator_max_timeout_secs: 600,
+                facilitator_pay_to: Vec::new(),
+            },
             log_format: LogFormat::Text,
-            license_permits: "search ai-input".into(),
-            license_prohibits: "ai-train".into(),
-            license_users: String::new(),
-            bot_agents: Vec::new(),
-            bot_directory_timeout_ms: 2000,
-            bot_directory_ttl_secs: 3600,
-            bot_require: Vec::new(),
-            license_token: None,
             command: None,
         }
     }

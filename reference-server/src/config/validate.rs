@@ -6,14 +6,16 @@ use alloy_primitives::Address;
 use x402_tower::network::{Network, Token};
 
 use super::{Config, ConfigError, ConnectionLimits, DEFAULT_DATABASE, Settings, invalid};
-use crate::licensing::settings::{LicensingSettings, OperatorToken, PaymentNetwork, ReceiptKey};
+use crate::licensing::settings::{
+    LicensingSettings, OnchainSettings, OperatorToken, PaymentNetwork, ReceiptKey,
+};
 use crate::store::DatabaseUrl;
 
 impl Config {
     /// `--receipt-signing-key`, else a key derived from the URL signing key, else a new one.
     fn receipt_key(&self, url_signing_key: Option<&[u8]>) -> Result<ReceiptKey, ConfigError> {
         use alloy_signer_local::PrivateKeySigner;
-        if let Some(k) = &self.receipt_signing_key {
+        if let Some(k) = &self.payment.receipt_signing_key {
             return k
                 .trim()
                 .parse::<PrivateKeySigner>()
@@ -48,19 +50,21 @@ impl Config {
     /// Check every value and resolve defaults.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let public_url = self
+            .http
             .public_url
             .as_deref()
             .map(parse_public_url)
             .transpose()?;
-        if public_url.is_none() && self.listen.ip().is_unspecified() {
+        if public_url.is_none() && self.http.listen.ip().is_unspecified() {
             return Err(invalid(
                 "listen",
-                &self.listen.to_string(),
+                &self.http.listen.to_string(),
                 "an unspecified address (0.0.0.0 or [::]) would end up in links as the server's URL: \
                  pass --public-url with the address clients reach this server at",
             ));
         }
         let written = self
+            .registry
             .database
             .clone()
             .or_else(|| {
@@ -97,21 +101,22 @@ impl Config {
                 ));
             }
         }
-        let pay_to = parse_address("pay-to", &self.pay_to)?;
+        let pay_to = parse_address("pay-to", &self.payment.pay_to)?;
         if pay_to == Address::ZERO {
             return Err(invalid(
                 "pay-to",
-                &self.pay_to,
+                &self.payment.pay_to,
                 "the zero address cannot receive payments",
             ));
         }
         let payment = resolve_network(self)?;
         let facilitator_url = self
+            .payment
             .facilitator_url
             .as_deref()
             .map(|u| parse_http_url("facilitator-url", u))
             .transpose()?;
-        if let Some(t) = &self.api_token
+        if let Some(t) = &self.registry.api_token
             && (t.is_empty()
                 || t.len() > 256
                 || t.chars().any(|c| c.is_whitespace() || c.is_control()))
@@ -122,7 +127,7 @@ impl Config {
                 "1 to 256 characters without spaces",
             ));
         }
-        let url_signing_key = match &self.url_signing_key {
+        let url_signing_key = match &self.registry.url_signing_key {
             Some(k) if k.len() < 16 => {
                 return Err(invalid(
                     "url-signing-key",
@@ -134,57 +139,65 @@ impl Config {
             None => None,
         };
         for (flag, secs) in [
-            ("header-read-timeout-secs", self.header_read_timeout_secs),
-            ("write-stall-timeout-secs", self.write_stall_timeout_secs),
+            (
+                "header-read-timeout-secs",
+                self.http.header_read_timeout_secs,
+            ),
+            (
+                "write-stall-timeout-secs",
+                self.http.write_stall_timeout_secs,
+            ),
         ] {
             if secs == 0 || secs > 3600 {
                 return Err(invalid(flag, &secs.to_string(), "1 to 3600 seconds"));
             }
         }
-        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+        if self.http.max_connections == 0 || self.http.max_connections > 1_000_000 {
             return Err(invalid(
                 "max-connections",
-                &self.max_connections.to_string(),
+                &self.http.max_connections.to_string(),
                 "1 to 1000000",
             ));
         }
-        if self.url_ttl_secs == 0 || self.url_ttl_secs > 7 * 24 * 3600 {
+        if self.registry.url_ttl_secs == 0 || self.registry.url_ttl_secs > 7 * 24 * 3600 {
             return Err(invalid(
                 "url-ttl-secs",
-                &self.url_ttl_secs.to_string(),
+                &self.registry.url_ttl_secs.to_string(),
                 "1 to 604800 seconds",
             ));
         }
-        if self.facilitator_settle_timeout_secs == 0 || self.facilitator_settle_timeout_secs > 600 {
+        if self.payment.facilitator_settle_timeout_secs == 0
+            || self.payment.facilitator_settle_timeout_secs > 600
+        {
             return Err(invalid(
                 "facilitator-settle-timeout-secs",
-                &self.facilitator_settle_timeout_secs.to_string(),
+                &self.payment.facilitator_settle_timeout_secs.to_string(),
                 "1 to 600 seconds",
             ));
         }
         // Below 10 s a request that is merely slow (a long queue of writes) could be taken for dead.
-        if !(10..=86_400).contains(&self.payment_stale_after_secs) {
+        if !(10..=86_400).contains(&self.payment.payment_stale_after_secs) {
             return Err(invalid(
                 "payment-stale-after-secs",
-                &self.payment_stale_after_secs.to_string(),
+                &self.payment.payment_stale_after_secs.to_string(),
                 "10 to 86400 seconds",
             ));
         }
-        if !(60..=86_400).contains(&self.payment_keep_after_expiry_secs) {
+        if !(60..=86_400).contains(&self.payment.payment_keep_after_expiry_secs) {
             return Err(invalid(
                 "payment-keep-after-expiry-secs",
-                &self.payment_keep_after_expiry_secs.to_string(),
+                &self.payment.payment_keep_after_expiry_secs.to_string(),
                 "60 to 86400 seconds",
             ));
         }
-        if self.seed_assets > 1_000_000 {
+        if self.registry.seed_assets > 1_000_000 {
             return Err(invalid(
                 "seed-assets",
-                &self.seed_assets.to_string(),
+                &self.registry.seed_assets.to_string(),
                 "at most 1000000",
             ));
         }
-        let onchain = match (&self.rpc_url, &self.settler_key) {
+        let onchain = match (&self.payment.rpc_url, &self.payment.settler_key) {
             (None, None) => None,
             (Some(url), Some(key)) => {
                 if facilitator_url.is_some() {
@@ -195,35 +208,43 @@ impl Config {
                     ));
                 }
                 let url = parse_http_url("rpc-url", url)?;
-                if self.rpc_receipt_timeout_secs == 0 || self.rpc_receipt_timeout_secs > 3600 {
+                if self.payment.rpc_receipt_timeout_secs == 0
+                    || self.payment.rpc_receipt_timeout_secs > 3600
+                {
                     return Err(invalid(
                         "rpc-receipt-timeout-secs",
-                        &self.rpc_receipt_timeout_secs.to_string(),
+                        &self.payment.rpc_receipt_timeout_secs.to_string(),
                         "1 to 3600 seconds",
                     ));
                 }
-                if !(1..=120).contains(&self.rpc_timeout_secs) {
+                if !(1..=120).contains(&self.payment.rpc_timeout_secs) {
                     return Err(invalid(
                         "rpc-timeout-secs",
-                        &self.rpc_timeout_secs.to_string(),
+                        &self.payment.rpc_timeout_secs.to_string(),
                         "1 to 120 seconds",
                     ));
                 }
-                if !(1..=10_000_000).contains(&self.rpc_log_lookback_blocks) {
+                if !(1..=10_000_000).contains(&self.payment.rpc_log_lookback_blocks) {
                     return Err(invalid(
                         "rpc-log-lookback-blocks",
-                        &self.rpc_log_lookback_blocks.to_string(),
+                        &self.payment.rpc_log_lookback_blocks.to_string(),
                         "1 to 10000000 blocks",
                     ));
                 }
-                Some(
-                    x402_tower::settle::onchain::OnchainSettler::builder(url.clone(), key.clone())
-                        .receipt_timeout(Duration::from_secs(self.rpc_receipt_timeout_secs))
-                        .rpc_timeout(Duration::from_secs(self.rpc_timeout_secs))
-                        .log_lookback_blocks(self.rpc_log_lookback_blocks)
-                        .build()
-                        .map_err(|e| invalid("settler-key", "<hidden>", e.to_string()))?,
-                )
+                let settings = OnchainSettings::new(
+                    url,
+                    key.trim().to_owned(),
+                    relayer_address(key)?,
+                    Duration::from_secs(self.payment.rpc_receipt_timeout_secs),
+                    Duration::from_secs(self.payment.rpc_timeout_secs),
+                    self.payment.rpc_log_lookback_blocks,
+                );
+                // Built once here so that a settler this configuration cannot make fails before the
+                // server binds; the server builds its own from the settings.
+                settings
+                    .settler()
+                    .map_err(|e| invalid("settler-key", "<hidden>", e.to_string()))?;
+                Some(settings)
             }
             (Some(url), None) => return Err(invalid("rpc-url", url, "needs --settler-key")),
             (None, Some(_)) => return Err(invalid("settler-key", "<hidden>", "needs --rpc-url")),
@@ -233,7 +254,7 @@ impl Config {
                 && t.len() <= 256
                 && !t.chars().any(|c| c.is_whitespace() || c.is_control())
         };
-        if let Some(t) = &self.facilitator_url_token
+        if let Some(t) = &self.payment.facilitator_url_token
             && !token_ok(t)
         {
             return Err(invalid(
@@ -242,7 +263,7 @@ impl Config {
                 "1 to 256 characters without spaces",
             ));
         }
-        if let Some(t) = &self.facilitator_token
+        if let Some(t) = &self.facilitator.facilitator_token
             && !token_ok(t)
         {
             return Err(invalid(
@@ -251,33 +272,36 @@ impl Config {
                 "1 to 256 characters without spaces",
             ));
         }
-        if self.facilitator_max_timeout_secs == 0 || self.facilitator_max_timeout_secs > 86_400 {
+        if self.facilitator.facilitator_max_timeout_secs == 0
+            || self.facilitator.facilitator_max_timeout_secs > 86_400
+        {
             return Err(invalid(
                 "facilitator-max-timeout-secs",
-                &self.facilitator_max_timeout_secs.to_string(),
+                &self.facilitator.facilitator_max_timeout_secs.to_string(),
                 "1 to 86400 seconds",
             ));
         }
         let facilitator_pay_to = self
+            .facilitator
             .facilitator_pay_to
             .iter()
             .map(|a| parse_address("facilitator-pay-to", a))
             .collect::<Result<Vec<_>, _>>()?;
         let facilitator = crate::facilitator::FacilitatorConfig {
-            token: self.facilitator_token.clone(),
+            token: self.facilitator.facilitator_token.clone(),
             policy: x402_tower::engine::facilitator::FacilitatorPolicy {
-                max_timeout_seconds: self.facilitator_max_timeout_secs,
+                max_timeout_seconds: self.facilitator.facilitator_max_timeout_secs,
                 pay_to: (!facilitator_pay_to.is_empty()).then_some(facilitator_pay_to),
             },
         };
         let default_terms = self.default_terms()?;
         let bot_auth = self.bot_auth()?;
-        let license_token = match &self.license_token {
+        let license_token = match &self.payment.license_token {
             None => None,
             Some(_) if onchain.is_none() => {
                 return Err(invalid(
                     "license-token",
-                    self.license_token.as_deref().unwrap_or(""),
+                    self.payment.license_token.as_deref().unwrap_or(""),
                     "minting needs on-chain settlement: --rpc-url and --settler-key",
                 ));
             }
@@ -285,17 +309,17 @@ impl Config {
         };
         Ok(Settings {
             facilitator,
-            listen: self.listen,
+            listen: self.http.listen,
             public_url,
             database,
-            seed_assets: self.seed_assets,
-            media_dir: self.media_dir.clone(),
-            api_token: self.api_token.clone(),
-            url_ttl: Duration::from_secs(self.url_ttl_secs),
+            seed_assets: self.registry.seed_assets,
+            media_dir: self.registry.media_dir.clone(),
+            api_token: self.registry.api_token.clone(),
+            url_ttl: Duration::from_secs(self.registry.url_ttl_secs),
             connections: ConnectionLimits {
-                header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
-                write_stall_timeout: Duration::from_secs(self.write_stall_timeout_secs),
-                max_connections: self.max_connections,
+                header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
+                write_stall_timeout: Duration::from_secs(self.http.write_stall_timeout_secs),
+                max_connections: self.http.max_connections,
             },
             log_format: self.log_format,
             licensing: LicensingSettings {
@@ -306,13 +330,15 @@ impl Config {
                 pay_to,
                 payment,
                 facilitator_url,
-                facilitator_url_token: self.facilitator_url_token.clone(),
+                facilitator_url_token: self.payment.facilitator_url_token.clone(),
                 facilitator_settle_timeout: Duration::from_secs(
-                    self.facilitator_settle_timeout_secs,
+                    self.payment.facilitator_settle_timeout_secs,
                 ),
-                payment_stale_after: Duration::from_secs(self.payment_stale_after_secs),
-                payment_keep_after_expiry: Duration::from_secs(self.payment_keep_after_expiry_secs),
-                operator_token: self.api_token.clone().map_or_else(
+                payment_stale_after: Duration::from_secs(self.payment.payment_stale_after_secs),
+                payment_keep_after_expiry: Duration::from_secs(
+                    self.payment.payment_keep_after_expiry_secs,
+                ),
+                operator_token: self.registry.api_token.clone().map_or_else(
                     || OperatorToken::Generated(uuid::Uuid::new_v4().simple().to_string()),
                     OperatorToken::Given,
                 ),
@@ -328,22 +354,41 @@ impl Config {
     fn default_terms(&self) -> Result<crate::domain::license::DefaultTerms, ConfigError> {
         use crate::domain::license::{DefaultTerms, USAGES, USER_TYPES, parse_tokens};
         let terms = DefaultTerms {
-            permits: parse_tokens(&self.license_permits, "usage", USAGES)
-                .map_err(|e| invalid("license-permits", &self.license_permits, e.to_string()))?,
-            prohibits: parse_tokens(&self.license_prohibits, "usage", USAGES).map_err(|e| {
-                invalid("license-prohibits", &self.license_prohibits, e.to_string())
-            })?,
-            users: parse_tokens(&self.license_users, "user type", USER_TYPES)
-                .map_err(|e| invalid("license-users", &self.license_users, e.to_string()))?,
+            permits: parse_tokens(&self.licenses.license_permits, "usage", USAGES).map_err(
+                |e| {
+                    invalid(
+                        "license-permits",
+                        &self.licenses.license_permits,
+                        e.to_string(),
+                    )
+                },
+            )?,
+            prohibits: parse_tokens(&self.licenses.license_prohibits, "usage", USAGES).map_err(
+                |e| {
+                    invalid(
+                        "license-prohibits",
+                        &self.licenses.license_prohibits,
+                        e.to_string(),
+                    )
+                },
+            )?,
+            users: parse_tokens(&self.licenses.license_users, "user type", USER_TYPES).map_err(
+                |e| invalid("license-users", &self.licenses.license_users, e.to_string()),
+            )?,
         };
-        terms
-            .validate()
-            .map_err(|e| invalid("license-prohibits", &self.license_prohibits, e.to_string()))?;
+        terms.validate().map_err(|e| {
+            invalid(
+                "license-prohibits",
+                &self.licenses.license_prohibits,
+                e.to_string(),
+            )
+        })?;
         Ok(terms)
     }
 
     fn bot_auth(&self) -> Result<crate::licensing::bot_auth::BotAuthConfig, ConfigError> {
         let agents = self
+            .bot_auth
             .bot_agents
             .iter()
             .filter(|a| !a.trim().is_empty())
@@ -358,12 +403,12 @@ impl Config {
         for (flag, v, max) in [
             (
                 "bot-directory-timeout-ms",
-                self.bot_directory_timeout_ms,
+                self.bot_auth.bot_directory_timeout_ms,
                 60_000,
             ),
             (
                 "bot-directory-ttl-secs",
-                self.bot_directory_ttl_secs,
+                self.bot_auth.bot_directory_ttl_secs,
                 7 * 86_400,
             ),
         ] {
@@ -372,6 +417,7 @@ impl Config {
             }
         }
         let require = self
+            .bot_auth
             .bot_require
             .iter()
             .filter(|p| !p.trim().is_empty())
@@ -389,8 +435,8 @@ impl Config {
             .collect::<Result<Vec<_>, ConfigError>>()?;
         Ok(crate::licensing::bot_auth::BotAuthConfig {
             agents,
-            directory_timeout: Duration::from_millis(self.bot_directory_timeout_ms),
-            directory_ttl: Duration::from_secs(self.bot_directory_ttl_secs),
+            directory_timeout: Duration::from_millis(self.bot_auth.bot_directory_timeout_ms),
+            directory_ttl: Duration::from_secs(self.bot_auth.bot_directory_ttl_secs),
             require,
         })
     }
@@ -440,20 +486,22 @@ fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigError> {
         reason: reason.to_owned(),
     };
     let network: Network =
-        cfg.network
+        cfg.payment
+            .network
             .trim()
             .parse()
             .map_err(|e: x402_tower::network::UnknownNetwork| {
-                flag_err("network", &cfg.network, &e.to_string())
+                flag_err("network", &cfg.payment.network, &e.to_string())
             })?;
     let asset = cfg
+        .payment
         .asset
         .as_deref()
         .map(|a| parse_address("asset", a))
         .transpose()?;
     for (flag, value) in [
-        ("asset-name", &cfg.asset_name),
-        ("asset-version", &cfg.asset_version),
+        ("asset-name", &cfg.payment.asset_name),
+        ("asset-version", &cfg.payment.asset_version),
     ] {
         if let Some(v) = value
             && (v.trim().is_empty() || v.len() > 64)
@@ -464,8 +512,8 @@ fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigError> {
     let token = match Token::usdc(&network) {
         Some(usdc) => Token::new(
             asset.unwrap_or(usdc.address),
-            cfg.asset_name.clone().unwrap_or(usdc.name),
-            cfg.asset_version.clone().unwrap_or(usdc.version),
+            cfg.payment.asset_name.clone().unwrap_or(usdc.name),
+            cfg.payment.asset_version.clone().unwrap_or(usdc.version),
             usdc.decimals,
         ),
         None => {
@@ -481,11 +529,31 @@ fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigError> {
             };
             Token::new(
                 asset.ok_or_else(|| need("asset"))?,
-                cfg.asset_name.clone().ok_or_else(|| need("asset-name"))?,
-                cfg.asset_version.clone().unwrap_or_else(|| "2".to_owned()),
+                cfg.payment
+                    .asset_name
+                    .clone()
+                    .ok_or_else(|| need("asset-name"))?,
+                cfg.payment
+                    .asset_version
+                    .clone()
+                    .unwrap_or_else(|| "2".to_owned()),
                 x402_tower::network::USDC_DECIMALS,
             )
         }
     };
     Ok(PaymentNetwork { network, token })
+}
+
+/// The address of the relayer key `key` (hex, with or without `0x`).
+fn relayer_address(key: &str) -> Result<Address, ConfigError> {
+    key.trim()
+        .parse::<alloy_signer_local::PrivateKeySigner>()
+        .map(|k| k.address())
+        .map_err(|_| {
+            invalid(
+                "settler-key",
+                "<hidden>",
+                "expected 64 hex digits (a secp256k1 private key), with or without 0x",
+            )
+        })
 }

@@ -11,8 +11,9 @@ use x402_tower::extensions::offer_receipt::OfferReceipt;
 use x402_tower::extensions::siwx::{PaidCheck, SignInWithX};
 use x402_tower::pricing::{Offers, PriceDecision};
 use x402_tower::proto::checksum;
+use x402_tower::settle::onchain::OnchainSettler;
 use x402_tower::settle::{FacilitatorSettler, SettlementObserver, Settler, VerifyOnlySettler};
-use x402_tower::{ReplayStore, VerifiedPayment, X402Layer, settle::SettleTiming};
+use x402_tower::{PaymentEngine, ReplayStore, VerifiedPayment, X402Layer, settle::SettleTiming};
 
 use super::BuildError;
 use super::settings::{LicensingSettings as Settings, PaymentNetwork};
@@ -163,15 +164,13 @@ impl ArticleOffers {
 
 /// The x402 layer selling `/x402Article`: each article at its own price (the article was put in the
 /// request extensions by [`with_article`](super::handlers::with_article)), settled **before** the
-/// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)). Every
-/// settlement attempt is reported to `observer` (the [settlement log](super::settlements)) before the client
-/// is answered.
+/// handler so the receipt can record the settlement (see the module docs of [`licensing`](super)), by
+/// `engine` ([`engine`]).
 pub(crate) fn x402_layer(
     settings: &Settings,
     public_url: &str,
-    settler: Arc<dyn Settler>,
-    observer: Arc<dyn SettlementObserver>,
-    store: Arc<dyn ReplayStore>,
+    engine: Arc<PaymentEngine>,
+    onchain: Option<&OnchainSettler>,
     licensing: Arc<dyn LicensingStore>,
     example_article: &str,
 ) -> Result<X402Layer, BuildError> {
@@ -194,23 +193,13 @@ pub(crate) fn x402_layer(
         };
         std::future::ready(decision)
     };
-    // One engine: the paid route's layer and the facilitator API (which reads it from the layer) are two
-    // doors into it, over one payment store and one settler.
-    let engine = x402_tower::PaymentEngine::builder()
-        .settler(settler)
-        .settlement_observer(observer)
-        .replay_store(store)
-        .stale_after(settings.payment_stale_after)
-        .keep_after_expiry(settings.payment_keep_after_expiry)
-        .build()
-        .map_err(|e| BuildError::Payment(e.to_string()))?;
     X402Layer::builder(public_url.to_owned())
-        .engine(Arc::new(engine))
+        .engine(engine)
         .price_source(price)
         .settle_timing(SettleTiming::BeforeHandler)
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
-        .sign_in_with_x(sign_in_with_x(settings, licensing))
+        .sign_in_with_x(sign_in_with_x(settings, onchain, licensing))
         .discovery(super::discovery::article_discovery(example_article))
         // Each article's license (RSL document and version), put in the request by with_article.
         .terms_per_request()
@@ -224,11 +213,36 @@ pub(crate) fn x402_layer(
         .map_err(|e| BuildError::Payment(e.to_string()))
 }
 
+/// The payment engine of interface A: `settler` settles, every settlement attempt is reported to `observer`
+/// (the [settlement log](super::settlements)) before the client is answered, and the payment records are in
+/// `store` (the database). One engine: the paid route's layer and the facilitator API are two doors into it,
+/// over one payment store and one settler.
+pub(crate) fn engine(
+    settings: &Settings,
+    settler: Arc<dyn Settler>,
+    observer: Arc<dyn SettlementObserver>,
+    store: Arc<dyn ReplayStore>,
+) -> Result<Arc<PaymentEngine>, BuildError> {
+    PaymentEngine::builder()
+        .settler(settler)
+        .settlement_observer(observer)
+        .replay_store(store)
+        .stale_after(settings.payment_stale_after)
+        .keep_after_expiry(settings.payment_keep_after_expiry)
+        .build()
+        .map(Arc::new)
+        .map_err(|e| BuildError::Payment(e.to_string()))
+}
+
 /// Sign-in-with-x for the articles: receipts answer "did this address pay"; with an on-chain settler
 /// (`--rpc-url`), contract wallets sign in too (EIP-1271 through the same node).
-fn sign_in_with_x(settings: &Settings, licensing: Arc<dyn LicensingStore>) -> SignInWithX {
+fn sign_in_with_x(
+    settings: &Settings,
+    onchain: Option<&OnchainSettler>,
+    licensing: Arc<dyn LicensingStore>,
+) -> SignInWithX {
     let siwx = SignInWithX::new(sign_in_key(settings), Arc::new(BoughtArticles(licensing)));
-    match &settings.onchain {
+    match onchain {
         Some(onchain) => siwx.contract_wallets(Arc::new(onchain.clone())),
         None => siwx,
     }
@@ -283,8 +297,11 @@ pub(crate) fn article_id_of(resource_url: &str) -> Option<String> {
 
 /// The settler of the configuration: on chain (`--rpc-url` + `--settler-key`), a remote facilitator, or
 /// verify-only. The x402 layer's engine owns it; the facilitator API uses the same engine.
-pub(crate) fn settler(settings: &Settings) -> Result<Arc<dyn Settler>, BuildError> {
-    Ok(match (&settings.onchain, &settings.facilitator_url) {
+pub(crate) fn settler(
+    settings: &Settings,
+    onchain: Option<&OnchainSettler>,
+) -> Result<Arc<dyn Settler>, BuildError> {
+    Ok(match (onchain, &settings.facilitator_url) {
         (Some(onchain), _) => Arc::new(onchain.clone()),
         (None, Some(url)) => {
             let mut builder = FacilitatorSettler::builder(url.clone())
@@ -343,8 +360,10 @@ mod stale_tests {
 
     /// What the engine over the configured settler takes as the abandonment threshold of an in-flight payment.
     fn stale_after(config: &crate::Config) -> u64 {
+        let settings = config.validate().unwrap().licensing;
+        let onchain = settings.onchain.as_ref().map(|o| o.settler().unwrap());
         x402_tower::PaymentEngine::builder()
-            .settler(settler(&config.validate().unwrap().licensing).unwrap())
+            .settler(settler(&settings, onchain.as_ref()).unwrap())
             .build()
             .unwrap()
             .stale_after()
@@ -355,34 +374,35 @@ mod stale_tests {
     fn an_in_flight_payment_is_abandoned_only_after_the_settlers_longest_wait() {
         let mut config = crate::Config::for_tests();
         assert_eq!(stale_after(&config), 180);
-        config.facilitator_url = Some("http://127.0.0.1:1".into());
-        config.facilitator_settle_timeout_secs = 300;
+        config.payment.facilitator_url = Some("http://127.0.0.1:1".into());
+        config.payment.facilitator_settle_timeout_secs = 300;
         assert_eq!(stale_after(&config), 360);
-        config.facilitator_url = None;
-        config.rpc_url = Some("http://127.0.0.1:1".into());
-        config.settler_key =
+        config.payment.facilitator_url = None;
+        config.payment.rpc_url = Some("http://127.0.0.1:1".into());
+        config.payment.settler_key =
             Some("0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d".into());
-        config.rpc_receipt_timeout_secs = 900;
+        config.payment.rpc_receipt_timeout_secs = 900;
         // The receipt wait, the send phase (five JSON-RPC calls of at most 10 s) and a minute.
         assert_eq!(stale_after(&config), 900 + 50 + 60);
-        config.rpc_timeout_secs = 2;
+        config.payment.rpc_timeout_secs = 2;
         assert_eq!(stale_after(&config), 900 + 10 + 60);
         for refused in [0, 121] {
-            config.rpc_timeout_secs = refused;
+            config.payment.rpc_timeout_secs = refused;
             let err = config.validate().unwrap_err().to_string();
             assert!(err.contains("rpc-timeout-secs"), "{refused}: {err}");
         }
-        config.rpc_timeout_secs = 10;
-        config.rpc_log_lookback_blocks = 250_000;
+        config.payment.rpc_timeout_secs = 10;
+        config.payment.rpc_log_lookback_blocks = 250_000;
         let settings = config.validate().unwrap();
-        let settler = settings
+        let onchain = settings
             .licensing
             .onchain
             .as_ref()
-            .expect("an on-chain settler");
-        assert_eq!(settler.log_lookback_blocks(), 250_000);
+            .expect("on-chain settlement");
+        assert_eq!(onchain.log_lookback_blocks, 250_000);
+        assert_eq!(onchain.settler().unwrap().log_lookback_blocks(), 250_000);
         for refused in [0, 10_000_001] {
-            config.rpc_log_lookback_blocks = refused;
+            config.payment.rpc_log_lookback_blocks = refused;
             let err = config.validate().unwrap_err().to_string();
             assert!(err.contains("rpc-log-lookback-blocks"), "{refused}: {err}");
         }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use alloy_primitives::Address;
-use x402_tower::settle::onchain::OnchainSettler;
+use x402_tower::settle::onchain::{OnchainConfigError, OnchainSettler};
 
 use crate::domain::license::DefaultTerms;
 use crate::licensing::bot_auth::BotAuthConfig;
@@ -27,8 +27,8 @@ pub struct LicensingSettings {
     /// How long a payment's record is kept after its `validBefore` (the engine raises it to the stale time
     /// plus a minute).
     pub payment_keep_after_expiry: Duration,
-    /// On-chain settler (`--rpc-url` + `--settler-key`), if any.
-    pub onchain: Option<OnchainSettler>,
+    /// On-chain settlement (`--rpc-url` + `--settler-key`), if configured.
+    pub onchain: Option<OnchainSettings>,
     /// The token `/operator/*` requires: `--api-token`, or one generated at start.
     pub operator_token: OperatorToken,
     /// The media URL signing key, which every instance of a deployment shares: sign-in-with-x nonces are
@@ -42,6 +42,67 @@ pub struct LicensingSettings {
     pub bot_auth: BotAuthConfig,
     /// The license-token contract, when purchases mint license tokens.
     pub license_token: Option<Address>,
+}
+
+/// On-chain settlement: the node and the relayer key that sends `transferWithAuthorization` (and pays
+/// its gas). Checked data; [`OnchainSettings::settler`] builds the settler from it.
+#[derive(Clone)]
+pub struct OnchainSettings {
+    /// The node's JSON-RPC URL.
+    pub rpc_url: String,
+    /// The relayer's private key (hex).
+    relayer_key: String,
+    /// The relayer's address.
+    pub relayer: Address,
+    /// How long to wait for a transaction's receipt.
+    pub receipt_timeout: Duration,
+    /// Timeout of one JSON-RPC call.
+    pub rpc_timeout: Duration,
+    /// How many blocks back the token's authorization logs are searched.
+    pub log_lookback_blocks: u64,
+}
+
+impl OnchainSettings {
+    /// Checked settings (`relayer` is `relayer_key`'s address).
+    pub fn new(
+        rpc_url: String,
+        relayer_key: String,
+        relayer: Address,
+        receipt_timeout: Duration,
+        rpc_timeout: Duration,
+        log_lookback_blocks: u64,
+    ) -> Self {
+        Self {
+            rpc_url,
+            relayer_key,
+            relayer,
+            receipt_timeout,
+            rpc_timeout,
+            log_lookback_blocks,
+        }
+    }
+
+    /// A settler for these settings (its nonce and fee state are its own: build one per process).
+    pub fn settler(&self) -> Result<OnchainSettler, OnchainConfigError> {
+        OnchainSettler::builder(self.rpc_url.clone(), self.relayer_key.clone())
+            .receipt_timeout(self.receipt_timeout)
+            .rpc_timeout(self.rpc_timeout)
+            .log_lookback_blocks(self.log_lookback_blocks)
+            .build()
+    }
+}
+
+/// The key is never printed by `{:?}`.
+impl std::fmt::Debug for OnchainSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnchainSettings")
+            .field("rpc_url", &self.rpc_url)
+            .field("relayer", &self.relayer)
+            .field("receipt_timeout", &self.receipt_timeout)
+            .field("rpc_timeout", &self.rpc_timeout)
+            .field("log_lookback_blocks", &self.log_lookback_blocks)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The network and token articles are sold in (from x402-tower's network table, or given explicitly).

@@ -4,12 +4,13 @@ use std::sync::Arc;
 
 use axum::http::HeaderValue;
 use x402_tower::X402Layer;
+use x402_tower::settle::onchain::OnchainSettler;
 
 use super::articles::ArticleCatalog;
 use super::bot_auth::BotVerifier;
 use super::interest::InterestRecorder;
 use super::minter::Minter;
-use super::settings::LicensingSettings;
+use super::settings::{LicensingSettings, OnchainSettings};
 use super::settlements::SettlementLog;
 use super::{handlers, payment};
 use crate::metrics::Metrics;
@@ -38,6 +39,9 @@ pub struct Licensing {
     pub payment_store: Arc<dyn PaymentStore>,
     /// Web Bot Auth: verifies signed crawler requests.
     pub bots: BotVerifier,
+    /// The on-chain settler, when settlement is on chain (the engine's settler, sign-in-with-x's contract
+    /// wallets and the minter share it).
+    pub onchain: Option<OnchainSettler>,
     /// Mints license tokens on chain (`--license-token` with on-chain settlement).
     pub minter: Option<Arc<Minter>>,
     /// `Link: <…/license.xml>; rel="license"`, built once.
@@ -64,7 +68,13 @@ impl Licensing {
         stores: &Stores,
         metrics: Arc<Metrics>,
     ) -> Result<Self, BuildError> {
-        let settler = payment::settler(&settings)?;
+        let onchain = settings
+            .onchain
+            .as_ref()
+            .map(OnchainSettings::settler)
+            .transpose()
+            .map_err(|e| BuildError::Payment(e.to_string()))?;
+        let settler = payment::settler(&settings, onchain.as_ref())?;
         let settlements = Arc::new(SettlementLog::new(stores.settlements.clone()));
         let payment_store = stores.payments.clone();
         let licensing = stores.licensing.clone();
@@ -80,16 +90,21 @@ impl Licensing {
             .list()
             .first()
             .map_or_else(|| "an-article-id".to_owned(), |a| a.id.clone());
-        let payments = payment::x402_layer(
+        let engine = payment::engine(
             &settings,
-            &public_url,
             settler,
             settlements.clone(),
             payment_store.clone(),
+        )?;
+        let payments = payment::x402_layer(
+            &settings,
+            &public_url,
+            engine,
+            onchain.as_ref(),
             licensing.clone(),
             &example_article,
         )?;
-        let minter = match (&settings.onchain, settings.license_token) {
+        let minter = match (&onchain, settings.license_token) {
             (Some(onchain), Some(contract)) => Some(Arc::new(Minter::new(
                 onchain.clone(),
                 contract,
@@ -100,6 +115,7 @@ impl Licensing {
         Ok(Self {
             license_link: handlers::license_link(&public_url),
             minter,
+            onchain,
             bots: BotVerifier::new(settings.bot_auth.clone(), &public_url),
             articles,
             payments,
@@ -115,7 +131,7 @@ impl Licensing {
 
     /// `verify-only`, or the facilitator in use.
     pub fn settlement_mode(&self) -> String {
-        if let Some(onchain) = &self.settings.onchain {
+        if let Some(onchain) = &self.onchain {
             return format!("on chain, relayer {}", onchain.relayer());
         }
         match &self.settings.facilitator_url {

@@ -49,13 +49,20 @@ async fn deploy_command(config: &Config) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    match crate::licensing::minter::deploy(onchain, public_url).await {
+    let settler = match onchain.settler() {
+        Ok(settler) => settler,
+        Err(e) => {
+            eprintln!("reference-server: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match crate::licensing::minter::deploy(&settler, public_url).await {
         Ok(address) => {
             println!("{address}");
             eprintln!(
                 "license-token contract deployed at {address}, owned by {}; start the server with \
                  --license-token {address}",
-                onchain.relayer()
+                onchain.relayer
             );
             ExitCode::SUCCESS
         }

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! let server = TestServer::start().await;                       // seeded, temp SQLite file
-//! let server = TestServer::start_with(|c| c.api_token = Some("t".into())).await;
+//! let server = TestServer::start_with(|c| c.registry.api_token = Some("t".into())).await;
 //! let resp = server.client.get(server.url("/healthz")).send().await.unwrap();
 //! ```
 
@@ -177,9 +177,9 @@ impl TestServer {
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
         let dir = Arc::new(TempDir::new());
         let mut config = Config::for_tests();
-        config.database = Some(fresh_database(dir.path(), "db.sqlite3").await);
-        config.media_dir = Some(dir.path().join("media"));
-        config.seed_assets = 40;
+        config.registry.database = Some(fresh_database(dir.path(), "db.sqlite3").await);
+        config.registry.media_dir = Some(dir.path().join("media"));
+        config.registry.seed_assets = 40;
         adjust(&mut config);
         Self::start_config(config, Some(dir)).await
     }

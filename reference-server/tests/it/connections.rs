@@ -1,4 +1,4 @@
-//! Connection hygiene of the server loop (`src/serve.rs`): header-read and idle timeouts, a cap on open
+//! Connection hygiene of the server loop (`src/server/serve.rs`): header-read and idle timeouts, a cap on open
 //! connections, and clients that stop reading. Each test runs the real binary with short limits; every wait
 //! is bounded.
 

@@ -90,7 +90,7 @@ async fn offers_and_receipts_are_signed_by_the_published_key_and_the_receipt_is_
 #[tokio::test]
 async fn the_receipt_key_is_given_derived_from_the_url_signing_key_or_generated() {
     const KEY: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
-    let given = TestServer::start_with(|c| c.receipt_signing_key = Some(KEY.into())).await;
+    let given = TestServer::start_with(|c| c.payment.receipt_signing_key = Some(KEY.into())).await;
     assert_eq!(
         signer_of(&given).await,
         "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
@@ -99,14 +99,14 @@ async fn the_receipt_key_is_given_derived_from_the_url_signing_key_or_generated(
     );
     // Two instances sharing the URL signing key sign with one key.
     let shared = "a shared url signing key, 32 b..";
-    let a = TestServer::start_with(|c| c.url_signing_key = Some(shared.into())).await;
-    let b = TestServer::start_with(|c| c.url_signing_key = Some(shared.into())).await;
+    let a = TestServer::start_with(|c| c.registry.url_signing_key = Some(shared.into())).await;
+    let b = TestServer::start_with(|c| c.registry.url_signing_key = Some(shared.into())).await;
     assert_eq!(signer_of(&a).await, signer_of(&b).await);
     let other = TestServer::start().await;
     assert_ne!(signer_of(&other).await, signer_of(&a).await);
     // A malformed key is a configuration error.
     let mut config = reference_server::Config::for_tests();
-    config.receipt_signing_key = Some("0x1234".into());
+    config.payment.receipt_signing_key = Some("0x1234".into());
     let err = config.validate().unwrap_err().to_string();
     assert!(err.contains("receipt-signing-key"), "{err}");
 }
@@ -202,7 +202,9 @@ fn third_party_settle(payer: &Payer, server_402: &Value, url: &str, bazaar: Valu
 
 #[tokio::test]
 async fn the_facilitator_catalogues_what_it_settled_when_the_declaration_validates() {
-    let server = TestServer::start_with(|c| c.facilitator_token = Some("fac-token".into())).await;
+    let server =
+        TestServer::start_with(|c| c.facilitator.facilitator_token = Some("fac-token".into()))
+            .await;
     let supported = server
         .client
         .get(server.url("/facilitator/supported"))

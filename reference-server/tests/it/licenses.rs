@@ -318,7 +318,7 @@ async fn send(
 #[tokio::test]
 async fn a_verified_crawler_is_recorded_with_its_purchase_settlement_and_interest() {
     let agent = directory().await;
-    let server = TestServer::start_with(|c| c.bot_agents = vec![agent.clone()]).await;
+    let server = TestServer::start_with(|c| c.bot_auth.bot_agents = vec![agent.clone()]).await;
     let path = format!("/x402Article?articleId={TWO}&license=training");
 
     // llms.txt read by the signed crawler, and by an unsigned client.
@@ -437,8 +437,8 @@ async fn a_verified_crawler_is_recorded_with_its_purchase_settlement_and_interes
 async fn a_path_can_require_a_verified_signature() {
     let agent = directory().await;
     let server = TestServer::start_with(|c| {
-        c.bot_agents = vec![agent.clone()];
-        c.bot_require = vec!["/x402Article".into()];
+        c.bot_auth.bot_agents = vec![agent.clone()];
+        c.bot_auth.bot_require = vec!["/x402Article".into()];
     })
     .await;
     let path = format!("/x402Article?articleId={TWO}");

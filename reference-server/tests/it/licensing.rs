@@ -301,17 +301,17 @@ async fn a_purchase_resent_after_its_valid_before_is_delivered_again_from_its_re
 async fn how_long_records_outlive_their_valid_before_is_the_operators_choice() {
     let keep = |server: &TestServer| server.state.payments.engine().keep_after_expiry().as_secs();
     assert_eq!(keep(&TestServer::start().await), 900);
-    let longer = TestServer::start_with(|c| c.payment_keep_after_expiry_secs = 7_200).await;
+    let longer = TestServer::start_with(|c| c.payment.payment_keep_after_expiry_secs = 7_200).await;
     assert_eq!(keep(&longer), 7_200);
     let raised = TestServer::start_with(|c| {
-        c.payment_keep_after_expiry_secs = 60;
-        c.payment_stale_after_secs = 600;
+        c.payment.payment_keep_after_expiry_secs = 60;
+        c.payment.payment_stale_after_secs = 600;
     })
     .await;
     assert_eq!(keep(&raised), 660);
     for refused in [59, 86_401] {
         let mut config = reference_server::Config::for_tests();
-        config.payment_keep_after_expiry_secs = refused;
+        config.payment.payment_keep_after_expiry_secs = refused;
         let err = config.validate().unwrap_err().to_string();
         assert!(
             err.contains("payment-keep-after-expiry-secs"),
@@ -385,9 +385,9 @@ async fn invalid_payments_get_402_not_the_article() {
 async fn receipts_survive_a_restart_and_a_replay_after_restart_is_refused() {
     let dir = std::sync::Arc::new(TempDir::new());
     let mut config = reference_server::Config::for_tests();
-    config.database = Some(super::common::fresh_database(dir.path(), "db.sqlite3").await);
-    config.media_dir = Some(dir.path().join("media"));
-    config.seed_assets = 5;
+    config.registry.database = Some(super::common::fresh_database(dir.path(), "db.sqlite3").await);
+    config.registry.media_dir = Some(dir.path().join("media"));
+    config.registry.seed_assets = 5;
 
     let server = TestServer::start_config(config.clone(), Some(dir.clone())).await;
     let (required, _) = offer(&server, ARTICLE).await;
@@ -498,9 +498,9 @@ pub(crate) async fn wait_for_llms_txt_total(server: &TestServer, total: u64) -> 
 async fn a_flood_of_llms_txt_requests_is_a_few_batched_writes_and_none_is_lost_on_shutdown() {
     let dir = std::sync::Arc::new(TempDir::new());
     let mut config = reference_server::Config::for_tests();
-    config.database = Some(super::common::fresh_database(dir.path(), "db.sqlite3").await);
-    config.media_dir = Some(dir.path().join("media"));
-    config.seed_assets = 1;
+    config.registry.database = Some(super::common::fresh_database(dir.path(), "db.sqlite3").await);
+    config.registry.media_dir = Some(dir.path().join("media"));
+    config.registry.seed_assets = 1;
     let server = TestServer::start_config(config.clone(), Some(dir.clone())).await;
     let hits: Vec<_> = (0..500)
         .map(|i| {
@@ -536,7 +536,7 @@ async fn a_flood_of_llms_txt_requests_is_a_few_batched_writes_and_none_is_lost_o
 async fn operator_endpoints_require_a_token_even_when_none_was_configured() {
     // The default configuration: no --api-token. A token is generated and the endpoints require it.
     let server = TestServer::start().await;
-    assert!(server.config.api_token.is_none());
+    assert!(server.config.registry.api_token.is_none());
     for path in ["/operator/llms-txt", "/operator/settlements"] {
         assert_eq!(server.get(path).await.status(), 401, "{path}");
         let wrong = server
@@ -561,7 +561,8 @@ async fn operator_endpoints_require_a_token_even_when_none_was_configured() {
 
 #[tokio::test]
 async fn operator_endpoint_requires_the_api_token_when_one_is_set() {
-    let server = TestServer::start_with(|c| c.api_token = Some("s3cret-token".into())).await;
+    let server =
+        TestServer::start_with(|c| c.registry.api_token = Some("s3cret-token".into())).await;
     assert_eq!(server.get("/operator/llms-txt").await.status(), 401);
     let ok = server
         .get_with(
@@ -848,7 +849,7 @@ async fn facilitator_settlement_is_recorded_in_the_receipt() {
         serde_json::json!({"success": true, "transaction": tx, "network": "eip155:84532"}),
     )
     .await;
-    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let server = TestServer::start_with(|c| c.payment.facilitator_url = Some(facilitator)).await;
     let (required, _) = offer(&server, ARTICLE).await;
     let resp = server
         .get_with(
@@ -879,7 +880,7 @@ async fn failed_settlement_is_402_and_leaves_no_receipt() {
         "success": false, "errorReason": "insufficient_funds", "transaction": "", "network": "eip155:84532"
     }))
     .await;
-    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let server = TestServer::start_with(|c| c.payment.facilitator_url = Some(facilitator)).await;
     let (required, _) = offer(&server, ARTICLE).await;
     let resp = server
         .get_with(
@@ -999,7 +1000,7 @@ async fn a_client_that_hangs_up_during_settlement_still_gets_its_receipt_written
     let facilitator = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let server = TestServer::start_with(|c| c.payment.facilitator_url = Some(facilitator)).await;
     let (required, _) = offer(&server, ARTICLE).await;
     let header = Payer::new().pay_v2(&required);
     let client = crate::common::test_client();
@@ -1140,9 +1141,9 @@ async fn a_facilitator_that_times_out_on_settle_is_settlement_pending_and_an_unk
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let server = TestServer::start_with(|c| {
-        c.facilitator_url = Some(facilitator);
-        c.facilitator_settle_timeout_secs = 1;
-        c.api_token = Some("op-token".into());
+        c.payment.facilitator_url = Some(facilitator);
+        c.payment.facilitator_settle_timeout_secs = 1;
+        c.registry.api_token = Some("op-token".into());
     })
     .await;
     let payer = Payer::new();
@@ -1214,7 +1215,7 @@ async fn a_failed_settlement_is_a_failed_settlement_row() {
         "transaction": "", "network": "eip155:84532"
     }))
     .await;
-    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let server = TestServer::start_with(|c| c.payment.facilitator_url = Some(facilitator)).await;
     let payer = Payer::new();
     let (required, _) = offer(&server, ARTICLE).await;
     let header = payer.pay_v2(&required);
@@ -1247,7 +1248,7 @@ async fn a_successful_purchase_is_a_settled_settlement_row() {
         serde_json::json!({"success": true, "transaction": tx, "network": "eip155:84532"}),
     )
     .await;
-    let server = TestServer::start_with(|c| c.facilitator_url = Some(facilitator)).await;
+    let server = TestServer::start_with(|c| c.payment.facilitator_url = Some(facilitator)).await;
     let payer = Payer::new();
     let (required, _) = offer(&server, ARTICLE).await;
     let header = payer.pay_v2(&required);

@@ -28,9 +28,9 @@ async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_
     let dir = Arc::new(TempDir::new());
     let sqlite = dir.path().join("old.sqlite3");
     let mut config = reference_server::Config::for_tests();
-    config.database = Some(sqlite.display().to_string());
-    config.media_dir = Some(dir.path().join("media"));
-    config.seed_assets = 30;
+    config.registry.database = Some(sqlite.display().to_string());
+    config.registry.media_dir = Some(dir.path().join("media"));
+    config.registry.seed_assets = 30;
     let server = TestServer::start_config(config.clone(), Some(dir.clone())).await;
     let (required, _) = offer(&server, ARTICLE).await;
     let header = Payer::new().pay_v2(&required);
@@ -115,7 +115,7 @@ async fn a_sqlite_deployment_moves_to_postgres_with_its_receipts_records_assets_
     assert_eq!(again.status.code(), Some(1), "{again:?}");
     assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
 
-    config.database = Some(target);
+    config.registry.database = Some(target);
     let server = TestServer::start_config(config, Some(dir)).await;
     assert_eq!(
         server.get(&format!("/receipts/{token}")).await.status(),

@@ -196,7 +196,7 @@ fn decode(encoding: &str, body: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn listing_pages_are_compressed_once_tagged_and_answered_304_until_the_collection_changes() {
-    let server = TestServer::start_with(|c| c.api_token = Some("tok".into())).await;
+    let server = TestServer::start_with(|c| c.registry.api_token = Some("tok".into())).await;
     let url = server.url("/api/v3/assets/?limit=200");
     let plain = server.client.get(&url).send().await.unwrap();
     assert!(plain.headers().get("content-encoding").is_none());

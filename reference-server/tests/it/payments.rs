@@ -57,8 +57,8 @@ async fn flaky_facilitator(hang: usize) -> (String, Arc<AtomicUsize>) {
 /// A server settling through `facilitator` (settle timeout 1 s), a signed payment for [`ARTICLE`] and its URL.
 async fn pending_purchase_setup(facilitator: String) -> (TestServer, String, String) {
     let server = TestServer::start_with(|c| {
-        c.facilitator_url = Some(facilitator);
-        c.facilitator_settle_timeout_secs = 1;
+        c.payment.facilitator_url = Some(facilitator);
+        c.payment.facilitator_settle_timeout_secs = 1;
     })
     .await;
     let (required, _) = offer(&server, ARTICLE).await;
@@ -176,7 +176,9 @@ async fn the_facilitator_is_off_without_a_token_and_shares_the_paid_routes_engin
     assert_eq!(resp.status(), 404);
     assert_eq!(json_body(resp).await["error"], "facilitator_disabled");
 
-    let server = TestServer::start_with(|c| c.facilitator_token = Some("fac-token".into())).await;
+    let server =
+        TestServer::start_with(|c| c.facilitator.facilitator_token = Some("fac-token".into()))
+            .await;
     let post = |path: &str, auth: Option<&str>, body: &Value| {
         let mut r = server.client.post(server.url(path)).json(body);
         if let Some(a) = auth {
@@ -234,7 +236,9 @@ async fn the_facilitator_is_off_without_a_token_and_shares_the_paid_routes_engin
 #[tokio::test]
 async fn a_facilitator_flood_with_caller_chosen_terms_cannot_block_a_purchase() {
     // Without the token nothing is stored; with it, validBefore is capped by the facilitator's own limit.
-    let server = TestServer::start_with(|c| c.facilitator_token = Some("fac-token".into())).await;
+    let server =
+        TestServer::start_with(|c| c.facilitator.facilitator_token = Some("fac-token".into()))
+            .await;
     let (required, _) = offer(&server, ARTICLE).await;
     let mut accepted = required["accepts"][0].clone();
     accepted["maxTimeoutSeconds"] = json!(u64::MAX / 2);
@@ -848,16 +852,16 @@ async fn a_pending_payment_left_by_a_kill_9_is_settled_at_restart_and_every_inst
 
 #[tokio::test]
 async fn the_stale_after_flag_reaches_the_engine_raised_to_the_settlers_longest_wait() {
-    let verify_only = TestServer::start_with(|c| c.payment_stale_after_secs = 10).await;
+    let verify_only = TestServer::start_with(|c| c.payment.payment_stale_after_secs = 10).await;
     assert_eq!(
         verify_only.state.payments.engine().stale_after(),
         std::time::Duration::from_secs(10)
     );
     let (facilitator, _) = flaky_facilitator(0).await;
     let facilitated = TestServer::start_with(|c| {
-        c.payment_stale_after_secs = 10;
-        c.facilitator_url = Some(facilitator);
-        c.facilitator_settle_timeout_secs = 3;
+        c.payment.payment_stale_after_secs = 10;
+        c.payment.facilitator_url = Some(facilitator);
+        c.payment.facilitator_settle_timeout_secs = 3;
     })
     .await;
     assert_eq!(
@@ -866,7 +870,7 @@ async fn the_stale_after_flag_reaches_the_engine_raised_to_the_settlers_longest_
     );
     let mut config = reference_server::Config::for_tests();
     for refused in [0, 9, 86_401] {
-        config.payment_stale_after_secs = refused;
+        config.payment.payment_stale_after_secs = refused;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("payment-stale-after-secs"), "{refused}: {err}");
     }

@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt as _;
 #[tokio::test]
 async fn a_client_stuck_mid_request_cannot_hold_shutdown_forever() {
     let mut config = Config::for_tests();
-    config.seed_assets = 2;
+    config.registry.seed_assets = 2;
     let server = Server::bind(config.validate().unwrap()).await.unwrap();
     let addr = server.local_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -42,6 +42,10 @@ pub struct PaymentOffer {
     pub description: String,
     /// MIME type of the resource (`""` allowed).
     pub mime_type: String,
+    /// Members of the offer's `extra` besides the token's EIP-712 `name` and `version` (which they cannot
+    /// replace): what tells offers of one resource apart, such as the license each one sells. A v2 client
+    /// echoes them in `accepted`, so they are part of what its payment must match.
+    pub extra: std::collections::BTreeMap<String, String>,
 }
 
 /// An offer that cannot be built.
@@ -69,6 +73,7 @@ impl PaymentOffer {
             max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
             description: String::new(),
             mime_type: String::new(),
+            extra: std::collections::BTreeMap::new(),
         }
     }
 
@@ -81,6 +86,22 @@ impl PaymentOffer {
     /// Sets the MIME type.
     pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
         self.mime_type = mime_type.into();
+        self
+    }
+
+    /// Adds `key: value` to the offer's `extra` (`name` and `version` are the token's and stay so).
+    ///
+    /// ```
+    /// # use x402_tower::{PaymentOffer, Price};
+    /// # let pay_to = alloy_primitives::address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
+    /// let training = PaymentOffer::usdc("base".parse().unwrap(), pay_to, Price::from(100_000u64))
+    ///     .unwrap()
+    ///     .extra("license", "training");
+    /// let extra = training.requirements_v2().extra.unwrap();
+    /// assert_eq!((extra["name"].as_str(), extra["license"].as_str()), (Some("USD Coin"), Some("training")));
+    /// ```
+    pub fn extra(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.extra.insert(key.into(), value.into());
         self
     }
 
@@ -100,9 +121,20 @@ impl PaymentOffer {
             asset: self.token.address,
             pay_to: self.pay_to,
             max_timeout_seconds: self.max_timeout_seconds,
-            extra: Some(
-                serde_json::json!({"name": self.token.name, "version": self.token.version}),
-            ),
+            extra: Some(self.extra_json()),
         }
+    }
+
+    /// `extra`: the token's EIP-712 `name` and `version`, then [`PaymentOffer::extra`]'s members.
+    fn extra_json(&self) -> serde_json::Value {
+        let mut extra = serde_json::Map::new();
+        extra.insert("name".into(), self.token.name.clone().into());
+        extra.insert("version".into(), self.token.version.clone().into());
+        for (key, value) in &self.extra {
+            extra
+                .entry(key.clone())
+                .or_insert_with(|| value.clone().into());
+        }
+        serde_json::Value::Object(extra)
     }
 }

@@ -1,27 +1,52 @@
 //! The articles in x402 `bazaar` terms: the declaration each article's 402 carries, and the articles as
 //! items of the facilitator's discovery listing.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use x402_tower::extensions::bazaar::{Discovery, DiscoveryResource};
+use x402_tower::extensions::{Declaration, Extension, Offered};
 
+use super::articles::ArticleCatalog;
+use crate::domain::Article;
 use crate::licensing::Licensing;
 
-/// The articles' discovery declaration, with `example_id` as the example `articleId`.
-pub fn article_discovery(example_id: &str) -> Discovery {
+/// `article`'s discovery declaration: how to ask for it (`GET` with its `articleId`) and an example of the
+/// paid answer (its title and author; the content and receipt abridged).
+pub fn article_discovery(article: &Article) -> Discovery {
     Discovery::query(http::Method::GET)
         .query_param(
             "articleId",
-            example_id,
+            &article.id,
             "An article id from /x402Article/list",
         )
         .output_example(json!({
-            "article": {"title": "How Newsrooms Prove a Photo Is Real", "content": "…", "author_name": "Amara Okafor"},
+            "article": {"title": article.title, "content": "…", "author_name": article.author_name},
             "receipt": {
-                "nft": {"tokenId": "4242…", "verifyUrl": "https://news.example/receipts/4242…"},
-                "certificate": {"url": "https://news.example/receipts/4242…/certificate"},
+                "nft": {"tokenId": "…", "verifyUrl": "…"},
+                "certificate": {"url": "…"},
                 "signed": {"format": "eip712", "payload": {"version": 1}, "signature": "0x…"}
             }
         }))
+}
+
+/// The `bazaar` declaration of each article's 402: that article's [`article_discovery`], found from the
+/// 402's resource URL (`?articleId=`). A resource that names no published article declares nothing.
+#[derive(Debug)]
+pub(crate) struct ArticleDeclarations(pub(crate) Arc<ArticleCatalog>);
+
+impl Extension for ArticleDeclarations {
+    fn key(&self) -> &str {
+        x402_tower::extensions::bazaar::KEY
+    }
+
+    fn declare(&self, offered: &Offered<'_>) -> Option<Declaration> {
+        let id = super::payment::article_id_of(offered.resource_url())?;
+        let article = self.0.published(&id)?;
+        Some(Declaration::lasting(
+            article_discovery(&article).declaration().to_string(),
+        ))
+    }
 }
 
 /// The articles as discovery items (`GET /facilitator/discovery/resources` lists them first).
@@ -44,7 +69,7 @@ pub fn resources(state: &Licensing) -> Vec<DiscoveryResource> {
             let mut metadata = serde_json::Map::new();
             metadata.insert(
                 "bazaar".into(),
-                article_discovery(&a.id).declaration()["info"].clone(),
+                article_discovery(a).declaration()["info"].clone(),
             );
             metadata.insert("description".into(), json!(offer.description));
             metadata.insert("mimeType".into(), json!(offer.mime_type));

@@ -116,6 +116,8 @@ pub(crate) fn article_offers(
                 crate::domain::license::summary(license)
             ))
             .mime_type("application/json")
+            // Which license this offer sells: a buyer chooses by it, not by the order of `accepts`.
+            .extra("license", license.id.clone())
         })
         .collect()
 }
@@ -172,7 +174,7 @@ pub(crate) fn x402_layer(
     engine: Arc<PaymentEngine>,
     onchain: Option<&OnchainSettler>,
     licensing: Arc<dyn LicensingStore>,
-    example_article: &str,
+    articles: Arc<super::articles::ArticleCatalog>,
 ) -> Result<X402Layer, BuildError> {
     let price = move |parts: &http::request::Parts| {
         let choice = parts
@@ -200,7 +202,8 @@ pub(crate) fn x402_layer(
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, onchain, licensing))
-        .discovery(super::discovery::article_discovery(example_article))
+        // Each article's 402 describes that article (bazaar).
+        .extension(Arc::new(super::discovery::ArticleDeclarations(articles)))
         // Each article's license (RSL document and version), put in the request by with_article.
         .terms_per_request()
         // Signed offers and receipts; the transaction is in them, as on the public verify URL already.

@@ -26,7 +26,7 @@ pub struct Licensing {
     /// Interface A's store.
     pub licensing: Arc<dyn LicensingStore>,
     /// The published articles, in memory (reloaded every [`super::articles::REFRESH`]).
-    pub articles: ArticleCatalog,
+    pub articles: Arc<ArticleCatalog>,
     /// Server counters.
     pub metrics: Arc<Metrics>,
     /// llms.txt interest, counted in memory and flushed in batches.
@@ -85,11 +85,8 @@ impl Licensing {
             payment::ArticlePricing::new(settings.payment.clone(), settings.pay_to),
         )
         .await
+        .map(Arc::new)
         .map_err(|e| BuildError::Catalog(e.to_string()))?;
-        let example_article = articles
-            .list()
-            .first()
-            .map_or_else(|| "an-article-id".to_owned(), |a| a.id.clone());
         let engine = payment::engine(
             &settings,
             settler,
@@ -102,7 +99,7 @@ impl Licensing {
             engine,
             onchain.as_ref(),
             licensing.clone(),
-            &example_article,
+            articles.clone(),
         )?;
         let minter = match (&onchain, settings.license_token) {
             (Some(onchain), Some(contract)) => Some(Arc::new(Minter::new(

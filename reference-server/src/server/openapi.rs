@@ -38,7 +38,7 @@ use crate::{licensing, registry};
     ),
     tags(
         (name = "licensing", description = "Interface A: articles sold per request with x402 (USDC, EIP-3009)."),
-        (name = "registry", description = "Interface B: the asset registry, in Django REST Framework's conventions."),
+        (name = "registry", description = "Interface B, version 3 (its paths start with `/api/v3/`): the asset registry, in Django REST Framework's conventions."),
     ),
     modifiers(&X402Schemas, &TokenAuth),
 )]
@@ -60,10 +60,15 @@ impl Modify for TokenAuth {
     }
 }
 
+/// The version of interface A this document describes (`info.version`).
+pub const INTERFACE_VERSION: &str = "2.0";
+
 /// The document for a server reachable at `public_url`, selling in `payment`.
 pub fn document(public_url: &str, payment: &PaymentNetwork) -> utoipa::openapi::OpenApi {
     let mut doc = Document::openapi();
-    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    // The interface's version (interfaces.md §9), not the server's: interface A is version 2.0; interface
+    // B carries its version in its paths (`/api/v3/`), as its tag says.
+    doc.info.version = INTERFACE_VERSION.to_owned();
     doc.info.description = Some(format!(
         "Interface A sells articles per request for USDC with the x402 protocol (exact scheme, EIP-3009) on {} \
          (token {} `{}` version `{}`): an unpaid request is answered 402 with the payment requirements; the \

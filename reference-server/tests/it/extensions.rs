@@ -117,7 +117,19 @@ async fn the_articles_declare_bazaar_and_the_discovery_listing_pages_them() {
     let (required, _) = offer(&server, ARTICLE).await;
     let bazaar = &required["extensions"]["bazaar"];
     assert_eq!(bazaar["info"]["input"]["method"], "GET");
-    assert!(bazaar["info"]["input"]["queryParams"]["articleId"].is_string());
+    // Each article's 402 describes that article: its id, and its title and author in the example answer.
+    assert_eq!(bazaar["info"]["input"]["queryParams"]["articleId"], ARTICLE);
+    let (other, _) = offer(&server, "c2pa-explained").await;
+    let other = &other["extensions"]["bazaar"]["info"];
+    assert_eq!(other["input"]["queryParams"]["articleId"], "c2pa-explained");
+    assert_eq!(
+        other["output"]["example"]["article"]["title"],
+        "C2PA Explained for Working Photographers"
+    );
+    assert_ne!(
+        other["output"]["example"]["article"]["title"],
+        bazaar["info"]["output"]["example"]["article"]["title"]
+    );
     assert_eq!(bazaar["schema"]["required"][0], "input");
     reference_server::facilitator::discovery::validate_info(bazaar).unwrap();
 

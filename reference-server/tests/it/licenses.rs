@@ -103,6 +103,19 @@ async fn two_licenses_are_two_offers_with_their_terms_and_each_purchase_records_
         (Some("40000"), Some("100000"))
     );
     assert_eq!(body_v1["accepts"].as_array().unwrap().len(), 2);
+    // Each offer says which license it sells (`extra.license`), beside the token's EIP-712 domain.
+    for (offer, license) in accepts.iter().zip(["inference", "training"]) {
+        assert_eq!(offer["extra"]["license"], license, "{offer}");
+        assert_eq!(offer["extra"]["version"], "2", "{offer}");
+    }
+    for (offer, license) in body_v1["accepts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(["inference", "training"])
+    {
+        assert_eq!(offer["extra"]["license"], license, "{offer}");
+    }
     let terms = &required["extensions"]["terms"]["info"];
     assert_eq!(terms["format"], "uri");
     assert_eq!(

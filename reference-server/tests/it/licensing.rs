@@ -581,7 +581,21 @@ async fn openapi_describes_both_interfaces_with_the_402() {
     // The document's validity and the real answers' fit are checked by independent validators in
     // workspace-tests (e2e/openapi.rs); here, what this server puts in it.
     assert_eq!(doc["openapi"], "3.1.0");
-    assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
+    // The interface's version (interfaces.md §9), not the crate's; the registry's is in its paths.
+    assert_eq!(doc["info"]["version"], "2.0");
+    let registry = doc["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "registry")
+        .unwrap();
+    assert!(
+        registry["description"]
+            .as_str()
+            .unwrap()
+            .contains("version 3 (its paths start with `/api/v3/`)"),
+        "{registry}"
+    );
     assert_eq!(doc["servers"][0]["url"], server.base);
     assert!(doc["paths"]["/api/v3/assets/"]["post"].is_object());
     assert_eq!(

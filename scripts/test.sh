@@ -29,6 +29,12 @@ done
 echo "==> cargo test"
 # x402-tower's Redis replay store is a cargo feature: built and tested here against the Redis started above.
 cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
+echo "==> the examples: each seller answers an unpaid request 402, the listing serves a page (built by cargo test)"
+for example in seller_axum seller_tower seller_facilitator listing; do
+    timeout 60 target/debug/examples/"$example" --check
+done
+echo "==> cargo package: x402-tower and registry-pagination build from their packaged files alone"
+cargo package -q -p registry-pagination -p x402-tower --allow-dirty
 echo "==> deploy/: the systemd unit and its environment file"
 scripts/check-deploy.sh target/debug/reference-server
 echo "==> reference-server on PostgreSQL: the integration suite, and the library's PostgreSQL-only unit tests"

@@ -79,6 +79,7 @@
 //! - `axum`: `Paginated` (an `IntoResponse` page), `Page` as an extractor, and links built from axum's
 //!   `OriginalUri` so that a layer inside a nested router still writes the full path.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
 
@@ -96,6 +97,7 @@ mod results;
 mod service;
 
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use crate::axum::Paginated;
 pub use crate::{
     base_url::{BaseUrl, InvalidBaseUrl},

@@ -151,6 +151,7 @@
 //! moved although the client got `settlement_pending`), and every later reconciliation — with the verified
 //! payment and the resource, and is awaited before the client is answered. See [`settle::SettlementObserver`].
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// This crate's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -158,6 +159,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 mod address;
 mod boxed;
 #[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub mod client;
 pub mod engine;
 pub mod extensions;

@@ -48,6 +48,7 @@
 mod layer;
 mod policy;
 #[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
 pub mod reqwest;
 pub mod sign;
 

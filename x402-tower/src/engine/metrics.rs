@@ -101,6 +101,7 @@ fn facade_outcome(outcome: &'static str) {
 
 /// Registers the help texts of the facade's x402 counters with the current recorder (feature `metrics`).
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe() {
     metrics::describe_counter!(
         "x402_payment_required_total",

@@ -246,6 +246,7 @@ pub struct DiscoveryQuery {
 
 /// Why a discovery listing could not be read.
 #[cfg(feature = "facilitator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "facilitator")))]
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ListError {
@@ -280,6 +281,7 @@ pub enum ListError {
 /// # Ok(()) }
 /// ```
 #[cfg(feature = "facilitator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "facilitator")))]
 pub async fn list_resources(
     http: &reqwest::Client,
     facilitator_url: &str,

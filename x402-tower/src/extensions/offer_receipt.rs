@@ -502,10 +502,12 @@ fn receipt_schema_value() -> Value {
 }
 
 #[cfg(feature = "offer-receipt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "offer-receipt")))]
 pub use issuer::{InvalidKey, IssueError, OfferReceipt};
 
 /// Signs every offer of a 402 and the receipt of every successful settlement.
 #[cfg(feature = "offer-receipt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "offer-receipt")))]
 impl crate::extensions::Extension for OfferReceipt {
     fn key(&self) -> &str {
         KEY

@@ -315,6 +315,7 @@ impl X402Config {
     /// [`VerifiedPayment::settlement`](crate::VerifiedPayment) when settling before it. See
     /// [`crate::extensions::offer_receipt`]. Default: not declared.
     #[cfg(feature = "offer-receipt")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "offer-receipt")))]
     pub fn offer_receipt(
         self,
         signer: Arc<crate::extensions::offer_receipt::OfferReceipt>,

@@ -6,6 +6,7 @@ mod body;
 mod config;
 mod future;
 #[cfg(feature = "openapi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openapi")))]
 pub mod openapi;
 pub mod paywall;
 mod response;

@@ -22,9 +22,11 @@ use crate::proto::SupportedResponse;
 #[cfg(feature = "facilitator")]
 mod facilitator;
 #[cfg(feature = "facilitator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "facilitator")))]
 pub use facilitator::{FacilitatorEndpoint, FacilitatorSettler, FacilitatorSettlerBuilder};
 
 #[cfg(feature = "onchain")]
+#[cfg_attr(docsrs, doc(cfg(feature = "onchain")))]
 pub mod onchain;
 
 pub use crate::boxed::BoxFuture;

@@ -47,6 +47,7 @@
 //! [`InMemoryReplayStore`] is the reference implementation for one process.
 
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 
 use std::collections::HashMap;

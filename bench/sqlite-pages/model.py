@@ -8,11 +8,11 @@ a `settlements` row, a `receipts` row). After each commit it reads how many WAL 
 the end it maps the frames of the second half of the run to their b-trees with `dbstat`.
 
 Variants: the payment payload's size (4300: an official client's payment with the 402's echoed
-extensions; 1100: without them, as records keep it since session 11), and `merged`: the receipt's columns
+extensions; 1100: without them, as records keep it now), and `merged`: the receipt's columns
 in the payment record instead of a `receipts` row (one write per purchase).
 
 Run: python3 bench/sqlite-pages/model.py   (G=16 by default; G=8 python3 ... for smaller commits)
-Figures it gave, and what they decided: docs/bench/reference-server-licensing.md, "session 11".
+Figures it gave, and what they decided: docs/bench/reference-server-licensing.md, "What a purchase writes".
 Python's sqlite3 module only, no network; bounded: 4,000 purchases per variant, in a temporary directory
 removed at the end.
 """

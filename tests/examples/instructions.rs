@@ -1,8 +1,8 @@
 //! Instructions per request, counted by callgrind: a measure of the money path that a noisy machine does not
 //! move. The load tool (`load.rs`) reports CPU time, which on a shared 2-core machine varies by a third from
 //! one run to the next; the instructions a request executes vary by about 1% (0.3% for a purchase, 0.9% for
-//! a 402: docs/bench/reference-server-licensing.md, session 29). Sequential purchases of one binary spread
-//! 1.9% in session 34 (likely time-based checkpoint work landing unevenly in the two phases; not traced); over
+//! a 402: docs/bench/reference-server-licensing.md). Sequential purchases of one binary spread
+//! 1.9% in one measurement (likely time-based checkpoint work landing unevenly in the two phases; not traced); over
 //! `--connections 32`, 0.3%. Count what a change removes (calls, allocations) when it is smaller.
 //!
 //! ```text
@@ -29,11 +29,11 @@
 //! By default requests are sequential, so a purchase commits alone and its commit's fixed costs (the WAL
 //! frames' checksums, the WAL index) are all its own. `--connections C` (at most 32) sends them over `C`
 //! keep-alive connections at once, each connection one request after another, as the load tool does:
-//! purchases then share commits as under load, though less than natively (session 34: 0.24 commits per
+//! purchases then share commits as under load, though less than natively (measured: 0.24 commits per
 //! purchase under valgrind against the load tool's 0.07), so the commit costs are still an upper bound,
 //! a closer one. Before the counters are zeroed, `C` requests open the
 //! connections and build what is built once. A durable purchase: 1,485,000 instructions sequential,
-//! 1,375,000 over 32 connections (session 34). Work done
+//! 1,375,000 over 32 connections (November 2026). Work done
 //! once per second of the clock (the 402 is built again every second) is counted in proportion to the
 //! time the run takes under valgrind, many times longer than natively (an estimate: ~1% of a 402's count);
 //! `N` is at least 200 so that it evens out between the phases.
@@ -45,7 +45,7 @@
 //!
 //! The server runs at `RUST_LOG=warn` unless `RUST_LOG` says otherwise: `RUST_LOG=info` counts the server's
 //! default level, where every request also writes an access line (a 402: 70,400 instructions against 56,800
-//! at `warn`, session 33).
+//! at `warn`).
 //!
 //! The figures depend on the build (compiler, dependencies), not on the machine's load: compare builds made
 //! with one toolchain. `--keep` keeps the callgrind files (for `callgrind_annotate`) and prints where they

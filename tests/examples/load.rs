@@ -4,7 +4,7 @@
 //! p50/p99 latency and the server's CPU per request (user + system time from `/proc/<pid>/stat`, the
 //! facilitator's added in facilitator mode), with the load average beside it; then the bytes written and,
 //! from each instance's `/metrics`, the SQLite writer's commits per request and writes per commit (how many
-//! writes share a commit: docs/bench/reference-server-licensing.md, session 20).
+//! writes share a commit: docs/bench/reference-server-licensing.md).
 //!
 //! ```text
 //! cargo build --release -p reference-server
@@ -35,7 +35,7 @@
 //! `--signed-per-second N` dates the pre-signed payments as clients signing N of them per second while the
 //! load runs would (payment `i`'s `validBefore` is `i / N` seconds later than the first's, at most 100 s):
 //! the receipts' token ids lead with `validBefore`, so how many purchases share a second decides how close
-//! together their keys land (docs/bench/reference-server-licensing.md, session 26). Without it every
+//! together their keys land (docs/bench/reference-server-licensing.md). Without it every
 //! payment carries the `validBefore` of the moment it was pre-signed.
 //!
 //! `--pin` runs every server this tool starts on the second core (`taskset -c 1`) and the tool itself on the

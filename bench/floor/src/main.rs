@@ -1,4 +1,4 @@
-//! The floor of a durable purchase (issue #15, session 21): the least a server can do per purchase for what
+//! The floor of a durable purchase (issue #15): the least a server can do per purchase for what
 //! the reference server's verify-only mode does, to compare the issue's targets with. It sells
 //! `GET /x402Article` for 0.01 USDC on Base Sepolia and does, per paid request:
 //!

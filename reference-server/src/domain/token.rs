@@ -14,12 +14,12 @@ use sha2::{Digest, Sha256};
 /// - **Ids sort by time**: `validBefore` leads, and a payment is only accepted while it lies between now and
 ///   the offer's horizon (`maxTimeoutSeconds`, minutes). So a new receipt's key lands next to the last ones
 ///   in the receipts' index instead of on a random page of it: a durable purchase writes one index page
-///   fewer (issue #15; docs/bench/reference-server-licensing.md, session 26). 67 digits of the hash (222
+///   fewer (docs/bench/reference-server-licensing.md). 67 digits of the hash (222
 ///   bits) keep an id unguessable for whoever does not know the payment.
 /// - A valid ERC-721 token id (a `uint256`: below 10^77 for any `validBefore` before the year 2286; a later
 ///   one is taken as 9,999,999,999).
 ///
-/// Receipts issued before session 26 have the whole hash as their id ([`legacy_token_id`]); they are found
+/// Receipts issued before ids sorted by time (November 2026) have the whole hash as their id ([`legacy_token_id`]); they are found
 /// by it as before.
 pub fn token_id(network: &str, asset: &str, payer: &str, nonce: &str, valid_before: u64) -> String {
     let split = hash_split();

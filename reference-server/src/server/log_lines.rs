@@ -6,7 +6,7 @@
 //! `serde_json::Value` to write it out, twice per line (the current span, `span`, and the list from the
 //! root, `spans`). Every request writes an access line in its span at the default level (`info`), so this
 //! was most of the cost of logging: 116,700 instructions per 402 at `info` against 56,300 at `warn`
-//! (callgrind, docs/bench/reference-server-licensing.md, session 33). [`JsonSpanFields`] stores a span's
+//! (callgrind, docs/bench/reference-server-licensing.md). [`JsonSpanFields`] stores a span's
 //! fields written straight as JSON, and [`JsonLines`] writes the same lines (same members, same values) with
 //! each span's stored object copied as it is.
 

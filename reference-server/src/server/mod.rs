@@ -463,10 +463,10 @@ pub struct LogGuard {
 /// stalled log shipper) never stops the server: written in place, every request would wait on the full
 /// pipe. Past 16,384 waiting lines, new ones are dropped and counted
 /// (`log_lines_dropped_total`). This buys no CPU: the access line costs the same either way (its `write`, or
-/// the hand-off to the writer thread; docs/bench/reference-server-licensing.md, session 15); `RUST_LOG=warn`
+/// the hand-off to the writer thread; docs/bench/reference-server-licensing.md); `RUST_LOG=warn`
 /// turns the access log off. JSON lines are tracing-subscriber's JSON format written by `log_lines`, which
 /// stores a span's fields as JSON once and copies them into each line (a 402 at `info` 70,400 instructions
-/// against 116,700 with `fmt().json()`, 56,800 at `warn`; session 33). Lines still queued when the process
+/// against 116,700 with `fmt().json()`, 56,800 at `warn`; callgrind, November 2026). Lines still queued when the process
 /// is killed (`SIGKILL`) are lost; the returned guard writes them out on a normal exit.
 pub fn init_tracing(format: LogFormat) -> LogGuard {
     use tracing_subscriber::EnvFilter;

@@ -24,7 +24,7 @@
 //!   from tasks that run at once on a busy core; committing the first alone would cost a commit, its fsync
 //!   and a rewrite of the same pages for the others. When nothing else is runnable a yield returns at once,
 //!   so an idle server pays a system call, never a wait (at 1 connection the p50 fell). Measured on one core
-//!   (session 20 in `docs/bench/reference-server-licensing.md`): per durable purchase 5–13% less CPU at 1
+//!   (`docs/bench/reference-server-licensing.md`): per durable purchase 5–13% less CPU at 1
 //!   and 4 connections, and at 32 a third as many commits and a fifth fewer bytes written for 4% less CPU
 //!   (within the noise); 15% less CPU through a facilitator, 29% less with an in-memory database.
 //! - Reads run on Tokio's blocking pool ([`tokio::task::spawn_blocking`]), so a slow query never stalls the
@@ -752,7 +752,7 @@ mod tests {
     }
 
     /// The same file's other flag reaches the library: SQLite's allocations are not counted under a global
-    /// mutex (`SQLITE_DEFAULT_MEMSTATUS=0`; 1.4% of an in-memory purchase's instructions, session 33). The
+    /// mutex (`SQLITE_DEFAULT_MEMSTATUS=0`; 1.4% of an in-memory purchase's instructions). The
     /// server reads no SQLite memory statistics and sets no SQLite heap limit, which need them.
     #[test]
     fn the_bundled_sqlite_counts_no_memory_statistics() {

@@ -63,7 +63,7 @@ type HeadersHook = Arc<dyn Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync>;
 /// Calls go over HTTP/1.1 connections kept alive in the settler's pool (reqwest's: a connection idle for
 /// 90 s is closed, and one the facilitator closed is not used again), so a busy server pays no TCP or TLS
 /// handshake per purchase: through a facilitator on loopback without TLS, a new connection per call cost
-/// 27% more CPU per purchase (docs/bench/reference-server-licensing.md, session 17). HTTP/2 is not used:
+/// 27% more CPU per purchase (docs/bench/reference-server-licensing.md). HTTP/2 is not used:
 /// the pool already keeps one warm connection per concurrent call, and the reference server's facilitator
 /// door serves HTTP/1.1 only. Clones share the pool.
 ///

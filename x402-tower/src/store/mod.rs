@@ -183,7 +183,7 @@ impl StoredPayment {
     /// record is read only for its fingerprint, resource and settlement, a `Spent` one for its state.
     /// Forgetting the payment (1.2 KB of an official client's) when a record becomes final keeps the record
     /// about as large as it was while the settlement is added, so that a database writes fewer pages per
-    /// purchase (docs/bench/reference-server-licensing.md, session 25).
+    /// purchase (docs/bench/reference-server-licensing.md).
     ///
     /// ```
     /// use x402_tower::store::StoredPayment;

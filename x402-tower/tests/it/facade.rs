@@ -19,12 +19,7 @@ fn the_layer_records_402s_payments_and_rejections_through_the_facade() {
         rt.block_on(async {
             let inner = Inner::new();
             let svc = config()
-                .engine(std::sync::Arc::new(
-                    x402_tower::PaymentEngine::builder()
-                        .settler(Scripted::new(settled_outcome()))
-                        .build()
-                        .unwrap(),
-                ))
+                .engine(engine_with(Scripted::new(settled_outcome())))
                 .build()
                 .unwrap()
                 .layer(inner.service(StatusCode::OK));

@@ -137,12 +137,7 @@ fn paid_route(
 ) {
     let inner = Inner::new();
     let svc = config()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(facilitator(&url))
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(facilitator(&url)))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));

@@ -113,12 +113,7 @@ async fn paid(timing: SettleTiming, header: String, v1: bool) -> (Answer, Arc<Of
     let layer = config()
         .settle_timing(timing)
         .offer_receipt(issuer.clone())
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(settler)
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(settler))
         .build()
         .unwrap();
     let name = if v1 { "x-payment" } else { "payment-signature" };
@@ -197,12 +192,7 @@ async fn the_transaction_is_in_the_receipt_only_when_configured() {
     let layer = config()
         .settle_timing(SettleTiming::BeforeHandler)
         .offer_receipt(issuer)
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(Scripted::new(settled_outcome()))
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(Scripted::new(settled_outcome())))
         .build()
         .unwrap();
     let a = send(
@@ -222,16 +212,11 @@ async fn nothing_is_signed_for_a_payment_that_did_not_settle() {
     let layer = config()
         .settle_timing(SettleTiming::BeforeHandler)
         .offer_receipt(issuer())
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(Scripted::new(SettleOutcome::Failed {
-                    reason: "insufficient_funds".into(),
-                    message: None,
-                    authorization_still_usable: false,
-                }))
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(Scripted::new(SettleOutcome::Failed {
+            reason: "insufficient_funds".into(),
+            message: None,
+            authorization_still_usable: false,
+        })))
         .build()
         .unwrap();
     let a = send(
@@ -398,12 +383,7 @@ async fn concurrent_resends_of_a_reconciled_payment_answer_one_receipt() {
     let settler = pending_settler();
     let layer = config()
         .offer_receipt(issuer())
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(settler.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(settler.clone()))
         .build()
         .unwrap();
     let inner = Inner::new();

@@ -354,12 +354,7 @@ async fn no_method_but_the_sold_ones_is_charged_in_either_timing() {
         let settler = Scripted::new(settled_outcome());
         let svc = config()
             .settle_timing(timing)
-            .engine(std::sync::Arc::new(
-                x402_tower::PaymentEngine::builder()
-                    .settler(settler.clone())
-                    .build()
-                    .unwrap(),
-            ))
+            .engine(engine_with(settler.clone()))
             .build()
             .unwrap()
             .layer(inner.service(StatusCode::OK));
@@ -414,12 +409,7 @@ async fn payment_identifier_declared_cached_conflicting_and_required() {
     let settler = Scripted::new(settled_outcome());
     let svc = config()
         .payment_identifier(false)
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(settler.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(settler.clone()))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -526,12 +516,7 @@ async fn one_payment_identifier_with_concurrent_different_payments_lets_one_thro
     let settler = Scripted::new(settled_outcome());
     let svc = config()
         .payment_identifier(true)
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(settler.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(settler.clone()))
         .build()
         .unwrap()
         .layer(Inner::new().service(StatusCode::OK));

@@ -310,12 +310,7 @@ async fn settler_reason_passes_through() {
     }
     let inner = Inner::new();
     let layer = config()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(Arc::new(Poor))
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(Arc::new(Poor)))
         .build()
         .unwrap();
     let svc = layer.layer(inner.service(StatusCode::OK));

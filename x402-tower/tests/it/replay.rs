@@ -29,12 +29,7 @@ fn settling() -> (
     let inner = Inner::new();
     let settler = Scripted::new(settled_outcome());
     let svc = config()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(settler.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(settler.clone()))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));

@@ -28,12 +28,7 @@ async fn failing_handler_means_no_settlement() {
     let s = Scripted::new(settled());
     let inner = Inner::new();
     let svc = config()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(s.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(s.clone()))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::NOT_FOUND));
@@ -48,12 +43,7 @@ async fn settled_after_the_handler_with_the_transaction_in_the_receipt() {
     let s = Scripted::new(settled());
     let inner = Inner::new();
     let svc = config()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(s.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(s.clone()))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -69,15 +59,7 @@ async fn settled_after_the_handler_with_the_transaction_in_the_receipt() {
 async fn settlement_failure_drops_the_held_response() {
     let s = Scripted::new(failed(true));
     let inner = Inner::new();
-    let layer = config()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(s.clone())
-                .build()
-                .unwrap(),
-        ))
-        .build()
-        .unwrap();
+    let layer = config().engine(engine_with(s.clone())).build().unwrap();
     let svc = layer.layer(inner.service(StatusCode::OK));
     let h = v1_header(3);
     let a = send(svc.clone(), req("/r", &[("x-payment", &h)])).await;
@@ -104,12 +86,7 @@ async fn settlement_failure_that_spent_the_nonce_keeps_it() {
     let s = Scripted::new(failed(false));
     let inner = Inner::new();
     let svc = config()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(s.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(s.clone()))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -137,12 +114,7 @@ async fn unknown_outcome_is_settlement_pending_and_a_resend_reconciles_without_a
     });
     let inner = Inner::new();
     let svc = config()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(s.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(s.clone()))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -172,12 +144,7 @@ async fn settle_before_the_handler() {
     let inner = Inner::new();
     let svc = config()
         .settle_timing(SettleTiming::BeforeHandler)
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(s.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(s.clone()))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -198,12 +165,7 @@ async fn settle_before_failure_never_runs_the_handler() {
     let inner = Inner::new();
     let svc = config()
         .settle_timing(SettleTiming::BeforeHandler)
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(s.clone())
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(s.clone()))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -223,12 +185,7 @@ async fn settle_without_verify_skips_the_settlers_verify_only_when_settling_firs
         let svc = config()
             .settle_timing(timing)
             .settle_without_verify(true)
-            .engine(std::sync::Arc::new(
-                x402_tower::PaymentEngine::builder()
-                    .settler(s.clone())
-                    .build()
-                    .unwrap(),
-            ))
+            .engine(engine_with(s.clone()))
             .build()
             .unwrap()
             .layer(Inner::new().service(StatusCode::OK));
@@ -308,14 +265,9 @@ fn a_layer_without_a_settler_warns_when_built_and_on_its_first_payment_only() {
     assert_eq!(defaulted.matches("VERIFY-ONLY").count(), 1, "{defaulted}");
     // Chosen explicitly: no warning.
     let chosen = logs_of(|| {
-        pay_twice(
-            config().engine(std::sync::Arc::new(
-                x402_tower::PaymentEngine::builder()
-                    .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
-                    .build()
-                    .unwrap(),
-            )),
-        )
+        pay_twice(config().engine(engine_with(std::sync::Arc::new(
+            x402_tower::settle::VerifyOnlySettler,
+        ))))
     });
     assert!(
         !chosen.contains("without a settler") && !chosen.contains("VERIFY-ONLY"),

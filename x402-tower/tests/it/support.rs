@@ -443,3 +443,13 @@ pub fn replay_key(nonce: u8) -> x402_tower::store::ReplayKey {
         nonce: B256::repeat_byte(nonce),
     }
 }
+
+/// An engine that settles with `settler`, everything else as built by default.
+pub fn engine_with(settler: Arc<dyn x402_tower::Settler>) -> Arc<x402_tower::PaymentEngine> {
+    Arc::new(
+        x402_tower::PaymentEngine::builder()
+            .settler(settler)
+            .build()
+            .unwrap(),
+    )
+}

@@ -30,12 +30,7 @@ fn two_offers() -> X402Layer {
             .description("A report, with the right to train on it"),
         )
         .settle_timing(SettleTiming::BeforeHandler)
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(Arc::new(VerifyOnlySettler))
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(Arc::new(VerifyOnlySettler)))
         .build()
         .unwrap()
 }
@@ -121,12 +116,7 @@ async fn fixed_terms_are_declared_in_every_402_beside_the_other_extensions() {
     let terms = Terms::uri("https://shop.example/license.xml").version("7");
     let layer = config()
         .terms(terms.clone())
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(Arc::new(VerifyOnlySettler))
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(Arc::new(VerifyOnlySettler)))
         .build()
         .unwrap();
     let inner = Inner::new();
@@ -148,12 +138,7 @@ async fn fixed_terms_are_declared_in_every_402_beside_the_other_extensions() {
 async fn per_request_terms_come_from_the_request_and_are_not_mixed_up_by_the_prebuilt_402s() {
     let layer = config()
         .terms_per_request()
-        .engine(std::sync::Arc::new(
-            x402_tower::PaymentEngine::builder()
-                .settler(Arc::new(VerifyOnlySettler))
-                .build()
-                .unwrap(),
-        ))
+        .engine(engine_with(Arc::new(VerifyOnlySettler)))
         .build()
         .unwrap();
     let inner = Inner::new();

@@ -150,6 +150,8 @@
 //! told every settlement outcome — settled, failed, or **unknown** (timeout after broadcast: money may have
 //! moved although the client got `settlement_pending`), and every later reconciliation — with the verified
 //! payment and the resource, and is awaited before the client is answered. See [`settle::SettlementObserver`].
+//!
+#![doc = include_str!("../docs/guide.md")]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

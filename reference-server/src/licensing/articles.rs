@@ -18,7 +18,7 @@ use super::payment::{ArticleOffers, ArticlePricing};
 use crate::domain::Article;
 use crate::domain::license::DefaultTerms;
 use crate::store::StoreError;
-use crate::store::articles::LicensingStore;
+use crate::store::licensing::LicensingStore;
 
 /// How often the catalog is reloaded from the database.
 pub const REFRESH: Duration = Duration::from_secs(10);
@@ -146,7 +146,7 @@ impl ArticleCatalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::articles::test_article as article;
+    use crate::store::licensing::test_article as article;
     use crate::store::{Db, SqliteLicensingStore};
 
     fn pricing() -> ArticlePricing {

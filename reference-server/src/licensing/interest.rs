@@ -16,7 +16,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::store::StoreError;
-use crate::store::articles::{LicensingStore, LlmsTxtInterest};
+use crate::store::licensing::{LicensingStore, LlmsTxtInterest};
 
 /// How often counted interest is written.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);

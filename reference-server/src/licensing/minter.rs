@@ -21,7 +21,7 @@ use alloy_sol_types::{SolCall, SolValue, sol};
 use x402_tower::settle::onchain::OnchainSettler;
 
 use crate::store::StoreError;
-use crate::store::articles::{LicenseMint, LicensingStore};
+use crate::store::licensing::{LicenseMint, LicensingStore};
 
 sol! {
     /// The calls of `contracts/LicenseToken.sol` the server makes.

@@ -90,7 +90,7 @@ pub use routes::router;
 pub use state::{BuildError, Licensing};
 
 use crate::store::StoreError;
-use crate::store::articles::LicensingStore;
+use crate::store::licensing::LicensingStore;
 
 /// Seed the demo catalog when the database holds no article. Returns the number inserted.
 pub async fn seed(store: &dyn LicensingStore) -> Result<usize, StoreError> {

@@ -19,7 +19,7 @@ use super::BuildError;
 use super::settings::{LicensingSettings as Settings, PaymentNetwork};
 use crate::domain::Article;
 use crate::domain::license::License;
-use crate::store::articles::LicensingStore;
+use crate::store::licensing::LicensingStore;
 
 /// What the x402 layer established about a paid request, in the terms a receipt records.
 #[derive(Debug, Clone)]
@@ -415,7 +415,7 @@ mod stale_tests {
 #[cfg(test)]
 mod offers_tests {
     use super::*;
-    use crate::store::articles::test_article;
+    use crate::store::licensing::test_article;
 
     fn license(id: &str, price_atomic: u64) -> License {
         License {

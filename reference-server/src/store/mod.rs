@@ -45,8 +45,8 @@
 //! # Ok(()) }
 //! ```
 
-pub mod articles;
 pub mod assets;
+pub mod licensing;
 pub mod migrate;
 pub mod payments;
 pub mod postgres;
@@ -60,11 +60,13 @@ use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
 
-pub use articles::{LicensingStore, SqliteLicensingStore};
-pub use assets::{AssetStore, SqliteAssetStore};
-pub use payments::{PaymentStore, SqlitePaymentStore};
-pub use settlements::{SettlementStore, SqliteSettlementStore};
-pub use sqlite::Db;
+pub use assets::AssetStore;
+pub use licensing::LicensingStore;
+pub use payments::PaymentStore;
+pub use settlements::SettlementStore;
+pub use sqlite::{
+    Db, SqliteAssetStore, SqliteLicensingStore, SqlitePaymentStore, SqliteSettlementStore,
+};
 
 /// What every store method returns: a boxed future (the traits are used as `dyn`).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;

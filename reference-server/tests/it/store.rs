@@ -6,10 +6,10 @@ use std::sync::Arc;
 use alloy_primitives::{Address, B256};
 use reference_server::domain::license::License;
 use reference_server::domain::{Article, Receipt};
-use reference_server::store::articles::{
+use reference_server::store::assets::{FileSource, NewAsset};
+use reference_server::store::licensing::{
     DailyInterest, DailyPurchases, LlmsTxtInterest, UserAgentCount,
 };
-use reference_server::store::assets::{FileSource, NewAsset};
 use reference_server::store::settlements::{SettlementOutcome, SettlementRecord};
 use reference_server::store::{StoreError, Stores};
 use x402_tower::proto::SettleResponse;

@@ -50,9 +50,9 @@ pub struct LicensingView {
     by_agent: Vec<AgentActivity>,
     by_license: Vec<LicenseActivity>,
     /// Per day, agent and license, newest first.
-    daily_purchases: Vec<crate::store::articles::DailyPurchases>,
+    daily_purchases: Vec<crate::store::licensing::DailyPurchases>,
     /// Per day and agent, newest first.
-    daily_llms_txt: Vec<crate::store::articles::DailyInterest>,
+    daily_llms_txt: Vec<crate::store::licensing::DailyInterest>,
 }
 
 /// `GET /operator/licensing[?days=n]`: interest (llms.txt) and purchases per verified agent (Web Bot Auth)

@@ -6,7 +6,7 @@ use tokio_postgres::Row;
 
 use super::{Pg, Statement, big, changed, param, unsigned};
 use crate::domain::{Article, Receipt};
-use crate::store::articles::{
+use crate::store::licensing::{
     DailyInterest, DailyPurchases, LicenseMint, LicensingStore, LlmsTxtInterest, LlmsTxtStats,
     MINT_COLUMNS, RECEIPT_COLUMNS, UserAgentCount, activity_interest_sql, activity_purchases_sql,
     already_issued, price, queue_mints_sql, receipt_of_sql,
@@ -162,7 +162,7 @@ impl LicensingStore for PgLicensingStore {
 
     fn insert_receipt(&self, r: Arc<Receipt>) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            crate::store::articles::check_token(&r)?;
+            crate::store::licensing::check_token(&r)?;
             // A conflict is a result, not an error: an error would abort the other writes of its group.
             let insert = Statement::new(
                 INSERT_RECEIPT.as_str(),

@@ -1,10 +1,8 @@
 //! The SQLite backend: one file (or memory), a group-commit writer and a pool of readers.
 //!
 //! [`Db`] is the connection handle the SQLite implementations of the store traits
-//! ([`SqliteLicensingStore`](super::articles::SqliteLicensingStore),
-//! [`SqliteSettlementStore`](super::settlements::SqliteSettlementStore),
-//! [`SqliteAssetStore`](super::assets::SqliteAssetStore),
-//! [`SqlitePaymentStore`](super::payments::SqlitePaymentStore)) run their SQL on. Nothing outside `store`
+//! ([`SqliteLicensingStore`], [`SqliteSettlementStore`], [`SqliteAssetStore`], [`SqlitePaymentStore`], one
+//! file each beside this one, as in `postgres/`) run their SQL on. Nothing outside `store`
 //! uses it: handlers see the traits.
 //!
 //! # Model
@@ -64,6 +62,16 @@
 //! A write closure gets a `&Connection` inside its own savepoint: everything it does is atomic (it commits
 //! with the batch, or rolls back alone if it returns an error), so it needs no transaction of its own.
 
+mod assets;
+mod licensing;
+mod payments;
+mod settlements;
+
+pub use assets::SqliteAssetStore;
+pub use licensing::SqliteLicensingStore;
+pub use payments::SqlitePaymentStore;
+pub use settlements::SqliteSettlementStore;
+
 use super::StoreError;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -76,55 +84,55 @@ use rusqlite::{Connection, FileControl, OpenFlags};
 pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0001_licensing",
-        include_str!("migrations/sqlite/0001_licensing.sql"),
+        include_str!("../migrations/sqlite/0001_licensing.sql"),
     ),
     (
         "0002_registry",
-        include_str!("migrations/sqlite/0002_registry.sql"),
+        include_str!("../migrations/sqlite/0002_registry.sql"),
     ),
     (
         "0003_settlements",
-        include_str!("migrations/sqlite/0003_settlements.sql"),
+        include_str!("../migrations/sqlite/0003_settlements.sql"),
     ),
     (
         "0004_payments",
-        include_str!("migrations/sqlite/0004_payments.sql"),
+        include_str!("../migrations/sqlite/0004_payments.sql"),
     ),
     (
         "0005_llms_txt_interest",
-        include_str!("migrations/sqlite/0005_llms_txt_interest.sql"),
+        include_str!("../migrations/sqlite/0005_llms_txt_interest.sql"),
     ),
     (
         "0006_receipt_reads",
-        include_str!("migrations/sqlite/0006_receipt_reads.sql"),
+        include_str!("../migrations/sqlite/0006_receipt_reads.sql"),
     ),
     (
         "0007_signed_receipts",
-        include_str!("migrations/sqlite/0007_signed_receipts.sql"),
+        include_str!("../migrations/sqlite/0007_signed_receipts.sql"),
     ),
     (
         "0008_discovery",
-        include_str!("migrations/sqlite/0008_discovery.sql"),
+        include_str!("../migrations/sqlite/0008_discovery.sql"),
     ),
     (
         "0009_licenses",
-        include_str!("migrations/sqlite/0009_licenses.sql"),
+        include_str!("../migrations/sqlite/0009_licenses.sql"),
     ),
     (
         "0010_purchase_pages",
-        include_str!("migrations/sqlite/0010_purchase_pages.sql"),
+        include_str!("../migrations/sqlite/0010_purchase_pages.sql"),
     ),
     (
         "0011_unresolved_payments",
-        include_str!("migrations/sqlite/0011_unresolved_payments.sql"),
+        include_str!("../migrations/sqlite/0011_unresolved_payments.sql"),
     ),
     (
         "0012_receipt_lookup",
-        include_str!("migrations/sqlite/0012_receipt_lookup.sql"),
+        include_str!("../migrations/sqlite/0012_receipt_lookup.sql"),
     ),
     (
         "0013_check_constraints",
-        include_str!("migrations/sqlite/0013_check_constraints.sql"),
+        include_str!("../migrations/sqlite/0013_check_constraints.sql"),
     ),
 ];
 
@@ -1185,7 +1193,7 @@ mod tests {
             &conn,
             &format!(
                 "EXPLAIN QUERY PLAN {}",
-                super::super::articles::receipt_of_sql("'p'", "'a'")
+                crate::store::licensing::receipt_of_sql("'p'", "'a'")
             ),
         )
         .join("\n");
@@ -1477,7 +1485,8 @@ mod tests {
     /// million assets left a 21 GB WAL beside an 8.4 GB database).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn seeding_starts_the_wal_over_between_chunks() {
-        use crate::store::assets::{SEED_CHUNK, SqliteAssetStore};
+        use crate::store::assets::SEED_CHUNK;
+        use crate::store::sqlite::SqliteAssetStore;
         let dir = std::env::temp_dir().join(format!("rs-store-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.sqlite");

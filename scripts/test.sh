@@ -29,7 +29,9 @@ done
 echo "==> cargo test"
 # x402-tower's Redis replay store is a cargo feature: built and tested here against the Redis started above.
 cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
-echo "==> the examples: each seller answers an unpaid request 402, the listing serves a page (built by cargo test)"
+echo "==> the examples: each seller answers an unpaid request 402, the listing serves a page"
+# The artifacts cargo test built, linked into target/debug/examples/ under their names.
+cargo build -q --workspace --examples --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
 for example in seller_axum seller_tower seller_facilitator listing; do
     timeout 60 target/debug/examples/"$example" --check
 done

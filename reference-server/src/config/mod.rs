@@ -67,13 +67,18 @@ pub struct Config {
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Listening and connections")]
 pub struct HttpArgs {
-    /// Socket address to listen on.
+    /// Address and port to listen on: an IP address (`127.0.0.1:8080`, `[::1]:8080`, `0.0.0.0:8080`) or a
+    /// host name (`localhost:8080`; its first address).
     #[arg(
         long,
         env = "REFERENCE_SERVER_LISTEN",
         default_value = "127.0.0.1:8080"
     )]
-    pub listen: SocketAddr,
+    pub listen: String,
+
+    /// Not a flag of this server: listening is set with `--listen HOST:PORT` (a friendly error says so).
+    #[arg(long, hide = true)]
+    pub port: Option<String>,
 
     /// Public base URL of this server, used in resource URLs, receipts and registry links
     /// (default: `http://<listen address>`; required when listening on `0.0.0.0` or `[::]`).
@@ -392,7 +397,8 @@ impl Config {
     pub fn for_tests() -> Self {
         Self {
             http: HttpArgs {
-                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                listen: "127.0.0.1:0".into(),
+                port: None,
                 public_url: None,
                 header_read_timeout_secs: 10,
                 write_stall_timeout_secs: 30,

@@ -55,10 +55,18 @@ impl Config {
             .as_deref()
             .map(parse_public_url)
             .transpose()?;
-        if public_url.is_none() && self.http.listen.ip().is_unspecified() {
+        if let Some(port) = &self.http.port {
+            return Err(invalid(
+                "port",
+                port,
+                format!("this server has no --port: use --listen 127.0.0.1:{port}"),
+            ));
+        }
+        let listen = listen_address(&self.http.listen)?;
+        if public_url.is_none() && listen.ip().is_unspecified() {
             return Err(invalid(
                 "listen",
-                &self.http.listen.to_string(),
+                &self.http.listen,
                 "an unspecified address (0.0.0.0 or [::]) would end up in links as the server's URL: \
                  pass --public-url with the address clients reach this server at",
             ));
@@ -309,7 +317,7 @@ impl Config {
         };
         Ok(Settings {
             facilitator,
-            listen: self.http.listen,
+            listen,
             public_url,
             database,
             seed_assets: self.registry.seed_assets,
@@ -556,4 +564,31 @@ fn relayer_address(key: &str) -> Result<Address, ConfigError> {
                 "expected 64 hex digits (a secp256k1 private key), with or without 0x",
             )
         })
+}
+
+/// `--listen`: an IP address and port, or a host name and port (its first address).
+fn listen_address(value: &str) -> Result<std::net::SocketAddr, ConfigError> {
+    use std::net::ToSocketAddrs as _;
+    let value = value.trim();
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    let expected =
+        "expected HOST:PORT, such as 127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080 or localhost:8080";
+    if value
+        .rsplit_once(':')
+        .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+    {
+        return Err(invalid("listen", value, expected));
+    }
+    match value.to_socket_addrs() {
+        Ok(mut addrs) => addrs.next().ok_or_else(|| {
+            invalid(
+                "listen",
+                value,
+                format!("the host name has no address; {expected}"),
+            )
+        }),
+        Err(e) => Err(invalid("listen", value, format!("{e}; {expected}"))),
+    }
 }

@@ -120,15 +120,10 @@ pub struct Server {
 }
 
 impl Server {
-    /// Open and seed the database, bind the listen address, build the app.
+    /// Bind the listen address, open and seed the database, build the app.
     pub async fn bind(mut settings: Settings) -> Result<Server, StartError> {
-        let db = open_database(&settings).await?;
-        let media = media_dir(&settings);
-        settings.media_dir = Some(media.clone());
-        std::fs::create_dir_all(&media).map_err(|source| StartError::MediaDir {
-            path: media.clone(),
-            source,
-        })?;
+        // The socket first: a port already in use fails before any database or media directory is
+        // created, so a failed start leaves nothing behind.
         let listener =
             TcpListener::bind(settings.listen)
                 .await
@@ -138,6 +133,13 @@ impl Server {
                 })?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
             addr: settings.listen,
+            source,
+        })?;
+        let db = open_database(&settings).await?;
+        let media = media_dir(&settings);
+        settings.media_dir = Some(media.clone());
+        std::fs::create_dir_all(&media).map_err(|source| StartError::MediaDir {
+            path: media.clone(),
             source,
         })?;
         let public_url = settings

@@ -687,6 +687,101 @@ async fn bad_configuration_exits_with_code_2_before_listening() {
 }
 
 #[tokio::test]
+async fn the_command_line_helps_with_addresses_ports_and_misspelt_flags() {
+    let bin = env!("CARGO_BIN_EXE_reference-server");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .args(args)
+            .env_remove("REFERENCE_SERVER_LISTEN")
+            .env_remove("REFERENCE_SERVER_DATABASE")
+            .env_remove("DATABASE_URL")
+            .output()
+            .expect("run binary")
+    };
+    // A host name is accepted, and the server listens on its address.
+    let dir = tempfile_dir();
+    let db = dir.join("by-name.sqlite3");
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "--listen",
+            "localhost:0",
+            "--seed-assets",
+            "1",
+            "--database",
+        ])
+        .arg(&db)
+        .env_remove("REFERENCE_SERVER_LISTEN")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run binary");
+    let mut banner = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut banner,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        banner.contains("listening on http://127.0.0.1:")
+            || banner.contains("listening on http://[::1]:"),
+        "{banner}"
+    );
+    // What cannot be an address says which form it wants.
+    let out = run(&["--listen", "localhost"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--listen") && stderr.contains("localhost:8080"),
+        "{stderr}"
+    );
+    // --port is pointed at --listen.
+    let out = run(&["--port", "9000"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("use --listen 127.0.0.1:9000"), "{stderr}");
+    // A misspelt flag gets a "did you mean".
+    let out = run(&["--pay-too", "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--pay-to"), "{stderr}");
+    // A port already in use fails before any database is created: nothing is left behind.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let db = dir.join("never.sqlite3");
+    let out = std::process::Command::new(bin)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--database"])
+        .arg(&db)
+        .env_remove("REFERENCE_SERVER_LISTEN")
+        .output()
+        .expect("run binary");
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot listen"),
+        "{out:?}"
+    );
+    assert!(!db.exists(), "a failed start left {}", db.display());
+    let mut media = db.clone().into_os_string();
+    media.push(".media");
+    assert!(!std::path::Path::new(&media).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A new empty directory under the system's temporary directory.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "reference-server-cli-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test]
 async fn database_url_is_read_from_the_environment_when_no_flag_names_one() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_reference-server"))
         .args(["--listen", "127.0.0.1:0"])

@@ -32,6 +32,9 @@ pub struct ForSale {
     pub terms: Arc<Terms>,
     /// Its offers, one list per license choice.
     pub offers: ArticleOffers,
+    /// The `bazaar` declaration its 402 carries ([`article_discovery`](super::discovery::article_discovery)),
+    /// serialised once per load.
+    pub bazaar: Arc<str>,
 }
 
 #[derive(Debug, Default)]
@@ -93,10 +96,15 @@ impl ArticleCatalog {
             .map(|a| {
                 let terms = crate::licensing::rsl::terms_of(&self.public_url, &a.id, &a.licenses);
                 let offers = self.pricing.offers(a);
+                let bazaar = super::discovery::article_discovery(a)
+                    .declaration()
+                    .to_string()
+                    .into();
                 let for_sale = ForSale {
                     article: a.clone(),
                     terms,
                     offers,
+                    bazaar,
                 };
                 (a.id.clone(), for_sale)
             })
@@ -211,6 +219,7 @@ mod tests {
             article: plain,
             terms,
             offers: plain_offers,
+            ..
         } = catalog.for_sale("plain").unwrap();
         assert_eq!(
             plain.licenses[0].id,
@@ -223,6 +232,7 @@ mod tests {
             article: own,
             terms: own_terms,
             offers: own_offers,
+            ..
         } = catalog.for_sale("own").unwrap();
         assert_eq!(own.licenses[0].id, "training");
         assert_ne!(own_terms.info().version, terms.info().version);

@@ -30,8 +30,9 @@ pub fn article_discovery(article: &Article) -> Discovery {
         }))
 }
 
-/// The `bazaar` declaration of each article's 402: that article's [`article_discovery`], found from the
-/// 402's resource URL (`?articleId=`). A resource that names no published article declares nothing.
+/// The `bazaar` declaration of each article's 402: that article's [`article_discovery`], made once per
+/// catalog load (`ForSale::bazaar`) and found from the 402's resource URL (`?articleId=`). A resource that
+/// names no published article declares nothing.
 #[derive(Debug)]
 pub(crate) struct ArticleDeclarations(pub(crate) Arc<ArticleCatalog>);
 
@@ -42,10 +43,7 @@ impl Extension for ArticleDeclarations {
 
     fn declare(&self, offered: &Offered<'_>) -> Option<Declaration> {
         let id = super::payment::article_id_of(offered.resource_url())?;
-        let article = self.0.published(&id)?;
-        Some(Declaration::lasting(
-            article_discovery(&article).declaration().to_string(),
-        ))
+        Some(Declaration::lasting(self.0.for_sale(&id)?.bazaar))
     }
 }
 

@@ -8,7 +8,9 @@
 //! | [`bazaar`] | `bazaar` | how a paid route is called, for a facilitator's discovery catalogue |
 //! | [`terms`] | `terms` | the license terms a payment buys under |
 //!
-//! Each is an [`Extension`]: it declares itself in a 402 and may add to a successful settlement. The layer
+//! Each is an [`Extension`]: it declares itself in a 402 and may add to a successful settlement. The ones
+//! whose declaration never changes (payment-identifier, bazaar, fixed terms) are a [`Fixed`], serialised once
+//! per layer; offer-receipt signs each 402's offers and each settlement's receipt. The layer
 //! declares the extensions its configuration names ([`X402Config`](crate::X402Config) has one setting per
 //! extension of this crate, and [`X402Config::extension`](crate::X402Config::extension) takes any other), so
 //! each route chooses what its 402 declares, and a 402 that declares none has no `extensions` at all.
@@ -80,8 +82,10 @@ pub trait Extension: Send + Sync + 'static {
     fn key(&self) -> &str;
 
     /// Its declaration in a 402 that sells [`Offered`]: the JSON value under [`key`](Extension::key), and
-    /// until when it may be sent again. `None`: nothing to declare in this 402. The layer keeps a 402 ready
-    /// per resource and offer list, so this runs when one is built, not for every request.
+    /// until when it may be sent again. `None`: nothing to declare in this 402. The layer keeps the no-payment
+    /// 402 ready per resource and offer list, so there this runs when one is built; a 402 that refuses a
+    /// payment is written for its request and asks again: keep anything costly made once (as [`Fixed`]
+    /// does).
     fn declare(&self, offered: &Offered<'_>) -> Option<Declaration>;
 
     /// Adds to a successful settlement of `resource_url` before it is recorded and answered (its
@@ -161,32 +165,53 @@ pub enum Settled {
     Recorded(u64),
 }
 
-impl Extension for payment_identifier::PaymentIdentifier {
-    fn key(&self) -> &str {
-        payment_identifier::KEY
+/// An extension whose declaration never changes, serialised once when it is made: what payment-identifier,
+/// bazaar and fixed terms put in a 402 ([`X402Config`](crate::X402Config)'s settings build them), and the
+/// simplest extension of your own.
+///
+/// ```
+/// use x402_tower::extensions::Fixed;
+///
+/// let support = Fixed::new("support", r#"{"info":{"url":"https://example.com/help"}}"#);
+/// # let _ = support;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fixed {
+    key: String,
+    json: Arc<str>,
+}
+
+impl Fixed {
+    /// The declaration `json` (a JSON value, serialised) under `key`.
+    pub fn new(key: impl Into<String>, json: impl Into<Arc<str>>) -> Self {
+        Fixed {
+            key: key.into(),
+            json: json.into(),
+        }
     }
 
-    fn declare(&self, _: &Offered<'_>) -> Option<Declaration> {
-        Some(Declaration::lasting(self.declaration().to_string()))
+    /// `payment-identifier`, `required` or optional.
+    pub fn payment_identifier(policy: payment_identifier::PaymentIdentifier) -> Self {
+        Fixed::new(payment_identifier::KEY, policy.declaration().to_string())
+    }
+
+    /// `bazaar`: how the route is called.
+    pub fn bazaar(discovery: &bazaar::Discovery) -> Self {
+        Fixed::new(bazaar::KEY, discovery.declaration().to_string())
+    }
+
+    /// `terms`: the same terms in every 402.
+    pub fn terms(terms: &terms::Terms) -> Self {
+        Fixed::new(terms::KEY, terms.declaration())
     }
 }
 
-impl Extension for bazaar::Discovery {
+impl Extension for Fixed {
     fn key(&self) -> &str {
-        bazaar::KEY
+        &self.key
     }
 
     fn declare(&self, _: &Offered<'_>) -> Option<Declaration> {
-        Some(Declaration::lasting(self.declaration().to_string()))
-    }
-}
-
-impl Extension for terms::Terms {
-    fn key(&self) -> &str {
-        terms::KEY
-    }
-
-    fn declare(&self, _: &Offered<'_>) -> Option<Declaration> {
-        Some(Declaration::lasting(self.declaration()))
+        Some(Declaration::lasting(self.json.clone()))
     }
 }

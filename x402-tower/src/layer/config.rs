@@ -9,7 +9,7 @@ use super::service::X402;
 use crate::engine::metrics::X402Metrics;
 use crate::engine::{EngineConfigError, PaymentEngine, Route};
 use crate::extensions::payment_identifier::PaymentIdentifier;
-use crate::extensions::{Extension, Offered, Settled};
+use crate::extensions::{Extension, Fixed, Offered, Settled};
 use crate::offer::PaymentOffer;
 use crate::payment::SettleTiming;
 use crate::pricing::{PriceSource, offer_problem};
@@ -295,7 +295,7 @@ impl X402Config {
     pub fn payment_identifier(mut self, required: bool) -> Self {
         let identifier = PaymentIdentifier { required };
         self.identifier = Some(identifier);
-        self.extension(Arc::new(identifier))
+        self.extension(Arc::new(Fixed::payment_identifier(identifier)))
     }
 
     /// Declares the `sign-in-with-x` extension in the no-payment 402s (v2) with a fresh nonce each, and lets
@@ -335,13 +335,13 @@ impl X402Config {
     /// facilitator that settles its payments can list it for discovery (the client echoes the declaration
     /// into its payment). See [`crate::extensions::bazaar`]. Default: not declared.
     pub fn discovery(self, discovery: crate::extensions::bazaar::Discovery) -> Self {
-        self.extension(Arc::new(discovery))
+        self.extension(Arc::new(Fixed::bazaar(&discovery)))
     }
 
     /// Declares the `terms` extension in every 402 (v2): what a payment buys the right to do. See
     /// [`crate::extensions::terms`]. Default: not declared.
     pub fn terms(self, terms: crate::extensions::terms::Terms) -> Self {
-        self.extension(Arc::new(terms))
+        self.extension(Arc::new(Fixed::terms(&terms)))
     }
 
     /// Declares the `terms` extension per request: the `Arc<`[`Terms`](crate::extensions::terms::Terms)`>` an earlier layer

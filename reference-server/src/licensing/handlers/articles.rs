@@ -127,6 +127,7 @@ pub fn with_article(state: &Licensing, mut request: Request) -> Result<Request, 
         article,
         terms,
         offers,
+        ..
     }) = state.articles.for_sale(&id)
     else {
         return Err(ApiError::not_found(format!(

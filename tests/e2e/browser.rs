@@ -98,8 +98,7 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
     assert_eq!(r["balance"], "1 USDC", "{r}");
     assert_eq!(
         r["title"],
-        "License \"standard\" to the article \"How Newsrooms Prove a Photo Is Real\" by Amara Okafor \
-         (permits search, ai-input; prohibits ai-train)",
+        "\"How Newsrooms Prove a Photo Is Real\" by Amara Okafor",
         "{r}"
     );
     assert_eq!(

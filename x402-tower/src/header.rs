@@ -3,7 +3,7 @@
 //! | header | version | direction | what it carries |
 //! |---|---|---|---|
 //! | [`PAYMENT_REQUIRED`] | v2 | 402 answer | Base64 JSON `PaymentRequired` |
-//! | [`X_PAYMENT_REQUIRED`] | v1 clients of this workspace's interface | 402 answer | the same value |
+//! | [`X_PAYMENT_REQUIRED`] | clients of this workspace's interface | 402 answer | the same document without `extensions` |
 //! | [`PAYMENT_SIGNATURE`] | v2 | request | Base64 JSON `PaymentPayload` |
 //! | [`X_PAYMENT`] | v1 | request | Base64 JSON `PaymentPayload` |
 //! | [`PAYMENT_RESPONSE`] | v2 | paid answer | Base64 JSON `SettleResponse` |
@@ -11,9 +11,10 @@
 
 use http::header::HeaderName;
 
-/// `X-Payment-Required` (interfaces.md): Base64 of the v2 PaymentRequired.
+/// `X-Payment-Required` (interfaces.md): Base64 of the v2 PaymentRequired without its `extensions` (only v2
+/// clients read them, from [`PAYMENT_REQUIRED`]).
 pub const X_PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("x-payment-required");
-/// `PAYMENT-REQUIRED` (x402 v2): the same value.
+/// `PAYMENT-REQUIRED` (x402 v2): Base64 of the v2 PaymentRequired, with its `extensions`.
 pub const PAYMENT_REQUIRED: HeaderName = HeaderName::from_static("payment-required");
 /// `X-PAYMENT` (x402 v1 payment).
 pub const X_PAYMENT: HeaderName = HeaderName::from_static("x-payment");

@@ -4,6 +4,7 @@
 //! settler (or a facilitator) can reuse them, and [`TransferWithAuthorization`] (the typed EIP-712 message)
 //! so a client or a test can sign payments the layer accepts.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -303,12 +304,49 @@ const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
 pub struct Rejection {
     /// The reason; [`RejectReason::as_str`] is the spec's error string.
     pub reason: RejectReason,
-    /// What exactly failed, in words.
-    pub detail: &'static str,
+    /// What exactly failed, in words (for a payment that cannot be read: which step, and where in its JSON).
+    pub detail: Cow<'static, str>,
+}
+
+impl Rejection {
+    /// The `error` of the 402 that refuses it: the spec's string, and for a payment that cannot be read
+    /// (`invalid_payload`), why, after a colon: a client that compares the code reads up to the colon, a
+    /// person learns what to fix.
+    pub fn client_error(&self) -> Cow<'static, str> {
+        match self.reason {
+            RejectReason::InvalidPayload => {
+                Cow::Owned(format!("{}: {}", self.reason.as_str(), self.detail))
+            }
+            reason => Cow::Borrowed(reason.as_str()),
+        }
+    }
 }
 
 fn reject(reason: RejectReason, detail: &'static str) -> Rejection {
-    Rejection { reason, detail }
+    Rejection {
+        reason,
+        detail: Cow::Borrowed(detail),
+    }
+}
+
+/// Most bytes of a parser's message kept in an `invalid_payload` detail (it may quote the client's input).
+const UNREADABLE_DETAIL_MAX: usize = 200;
+
+/// An `invalid_payload` rejection: `what` failed, and the parser's `why` (which says where), capped.
+fn unreadable(what: &str, why: impl std::fmt::Display) -> Rejection {
+    let mut detail = format!("{what}: {why}");
+    if detail.len() > UNREADABLE_DETAIL_MAX {
+        let mut end = UNREADABLE_DETAIL_MAX;
+        while !detail.is_char_boundary(end) {
+            end -= 1;
+        }
+        detail.truncate(end);
+        detail.push('…');
+    }
+    Rejection {
+        reason: RejectReason::InvalidPayload,
+        detail: Cow::Owned(detail),
+    }
 }
 
 /// Decodes a payment header (already length-capped) into its typed form and its JSON text as sent.
@@ -316,10 +354,14 @@ pub(crate) fn decode(header: &[u8]) -> Result<Decoded, Rejection> {
     let trimmed = header.trim_ascii();
     let bytes = B64
         .decode(trimmed)
-        .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not Base64"))?;
+        .map_err(|e| unreadable("the payment header is not Base64 (standard alphabet)", e))?;
     // JSON is UTF-8: the text is kept as sent (a payment record stores it, a facilitator receives it).
-    let text = String::from_utf8(bytes)
-        .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        unreadable(
+            "the decoded payment header is not JSON",
+            format_args!("not UTF-8 at byte {}", e.utf8_error().valid_up_to()),
+        )
+    })?;
     let (payload, extensions_at) = payload_at(&text)?;
     Ok(Decoded {
         payload,
@@ -396,7 +438,7 @@ pub(crate) fn payload_at(text: &str) -> Result<(PaymentPayload, Option<Range<usi
     if !text.trim_start().starts_with('{') {
         return Err(reject(
             RejectReason::InvalidPayload,
-            "payment header is not a JSON object",
+            "the decoded payment header is not a JSON object",
         ));
     }
     // The common case in one pass: a v2 payment. Anything else (v1, another version, not a payment) is
@@ -407,24 +449,14 @@ pub(crate) fn payload_at(text: &str) -> Result<(PaymentPayload, Option<Range<usi
         return Ok(payload.into_payload(text));
     }
     let version = serde_json::from_str::<Version>(text)
-        .map_err(|_| reject(RejectReason::InvalidPayload, "payment header is not JSON"))?;
+        .map_err(|e| unreadable("the decoded payment header is not JSON", e))?;
     match version.version.as_u64() {
         Some(1) => serde_json::from_str::<PaymentPayloadV1>(text)
             .map(|p| (PaymentPayload::V1(p), None))
-            .map_err(|_| {
-                reject(
-                    RejectReason::InvalidPayload,
-                    "not a v1 exact/EVM PaymentPayload",
-                )
-            }),
+            .map_err(|e| unreadable("not a v1 exact/EVM PaymentPayload", e)),
         Some(2) => serde_json::from_str::<V2<'_>>(text)
             .map(|p| p.into_payload(text))
-            .map_err(|_| {
-                reject(
-                    RejectReason::InvalidPayload,
-                    "not a v2 exact/EVM PaymentPayload",
-                )
-            }),
+            .map_err(|e| unreadable("not a v2 exact/EVM PaymentPayload", e)),
         _ => Err(reject(
             RejectReason::InvalidX402Version,
             "x402Version must be 1 or 2",

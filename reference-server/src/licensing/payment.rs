@@ -108,13 +108,9 @@ pub(crate) fn article_offers(
                 pay_to,
                 Price::from(license.price_atomic),
             )
-            .description(format!(
-                "License \"{}\" to the article \"{}\" by {} ({})",
-                license.id,
-                article.title,
-                article.author_name,
-                crate::domain::license::summary(license)
-            ))
+            // The resource, which every offer shares (a v2 402 has one description); the license is
+            // `extra.license`, its terms are the `terms` extension and the `Link` to the RSL file.
+            .description(format!("\"{}\" by {}", article.title, article.author_name))
             .mime_type("application/json")
             // Which license this offer sells: a buyer chooses by it, not by the order of `accepts`.
             .extra("license", license.id.clone())
@@ -199,6 +195,8 @@ pub(crate) fn x402_layer(
         .engine(engine)
         .price_source(price)
         .settle_timing(SettleTiming::BeforeHandler)
+        // Interface A names it (Base64 of the requirements; the v2 document without extensions).
+        .x_payment_required(true)
         // Settling checks what the settler's verify would (see the module docs): one round trip less.
         .settle_without_verify(true)
         .sign_in_with_x(sign_in_with_x(settings, onchain, licensing))

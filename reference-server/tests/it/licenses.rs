@@ -468,3 +468,33 @@ async fn a_path_can_require_a_verified_signature() {
     // Other paths are unaffected.
     assert_eq!(server.get("/llms.txt").await.status(), 200);
 }
+
+/// A two-license article's 402 with every extension this server declares (bazaar, offer-receipt, terms,
+/// sign-in-with-x) is at most 8 KB on the wire: each document once (`X-Payment-Required` without the
+/// extensions), the v1 body for v1 clients.
+#[tokio::test]
+async fn a_two_license_402_with_every_extension_is_at_most_8_kb() {
+    let server = TestServer::start().await;
+    let resp = server.get(&format!("/x402Article?articleId={TWO}")).await;
+    assert_eq!(resp.status(), 402);
+    let v2 = decode_header(&resp, "payment-required");
+    assert_eq!(v2["accepts"].as_array().unwrap().len(), 2);
+    let declared: Vec<&str> = v2["extensions"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for key in ["bazaar", "offer-receipt", "terms", "sign-in-with-x"] {
+        assert!(declared.contains(&key), "{key} in {declared:?}");
+    }
+    let head = "HTTP/1.1 402 Payment Required\r\n".len()
+        + resp
+            .headers()
+            .iter()
+            .map(|(n, v)| n.as_str().len() + 2 + v.len() + 2)
+            .sum::<usize>()
+        + 2;
+    let body = resp.bytes().await.unwrap().len();
+    assert!(head + body <= 8000, "{head} + {body} bytes");
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{B256, keccak256};
-use tracing::{debug, debug_span};
+use tracing::{debug, debug_span, info};
 
 use super::{
     Admitted, Answer, Attempt, Begin, PaymentEngine, Route, Settled, SettledHook, replay_key,
@@ -34,7 +34,12 @@ impl PaymentEngine {
             if header.len() > self.max_header_len {
                 Err(Rejection {
                     reason: RejectReason::InvalidPayload,
-                    detail: "payment header too long",
+                    detail: format!(
+                        "the payment header is {} bytes, more than this server reads ({})",
+                        header.len(),
+                        self.max_header_len
+                    )
+                    .into(),
                 })
             } else {
                 let decoded = {
@@ -49,12 +54,13 @@ impl PaymentEngine {
             Err(r) => match Self::verify_expired(r, offers, header, now) {
                 Ok(v) => (v, true),
                 Err(r) => {
-                    debug!(
+                    info!(
                         reason = r.reason.as_str(),
-                        detail = r.detail,
-                        "payment rejected"
+                        detail = %r.detail,
+                        resource = resource_url,
+                        "payment refused"
                     );
-                    return Begin::Answer(self.refuse(r.reason, 2));
+                    return Begin::Answer(self.refuse_with(&r, 2));
                 }
             },
         };

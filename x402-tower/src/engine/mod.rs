@@ -348,6 +348,16 @@ impl PaymentEngine {
         })
     }
 
+    /// [`Self::refuse`] with the rejection's own words for the client ([`Rejection::client_error`]).
+    fn refuse_with(&self, rejection: &crate::verify::Rejection, version: u8) -> Answer {
+        self.metrics.rejected(rejection.reason);
+        Answer::PaymentRequired {
+            error: rejection.client_error(),
+            receipt: None,
+            version,
+        }
+    }
+
     fn refuse(&self, reason: RejectReason, version: u8) -> Answer {
         self.metrics.rejected(reason);
         Answer::PaymentRequired {

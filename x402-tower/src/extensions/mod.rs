@@ -21,6 +21,16 @@
 //! bound to one payment). `terms` declared per request ([`X402Config::terms_per_request`](crate::X402Config::terms_per_request))
 //! come from the request itself.
 //!
+//! # What a 402 declares
+//!
+//! A declaration is `{"info": …, "schema": …}`, and the `schema` is sent where someone validates against
+//! it: `bazaar` (a facilitator must check `info` against it before cataloguing) and `payment-identifier`
+//! (official clients check the id they add). `offer-receipt` and `sign-in-with-x` declare `info` (and
+//! sign-in-with-x its `supportedChains`) without a schema: the offers' format is the extension's, checked
+//! by their signatures, and the sign-in proof is checked by this server; no official client reads either
+//! schema (`@x402/extensions` 2.27), and leaving them out keeps a two-offer 402 with every extension under
+//! 8 KB. Sign-in-with-x's `info` has no `resources` either (it would repeat `uri`).
+//!
 //! # Your own extension
 //!
 //! ```

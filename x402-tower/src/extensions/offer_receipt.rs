@@ -425,31 +425,6 @@ pub fn offers_of(extensions: &serde_json::Map<String, Value>) -> Vec<SignedOffer
         .unwrap_or_default()
 }
 
-/// The extension's `schema` in a 402 (as the official TypeScript server sends it).
-#[cfg(feature = "offer-receipt")]
-fn offers_schema() -> Value {
-    serde_json::json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": {"offers": {"type": "array", "items": {
-            "type": "object",
-            "properties": {
-                "format": {"type": "string"},
-                "acceptIndex": {"type": "integer"},
-                "payload": {"type": "object", "properties": {
-                    "version": {"type": "integer"}, "resourceUrl": {"type": "string"},
-                    "scheme": {"type": "string"}, "network": {"type": "string"},
-                    "asset": {"type": "string"}, "payTo": {"type": "string"},
-                    "amount": {"type": "string"}, "validUntil": {"type": "integer"}
-                }, "required": ["version", "resourceUrl", "scheme", "network", "asset", "payTo", "amount"]},
-                "signature": {"type": "string"}
-            },
-            "required": ["format", "signature"]
-        }}},
-        "required": ["offers"]
-    })
-}
-
 /// The extension's `schema` in a settlement answer.
 #[cfg(feature = "offer-receipt")]
 fn receipt_schema() -> &'static serde_json::value::RawValue {
@@ -766,9 +741,8 @@ mod issuer {
             if signed.is_empty() {
                 return None;
             }
-            let text: Arc<str> = json!({"info": {"offers": signed}, "schema": offers_schema()})
-                .to_string()
-                .into();
+            // No `schema`: see "What a 402 declares" in the extensions module.
+            let text: Arc<str> = json!({"info": {"offers": signed}}).to_string().into();
             let until = now + validity / 2;
             let mut cache = lock();
             if cache.len() >= CACHED_RESOURCES && !cache.contains_key(resource_url) {

@@ -32,7 +32,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+
 use sha2::Sha256;
 
 use crate::boxed::BoxFuture;
@@ -360,7 +360,6 @@ impl SignInWithX {
             nonce: &'a str,
             issued_at: &'a str,
             expiration_time: String,
-            resources: [&'a str; 1],
             #[serde(skip_serializing_if = "Option::is_none")]
             statement: Option<&'a str>,
         }
@@ -371,22 +370,6 @@ impl SignInWithX {
             #[serde(rename = "type")]
             kind: &'static str,
         }
-        static SCHEMA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            json!({
-                "$schema": "https://json-schema.org/draft/2020-12/schema",
-                "type": "object",
-                "required": ["domain", "address", "uri", "version", "chainId", "type", "nonce", "issuedAt", "signature"],
-                "properties": {
-                    "domain": {"type": "string"}, "address": {"type": "string"}, "uri": {"type": "string"},
-                    "version": {"type": "string"}, "chainId": {"type": "string"}, "type": {"type": "string"},
-                    "nonce": {"type": "string"}, "issuedAt": {"type": "string"},
-                    "expirationTime": {"type": "string"}, "statement": {"type": "string"},
-                    "resources": {"type": "array", "items": {"type": "string"}},
-                    "signature": {"type": "string"}
-                }
-            })
-            .to_string()
-        });
         let issued_at = iso(now);
         let mut chains: Vec<&str> = networks.to_vec();
         chains.dedup();
@@ -396,8 +379,8 @@ impl SignInWithX {
             version: "1",
             nonce,
             issued_at: &issued_at,
+            // No `resources`: it would repeat `uri` (optional in CAIP-122 and the extension).
             expiration_time: iso(now + self.validity_secs),
-            resources: [resource_url],
             statement: self.statement.as_deref(),
         };
         let chains: Vec<Chain<'_>> = chains
@@ -407,13 +390,13 @@ impl SignInWithX {
                 kind: "eip191",
             })
             .collect();
-        let mut out = String::with_capacity(SCHEMA.len() + 512);
+        // No `schema` (of the proof, which this server checks itself): see "What a 402 declares" in the
+        // extensions module.
+        let mut out = String::with_capacity(512);
         out.push_str(r#"{"info":"#);
         out.push_str(&serde_json::to_string(&info).unwrap_or_default());
         out.push_str(r#","supportedChains":"#);
         out.push_str(&serde_json::to_string(&chains).unwrap_or_default());
-        out.push_str(r#","schema":"#);
-        out.push_str(&SCHEMA);
         out.push('}');
         out
     }

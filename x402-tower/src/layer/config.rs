@@ -61,6 +61,8 @@ pub(crate) struct Shared {
     pub(crate) engine: Arc<PaymentEngine>,
     pub(crate) route: Route,
     pub(crate) expose_headers: bool,
+    /// Whether 402s carry `X-Payment-Required`.
+    pub(crate) x_payment_required: bool,
     pub(crate) methods: Vec<Method>,
     /// `Allow` of the 405 for a method that is not sold.
     pub(crate) allow: HeaderValue,
@@ -77,6 +79,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The optional headers of this layer's 402s.
+    pub(crate) fn header_options(&self) -> super::response::HeaderOptions {
+        super::response::HeaderOptions {
+            expose: self.expose_headers,
+            x_payment_required: self.x_payment_required,
+        }
+    }
+
     /// Whether `method` is sold (HEAD is answered as the 402 of GET, never charged).
     pub(crate) fn sells(&self, method: &Method) -> bool {
         self.methods.contains(method)
@@ -167,6 +177,7 @@ impl X402Layer {
             engine: None,
             timing: SettleTiming::default(),
             expose_headers: false,
+            x_payment_required: false,
             methods: vec![Method::GET],
             identifier: None,
             settle_without_verify: false,
@@ -227,6 +238,7 @@ pub struct X402Config {
     engine: Option<Arc<PaymentEngine>>,
     timing: SettleTiming,
     expose_headers: bool,
+    x_payment_required: bool,
     methods: Vec<Method>,
     identifier: Option<PaymentIdentifier>,
     settle_without_verify: bool,
@@ -398,6 +410,14 @@ impl X402Config {
         self
     }
 
+    /// Adds `X-Payment-Required` to the 402s (default off): the v2 document again, without its
+    /// `extensions`, for clients of an interface that names this header (the reference server's). No
+    /// official x402 client reads it: v2 clients read `PAYMENT-REQUIRED`, v1 clients the body.
+    pub fn x_payment_required(mut self, send: bool) -> Self {
+        self.x_payment_required = send;
+        self
+    }
+
     /// Checks the configuration and builds the layer.
     pub fn build(self) -> Result<X402Layer, ConfigError> {
         let base_url = check_base_url(&self.public_base_url)?;
@@ -461,6 +481,7 @@ impl X402Config {
                     on_settled,
                 },
                 expose_headers: self.expose_headers,
+                x_payment_required: self.x_payment_required,
                 methods: self.methods,
                 allow,
                 extensions: self.extensions,

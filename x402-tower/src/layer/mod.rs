@@ -18,5 +18,9 @@ pub use future::ResponseFuture;
 pub use response::payment_required_response;
 pub use service::X402;
 
-/// The error of a 402 sent because no payment came with the request.
-pub const NO_PAYMENT_ERROR: &str = "X-PAYMENT header is required";
+/// The error of a 402 sent because no payment came with the request, as the v2 document says it (v2
+/// clients pay in `PAYMENT-SIGNATURE`).
+pub const NO_PAYMENT_ERROR: &str = "PAYMENT-SIGNATURE header is required";
+
+/// The same error in the v1 body (v1 clients pay in `X-PAYMENT`).
+pub const NO_PAYMENT_ERROR_V1: &str = "X-PAYMENT header is required";

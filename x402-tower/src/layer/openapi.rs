@@ -79,7 +79,8 @@ impl IntoResponses for PaymentRequired {
                 HeaderBuilder::new()
                     .schema(Some(string()))
                     .description(Some(
-                        "The same value as PAYMENT-REQUIRED, for clients of the earlier header name.",
+                        "When the layer sends it (`X402Config::x_payment_required`): Base64 of the same \
+                         document without its `extensions`.",
                     ))
                     .build(),
             )

@@ -14,6 +14,15 @@ use crate::offer::PaymentOffer;
 use crate::proto::{ResourceInfo, SettleResponse};
 use crate::verify::{CompiledOffer, domain_separator};
 
+/// Which optional headers a 402 carries.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HeaderOptions {
+    /// `Access-Control-Expose-Headers`.
+    pub(crate) expose: bool,
+    /// `X-Payment-Required`.
+    pub(crate) x_payment_required: bool,
+}
+
 /// What the layer knows about the request when it answers.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestInfo {
@@ -89,6 +98,12 @@ pub(crate) fn payment_required_document(
 }
 
 fn v1_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8> {
+    // A v1 client is told of its own header.
+    let error = if error == super::NO_PAYMENT_ERROR {
+        super::NO_PAYMENT_ERROR_V1
+    } else {
+        error
+    };
     let accepts: Vec<_> = offers
         .iter()
         .filter(|o| o.offer.network.legacy_v1_name().is_some())
@@ -102,26 +117,20 @@ fn v1_body(offers: &[CompiledOffer], info: &RequestInfo, error: &str) -> Vec<u8>
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
-/// The 402 answer: both headers, `Cache-Control: no-store`, a v1 JSON body (or an HTML page for a browser),
-/// and optionally a `success:false` receipt.
+/// The 402 answer: `PAYMENT-REQUIRED` (the v2 document), `X-Payment-Required` (the same without its
+/// `extensions`, which only v2 clients read, and they read `PAYMENT-REQUIRED`), `Cache-Control: no-store`, a
+/// v1 JSON body (or an HTML page for a browser), and optionally a `success:false` receipt.
 pub(crate) fn payment_required(
     offers: &[CompiledOffer],
     info: &RequestInfo,
     error: &str,
     receipt: Option<(HeaderName, HeaderValue)>,
-    expose_headers: bool,
+    options: HeaderOptions,
     extensions: Option<&str>,
     paywall: &Paywall,
 ) -> Response<Full<Bytes>> {
-    let (headers, body, _) = payment_required_parts(
-        offers,
-        info,
-        error,
-        receipt,
-        expose_headers,
-        extensions,
-        paywall,
-    );
+    let (headers, body, _) =
+        payment_required_parts(offers, info, error, receipt, options, extensions, paywall);
     response_402(&headers, &body)
 }
 
@@ -139,12 +148,16 @@ fn payment_required_parts(
     info: &RequestInfo,
     error: &str,
     receipt: Option<(HeaderName, HeaderValue)>,
-    expose_headers: bool,
+    options: HeaderOptions,
     extensions: Option<&str>,
     paywall: &Paywall,
 ) -> (HeaderMap, Bytes, String) {
     let document = payment_required_document(offers, info, error, extensions);
     let header = b64(document.as_bytes());
+    let legacy = options.x_payment_required.then(|| match extensions {
+        Some(_) => b64(payment_required_document(offers, info, error, None).as_bytes()),
+        None => header.clone(),
+    });
     let mut h = HeaderMap::with_capacity(7);
     let page = info
         .wants_html
@@ -170,12 +183,14 @@ fn payment_required_parts(
     };
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(PAYMENT_REQUIRED, header.clone());
-    h.insert(X_PAYMENT_REQUIRED, header);
+    h.insert(PAYMENT_REQUIRED, header);
+    if let Some(legacy) = legacy {
+        h.insert(X_PAYMENT_REQUIRED, legacy);
+    }
     if let Some((name, value)) = receipt {
         h.insert(name, value);
     }
-    if expose_headers {
+    if options.expose {
         add_expose_headers(&mut h);
     }
     (h, Bytes::from(body), document)
@@ -205,8 +220,8 @@ struct Prebuilt {
     since: u64,
     /// ...and sent again until then (signed offers expire; a sign-in nonce binds its second).
     until: u64,
-    /// With a sign-in-with-x nonce: without `PAYMENT-REQUIRED` and `X-Payment-Required`, which
-    /// [`Spliced`] makes per copy.
+    /// With a sign-in-with-x nonce: without `PAYMENT-REQUIRED`, which [`Spliced`] makes per copy
+    /// (`X-Payment-Required` has no extensions, so no nonce).
     headers: HeaderMap,
     body: Bytes,
     sign_in: Option<Spliced>,
@@ -305,7 +320,7 @@ impl Prebuilt402s {
             info,
             super::NO_PAYMENT_ERROR,
             None,
-            shared.expose_headers,
+            shared.header_options(),
             extensions.as_deref(),
             &shared.paywall,
         );
@@ -325,7 +340,6 @@ impl Prebuilt402s {
         };
         if spliced.is_some() {
             headers.remove(PAYMENT_REQUIRED);
-            headers.remove(X_PAYMENT_REQUIRED);
         }
         let entry = Prebuilt {
             offers: offers.clone(),
@@ -359,8 +373,7 @@ fn copy(
     let mut res = response_402(&p.headers, &p.body);
     if let (Some(spliced), Some(siwx)) = (&p.sign_in, siwx) {
         let value = spliced.with_nonce(&siwx.nonce_issued_at(&spliced.issued_at));
-        res.headers_mut().insert(PAYMENT_REQUIRED, value.clone());
-        res.headers_mut().insert(X_PAYMENT_REQUIRED, value);
+        res.headers_mut().insert(PAYMENT_REQUIRED, value);
     }
     res
 }
@@ -381,15 +394,16 @@ pub(crate) fn fresh_sign_in_402(
         info,
         error,
         None,
-        shared.expose_headers,
+        shared.header_options(),
         extensions.as_deref(),
         &shared.paywall,
     )
 }
 
 /// The 402 the layer answers for `offers` at `resource_url` (the full URL of the request), with `error` as
-/// the reason: `PAYMENT-REQUIRED` and `X-Payment-Required` (Base64 v2 PaymentRequired), `Cache-Control:
-/// no-store` and the v1 JSON body (`x402Version`, `error`, `accepts`).
+/// the reason: `PAYMENT-REQUIRED` and `X-Payment-Required` (Base64 v2 PaymentRequired; no extensions here,
+/// so both are the same), `Cache-Control: no-store` and the v1 JSON body (`x402Version`, `error`,
+/// `accepts`).
 ///
 /// For an application that refuses a payment after the layer let it through (for example a durable
 /// "already used" check in the handler), so its 402 tells the client what to pay exactly like the layer's.
@@ -429,7 +443,15 @@ pub fn payment_required_response(
         wants_html: false,
         terms: None,
     };
-    payment_required(&compiled, &info, error, None, false, None, &Paywall::Off)
+    payment_required(
+        &compiled,
+        &info,
+        error,
+        None,
+        HeaderOptions::default(),
+        None,
+        &Paywall::Off,
+    )
 }
 
 /// The layer's answer for an engine [`Answer`].
@@ -452,7 +474,7 @@ pub(crate) fn render(
                 info,
                 &error,
                 settle.map(|sr| receipt(version, &sr)),
-                shared.expose_headers,
+                shared.header_options(),
                 extensions.as_deref(),
                 &shared.paywall,
             )
@@ -637,7 +659,7 @@ mod tests {
         let h = res.headers();
         assert_eq!(h[CONTENT_TYPE], "application/json");
         assert_eq!(h[CACHE_CONTROL], "no-store");
-        assert_eq!(h[PAYMENT_REQUIRED], h[X_PAYMENT_REQUIRED]);
+        assert!(!h.contains_key(X_PAYMENT_REQUIRED));
         let compiled = [CompiledOffer::new(
             offer.clone(),
             domain_separator(network.chain_id(), &offer.token),
@@ -652,7 +674,7 @@ mod tests {
             &info,
             "invalid_exact_evm_nonce_already_used",
             None,
-            false,
+            HeaderOptions::default(),
             None,
             &Paywall::Off,
         );

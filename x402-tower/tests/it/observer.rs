@@ -266,8 +266,10 @@ async fn nothing_is_reported_when_no_settlement_is_attempted() {
     assert_eq!(
         send(svc, req("/r", &[("payment-signature", "garbage")]))
             .await
-            .error(),
-        "invalid_payload"
+            .error()
+            .split(':')
+            .next(),
+        Some("invalid_payload")
     );
     assert!(rec.seen().is_empty());
 }

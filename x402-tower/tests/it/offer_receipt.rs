@@ -50,7 +50,7 @@ async fn each_offer_of_the_402_is_signed_and_matches_its_accepts_entry() {
     assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
     let pr = a.payment_required();
     let ext = &pr["extensions"]["offer-receipt"];
-    assert_eq!(ext["schema"]["required"][0], "offers");
+    assert!(ext.get("schema").is_none(), "{ext}");
     let offers = offers_of(&a);
     assert_eq!(offers.len(), 2);
     for (i, o) in offers.iter().enumerate() {

@@ -17,8 +17,11 @@ async fn no_payment_gets_the_spec_402() {
     assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
     assert_eq!(a.header("cache-control"), Some("no-store"));
     assert_eq!(a.header("content-type"), Some("application/json"));
-    assert_eq!(a.error(), "X-PAYMENT header is required");
-    // v2 document in both headers.
+    // The v2 document names the v2 header, the v1 body the v1 header (`error()` checks both).
+    assert_eq!(a.error(), "PAYMENT-SIGNATURE header is required");
+    assert_eq!(a.json()["error"], "X-PAYMENT header is required");
+    // The v2 document in PAYMENT-REQUIRED; no X-Payment-Required unless asked for.
+    assert_eq!(a.header("x-payment-required"), None);
     let pr = a.payment_required();
     assert_eq!(pr["x402Version"], 2);
     assert_eq!(pr["resource"]["url"], "https://shop.example/report?id=7");
@@ -234,6 +237,42 @@ async fn metrics_count() {
     assert_eq!(m.settlements_failed, 0);
 }
 
+/// `X-Payment-Required`, when asked for, is the v2 document without the extensions (which only v2 clients
+/// read, in PAYMENT-REQUIRED); a 402 carries each once, and stays small.
+#[tokio::test]
+async fn x_payment_required_is_the_document_without_extensions() {
+    let inner = Inner::new();
+    let plain = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(plain, req("/report", &[])).await;
+    // One offer, no extensions: at most 1.5 KB on the wire (status line, headers, body), with the `Date`
+    // and `Content-Length` a server adds.
+    let wire = "HTTP/1.1 402 Payment Required\r\n".len()
+        + a.headers_len()
+        + "date: Fri, 04 Dec 2026 18:19:10 GMT\r\ncontent-length: 9999\r\n\r\n".len()
+        + a.body.len();
+    assert!(wire <= 1536, "{wire} bytes");
+
+    let with = config()
+        .x_payment_required(true)
+        .discovery(x402_tower::extensions::bazaar::Discovery::query(
+            http::Method::GET,
+        ))
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let a = send(with, req("/report", &[])).await;
+    let v2 = a.payment_required();
+    assert!(v2["extensions"]["bazaar"].is_object());
+    let legacy = unb64(a.header("x-payment-required").unwrap());
+    assert!(legacy.get("extensions").is_none());
+    assert_eq!(legacy["accepts"], v2["accepts"]);
+    assert_eq!(legacy["resource"], v2["resource"]);
+    assert_eq!(legacy["error"], "PAYMENT-SIGNATURE header is required");
+}
+
 #[tokio::test]
 async fn a_rejected_browser_payment_still_gets_html_with_the_reason() {
     let inner = Inner::new();
@@ -247,12 +286,76 @@ async fn a_rejected_browser_payment_still_gets_html_with_the_reason() {
     )
     .await;
     assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
-    assert_eq!(a.payment_required()["error"], "invalid_payload");
+    let error = a.payment_required()["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.starts_with("invalid_payload: the payment header is not Base64"),
+        "{error}"
+    );
     assert!(
         std::str::from_utf8(&a.body)
             .unwrap()
-            .contains("invalid_payload")
+            .contains("the payment header is not Base64")
     );
+}
+
+/// A payment that cannot be read gets a 402 whose `error` is the spec's code, then what failed: the Base64,
+/// the JSON (where), the payload's shape (which field), or the length cap.
+#[tokio::test]
+async fn an_unreadable_payment_is_told_why() {
+    let inner = Inner::new();
+    let svc = config()
+        .build()
+        .unwrap()
+        .layer(inner.service(StatusCode::OK));
+    let b64s = |s: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    };
+    let mut missing = payload_v2(
+        &Auth::v2(1),
+        &Auth::v2(1).sign(&signer(), &domain_base_sepolia()),
+    );
+    missing["payload"]
+        .as_object_mut()
+        .unwrap()
+        .remove("authorization");
+    let cases = [
+        ("garbage!", "the payment header is not Base64"),
+        (
+            &*b64s("{\"x402Version\": 2,"),
+            "the decoded payment header is not JSON: EOF while parsing",
+        ),
+        (&*b64s("[2]"), "not a JSON object"),
+        (
+            &*b64(&missing),
+            "not a v2 exact/EVM PaymentPayload: missing field `authorization`",
+        ),
+        (
+            &*b64s(r#"{"x402Version":1,"scheme":"exact"}"#),
+            "not a v1 exact/EVM PaymentPayload: missing field",
+        ),
+    ];
+    for (header, why) in cases {
+        let a = send(
+            svc.clone(),
+            req("/report", &[("payment-signature", header)]),
+        )
+        .await;
+        let error = a.error();
+        assert!(error.starts_with("invalid_payload: "), "{error}");
+        assert!(error.contains(why), "{header}: {error}");
+        assert!(error.len() < 260, "{error}");
+    }
+    // The parser's words are capped: a long unknown value is not echoed whole.
+    let long = b64s(&format!(
+        r#"{{"x402Version":2,"accepted":"{}"}}"#,
+        "x".repeat(4000)
+    ));
+    let error = send(svc, req("/report", &[("payment-signature", &long)]))
+        .await
+        .error();
+    assert!(error.len() < 260, "{error}");
+    assert_eq!(inner.calls(), 0);
 }
 
 #[tokio::test]
@@ -326,7 +429,14 @@ async fn header_length_cap_applies_before_decoding() {
         .unwrap()
         .layer(inner.service(StatusCode::OK));
     let res = send(svc, req("/report", &[("payment-signature", &h)])).await;
-    assert_eq!(res.error(), "invalid_payload");
+    assert!(
+        res.error()
+            .starts_with("invalid_payload: the payment header is ")
+            && res
+                .error()
+                .ends_with("bytes, more than this server reads (2048)"),
+        "{res:?}"
+    );
     assert_eq!(inner.calls(), 0);
 
     let svc = config()

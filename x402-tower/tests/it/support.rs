@@ -270,21 +270,39 @@ impl Answer {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(|v| v.to_str().unwrap())
     }
-    /// The decoded v2 PaymentRequired of a 402.
+    /// The v2 document of `PAYMENT-REQUIRED`, checked to be `X-Payment-Required`'s (when sent) plus
+    /// `extensions`.
     pub fn payment_required(&self) -> Value {
         let v = unb64(self.header("payment-required").expect("PAYMENT-REQUIRED"));
-        assert_eq!(
-            self.header("x-payment-required"),
-            self.header("payment-required")
-        );
+        if let Some(legacy) = self.header("x-payment-required") {
+            let mut lean = v.clone();
+            lean.as_object_mut().unwrap().remove("extensions");
+            assert_eq!(unb64(legacy), lean);
+        }
         v
     }
-    /// The `error` of a 402, checked to agree between the body and the header.
+    /// The bytes of the headers as HTTP/1.1 writes them (`name: value\r\n`).
+    pub fn headers_len(&self) -> usize {
+        self.headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + 2 + v.len() + 2)
+            .sum()
+    }
+    /// The `error` of a 402's v2 document, checked to agree with the v1 body's (which names `X-PAYMENT`
+    /// where the v2 document names `PAYMENT-SIGNATURE`).
     pub fn error(&self) -> String {
         assert_eq!(self.status, StatusCode::PAYMENT_REQUIRED, "{self:?}");
-        let e = self.json()["error"].as_str().unwrap().to_owned();
-        assert_eq!(self.payment_required()["error"], e.as_str());
-        e
+        let v1 = self.json()["error"].as_str().unwrap().to_owned();
+        let v2 = self.payment_required()["error"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if v2 == x402_tower::layer::NO_PAYMENT_ERROR {
+            assert_eq!(v1, x402_tower::layer::NO_PAYMENT_ERROR_V1);
+        } else {
+            assert_eq!(v1, v2);
+        }
+        v2
     }
     pub fn receipt(&self, name: &str) -> SettleResponse {
         serde_json::from_value(unb64(self.header(name).expect("receipt header"))).unwrap()

@@ -329,13 +329,12 @@ async fn read_again(
             article,
             choice,
         );
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        return Ok(x402_tower::layer::payment_required_response(
+        return Ok(interface_402(
+            state,
             &offers,
-            &format!("{}{}", state.public_url, path),
+            uri,
             x402_tower::extensions::siwx::Refusal::NotPaid.as_str(),
-        )
-        .into_response());
+        ));
     };
     state
         .licensing
@@ -480,11 +479,31 @@ fn replayed_payment(
         article,
         choice,
     );
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    x402_tower::layer::payment_required_response(
+    interface_402(
+        state,
         &offers,
-        &format!("{}{}", state.public_url, path),
+        uri,
         x402_tower::verify::RejectReason::NonceAlreadyUsed.as_str(),
     )
-    .into_response()
+}
+
+/// A 402 of a handler (after the layer let the request through) with `error`, headed like the layer's:
+/// `PAYMENT-REQUIRED`, and `X-Payment-Required` as interface A names it (the same here: no extensions).
+fn interface_402(
+    state: &Licensing,
+    offers: &[x402_tower::PaymentOffer],
+    uri: &axum::http::Uri,
+    error: &str,
+) -> Response {
+    use x402_tower::header::{PAYMENT_REQUIRED, X_PAYMENT_REQUIRED};
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut res = x402_tower::layer::payment_required_response(
+        offers,
+        &format!("{}{}", state.public_url, path),
+        error,
+    );
+    if let Some(requirements) = res.headers().get(PAYMENT_REQUIRED).cloned() {
+        res.headers_mut().insert(X_PAYMENT_REQUIRED, requirements);
+    }
+    res.into_response()
 }

@@ -10,6 +10,9 @@ use workspace_tests::tools;
 
 use crate::common::{ARTICLE_PRICE, RefServer, pay_to, payer};
 
+/// Sold under `inference` and `training` (the dearer) in the demo catalog.
+const TWO_LICENSES: &str = reference_server::licensing::catalog::TWO_LICENSE_DEMO_ID;
+
 /// Where the screenshots go (the workspace's `target/`).
 fn screenshots() -> std::path::PathBuf {
     let dir =
@@ -35,6 +38,7 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
             key,
             tools::chromium().to_str().expect("path"),
             shots.to_str().expect("path"),
+            &format!("{}/x402Article?articleId={TWO_LICENSES}", server.url),
         ],
     )
     .await;
@@ -47,6 +51,7 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         "poor",
         "badsig",
         "pay",
+        "second",
         "phone",
     ] {
         assert_eq!(r[format!("{mode}Status")], 402, "{mode}: {r}");
@@ -62,7 +67,7 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         r["rejected"], "You rejected the signature. Nothing was charged.",
         "{r}"
     );
-    assert_eq!(r["signed"], 1, "only the purchase was signed: {r}");
+    assert_eq!(r["signed"], 2, "only the two purchases were signed: {r}");
     // The purchase's first answer was lost after the server settled it; the page said so, sent the very same
     // payment again and got the article: one signature, one transfer (balances below).
     assert_eq!(r["lostAnswerStatus"], 200, "{r}");
@@ -97,8 +102,33 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
     assert_eq!(r["account"], from.to_checksum(None), "{r}");
     assert_eq!(r["balance"], "1 USDC", "{r}");
     assert_eq!(
-        r["title"],
-        "\"How Newsrooms Prove a Photo Is Real\" by Amara Okafor",
+        r["title"], "How Newsrooms Prove a Photo Is Real",
+        "the paywall is headed by the article's title: {r}"
+    );
+    assert_eq!(r["byline"], "by Amara Okafor", "{r}");
+    assert!(
+        r["notice"]
+            .as_str()
+            .unwrap()
+            .starts_with("eip155:31337 is a local development chain"),
+        "{r}"
+    );
+    assert_eq!(r["back"], format!("{}/x402Article/list", server.url), "{r}");
+    assert_eq!(r["choices"], serde_json::json!(["standard"]), "{r}");
+    assert_eq!(r["titleShownOnce"], true, "{r}");
+    assert_eq!(r["paidBack"], r["back"], "{r}");
+    // The second license of a two-license article: both offered, the second chosen and paid.
+    assert_eq!(
+        r["secondChoices"],
+        serde_json::json!(["inference", "training"]),
+        "{r}"
+    );
+    assert_eq!(r["secondPrice"], "0.1", "{r}");
+    assert!(
+        r["secondReceipt"]
+            .as_str()
+            .unwrap()
+            .starts_with("Your license \u{201c}training\u{201d}"),
         "{r}"
     );
     assert_eq!(
@@ -147,8 +177,9 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         };
         assert_eq!(status, expected, "{href}");
     }
-    // Exactly the price moved, once.
-    let price = U256::from(ARTICLE_PRICE);
+    // Exactly the two prices moved, each once: the article's, and the second license's (not the first's).
+    let price = U256::from(ARTICLE_PRICE)
+        + U256::from(reference_server::licensing::catalog::TRAINING_PRICE);
     assert_eq!(chain.balance(from).await, before.0 - price);
     assert_eq!(chain.balance(pay_to()).await, before.1 + price);
     for shot in [
@@ -158,6 +189,9 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         "paywall-no-wallet.png",
         "paywall-rejected.png",
         "paywall-phone.png",
+        "paywall-two-licenses.png",
+        "paywall-second-chosen.png",
+        "paywall-second-paid.png",
     ] {
         assert!(
             shots

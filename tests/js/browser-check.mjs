@@ -1,19 +1,20 @@
 // A reader pays for an article from the paywall in a real browser: headless Chromium driven by puppeteer-core,
 // with an injected EIP-1193 wallet (EIP-6963 announced) backed by a viem local account on the test chain.
 //
-//     node browser-check.mjs <article URL> <RPC URL> <payer key> <chromium> <screenshot dir>
+//     node browser-check.mjs <article URL> <RPC URL> <payer key> <chromium> <screenshot dir> <two-license article URL>
 //
 // Scenarios, in order: no wallet (the page says so); a rejected signature (the page says so, nothing is
-// sent); a purchase (connect, balance shown, pay, the article and its receipt links rendered in place); a phone
-// viewport. Screenshots go to <screenshot dir>. Any console error or page error fails the run. Prints one JSON
+// sent); a purchase (connect, balance shown, pay, the article and its receipt links rendered in place); the
+// second license of an article sold under two (chosen on the page, paid, its license named on the receipt); a
+// phone viewport. Screenshots go to <screenshot dir>. Any console error or page error fails the run. Prints one JSON
 // line with the observations; exits 1 on a failure (printed on stderr).
 import puppeteer from "puppeteer-core";
 import { createPublicClient, http } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 
-const [articleUrl, rpcUrl, key, chromium, shots] = process.argv.slice(2);
-if (!articleUrl || !rpcUrl || !key || !chromium || !shots) {
-  console.error("usage: node browser-check.mjs <article URL> <RPC URL> <payer key> <chromium> <screenshot dir>");
+const [articleUrl, rpcUrl, key, chromium, shots, twoLicenseUrl] = process.argv.slice(2);
+if (!articleUrl || !rpcUrl || !key || !chromium || !shots || !twoLicenseUrl) {
+  console.error("usage: node browser-check.mjs <article URL> <RPC URL> <payer key> <chromium> <screenshot dir> <two-license article URL>");
   process.exit(2);
 }
 const account = privateKeyToAccount(key);
@@ -87,13 +88,13 @@ function inject() {
   window.addEventListener("eip6963:requestProvider", announce);
 }
 
-async function open(browser, mode) {
+async function open(browser, mode, url = articleUrl) {
   const page = await browser.newPage();
   page.on("console", (m) => {
     // The paywall document itself answers 402 by design: Chromium logs that as a failed load. Anything else
     // (another failed resource, a script error, a CSP violation) is an error.
     // So is the answer this test cuts on purpose (the lost answer of the purchase).
-    const own = m.location()?.url === articleUrl && (/status of 402/.test(m.text()) || (mode === "pay" && /ERR_CONNECTION_RESET/.test(m.text())));
+    const own = m.location()?.url === url && (/status of 402/.test(m.text()) || (mode === "pay" && /ERR_CONNECTION_RESET/.test(m.text())));
     if (m.type() === "error" && !own) out.consoleErrors.push(`${mode}: ${m.text()} (${m.location()?.url})`);
   });
   page.on("pageerror", (e) => out.consoleErrors.push(`${mode}: ${e.message}`));
@@ -102,7 +103,7 @@ async function open(browser, mode) {
     await page.evaluateOnNewDocument(inject);
   }
   await page.setViewport({ width: 1000, height: 900 });
-  const res = await page.goto(articleUrl, { waitUntil: "load" });
+  const res = await page.goto(url, { waitUntil: "load" });
   out[`${mode}Status`] = res.status();
   await page.waitForSelector("#x402-connect:not([disabled])", { timeout: TIMEOUT });
   return page;
@@ -161,6 +162,10 @@ try {
   page = await open(browser, "pay");
   await page.screenshot({ path: `${shots}/paywall.png`, fullPage: true });
   out.title = await page.$eval("h1", (e) => e.textContent);
+  out.byline = await page.$eval(".by", (e) => e.textContent);
+  out.notice = await page.$eval(".notice", (e) => e.textContent);
+  out.back = await page.$eval(".back a", (a) => a.href);
+  out.choices = await page.$$eval(".choice-name", (ns) => ns.map((n) => n.textContent));
   await page.click("#x402-connect");
   await page.waitForSelector("#x402-pay:not([disabled])", { timeout: TIMEOUT });
   out.balance = await page.$eval("#x402-balance", (e) => e.textContent);
@@ -192,8 +197,27 @@ try {
   await page.waitForSelector(".receipt a", { timeout: 60_000 });
   out.articleTitle = await page.$eval("h1", (e) => e.textContent);
   out.paragraphs = await page.$$eval("main p", (ps) => ps.length);
+  // The article once: its title is the heading, not a paragraph again.
+  out.titleShownOnce = await page.$$eval("main p", (ps, t) => ps.every((p) => !p.textContent.startsWith(t)), out.articleTitle);
+  out.paidBack = await page.$eval(".back a", (a) => a.href);
   out.receiptLinks = await page.$$eval(".receipt a", (as) => as.map((a) => a.href));
   await page.screenshot({ path: `${shots}/paywall-paid.png`, fullPage: true });
+  await page.close();
+
+  // The second license of an article sold under two: chosen on the page, paid at its own price.
+  page = await open(browser, "second", twoLicenseUrl);
+  out.secondChoices = await page.$$eval(".choice-name", (ns) => ns.map((n) => n.textContent));
+  await page.screenshot({ path: `${shots}/paywall-two-licenses.png`, fullPage: true });
+  await page.click("#x402-connect");
+  await page.waitForSelector("#x402-pay:not([disabled])", { timeout: TIMEOUT });
+  await page.click("input[name=x402-offer][value='1']");
+  await page.waitForFunction(() => /Ready to pay 0\.1 USDC/.test(document.querySelector("#x402-status").textContent), { timeout: TIMEOUT });
+  out.secondPrice = await page.$eval("#x402-price", (e) => e.textContent);
+  await page.screenshot({ path: `${shots}/paywall-second-chosen.png`, fullPage: true });
+  await page.click("#x402-pay");
+  await page.waitForSelector(".receipt a", { timeout: 60_000 });
+  out.secondReceipt = await page.$eval(".receipt", (e) => e.textContent);
+  await page.screenshot({ path: `${shots}/paywall-second-paid.png`, fullPage: true });
   await page.close();
 
   // A phone.

@@ -1,9 +1,10 @@
 "use strict";
 (function () {
   var data = JSON.parse(document.getElementById("x402-data").textContent);
+  var $ = function (id) { return document.getElementById(id); };
+  // The offer the reader chose (one radio button per offer, in the order of `accepts`).
   var offer = data.accepts[0];
   var chainId = Number(offer.network.split(":")[1]);
-  var $ = function (id) { return document.getElementById(id); };
   // `pending`: a signed payment whose answer is not known yet (lost, or settlement pending): sent again as is,
   // never signed anew, so a retry can never pay twice.
   var state = { provider: null, account: null, pending: null };
@@ -170,6 +171,12 @@
     var body = await res.json();
     var main = $("x402-main");
     main.textContent = "";
+    if (data.back) {
+      var back = document.createElement("p");
+      back.className = "back";
+      back.append(link(data.back.href, "← " + data.back.text));
+      main.append(back);
+    }
     if (body && body.article && body.article.content) {
       var h = document.createElement("h1");
       h.textContent = body.article.title;
@@ -177,7 +184,9 @@
       by.className = "by";
       by.textContent = "by " + body.article.author_name;
       main.append(h, by);
-      body.article.content.split(/\n\n+/).forEach(function (para) {
+      body.article.content.split(/\n\n+/).forEach(function (para, i) {
+        // The text may open with its own title and byline, shown above already.
+        if (i === 0 && para.split("\n")[0].trim() === body.article.title) return;
         var el = document.createElement("p");
         el.textContent = para;
         main.append(el);
@@ -185,7 +194,10 @@
       if (body.receipt) {
         var r = document.createElement("p");
         r.className = "receipt";
-        r.append("Your license: ", link(body.receipt.certificate.url, "certificate"), " · ", link(body.receipt.nft.verifyUrl, "receipt " + body.receipt.nft.tokenId.slice(0, 12) + "…"));
+        var license = body.receipt.license && body.receipt.license.id;
+        r.append(license ? "Your license \u201c" + license + "\u201d: " : "Your license: ",
+          link(body.receipt.certificate.url, "certificate"), " · ",
+          link(body.receipt.nft.verifyUrl, "receipt " + body.receipt.nft.tokenId.slice(0, 12) + "…"));
         main.append(r);
       }
     } else {
@@ -194,6 +206,29 @@
       main.append(pre);
     }
   }
+  async function choose() {
+    var picked = document.querySelector("input[name=x402-offer]:checked");
+    offer = data.accepts[picked ? Number(picked.value) : 0] || data.accepts[0];
+    chainId = Number(offer.network.split(":")[1]);
+    $("x402-price").textContent = units(offer.amount, data.decimals);
+    // A signed payment is for one offer: choosing another starts over.
+    state.pending = null;
+    if (!state.account) return;
+    try {
+      await ensureChain(state.provider);
+      var have = await balance(state.provider, state.account);
+      $("x402-balance").textContent = units(have, data.decimals) + " USDC";
+      var enough = have >= BigInt(offer.amount);
+      $("x402-pay").disabled = !enough;
+      say(enough ? "Ready to pay " + units(offer.amount, data.decimals) + " USDC."
+        : "Your balance is lower than the price: add USDC on " + data.networkName + " to pay.", enough ? "" : "error");
+    } catch (e) {
+      say((e && e.message) || "The wallet could not be read.", "error");
+    }
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("input[name=x402-offer]"), function (r) {
+    r.addEventListener("change", choose);
+  });
   $("x402-connect").addEventListener("click", connect);
   $("x402-pay").addEventListener("click", pay);
   $("x402-connect").disabled = false;

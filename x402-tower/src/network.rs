@@ -29,6 +29,16 @@ pub struct NetworkInfo {
     pub usdc_version: &'static str,
 }
 
+impl NetworkInfo {
+    /// Whether this is a public test network (its USDC is free from faucets; no real money moves).
+    pub fn is_testnet(&self) -> bool {
+        matches!(
+            self.v1_name,
+            "base-sepolia" | "avalanche-fuji" | "polygon-amoy" | "arbitrum-sepolia"
+        )
+    }
+}
+
 /// USDC has 6 decimals on every chain listed here.
 pub const USDC_DECIMALS: u8 = 6;
 

@@ -240,6 +240,41 @@ pub fn summary(l: &License) -> String {
     s
 }
 
+/// What a license allows, in words for a person (the paywall): `Allows search engines and AI answers. Not
+/// AI training. For non-commercial and education users.`
+pub fn in_words(l: &License) -> String {
+    fn usage(token: &str) -> &str {
+        match token {
+            "all" => "every use",
+            "ai-all" => "every AI use",
+            "ai-train" => "AI training",
+            "ai-input" => "AI answers (read as input)",
+            "ai-index" => "AI indexing",
+            "search" => "search engines",
+            other => other,
+        }
+    }
+    fn list(items: &[String], word: fn(&str) -> &str) -> String {
+        let words: Vec<&str> = items.iter().map(|t| word(t)).collect();
+        match words.as_slice() {
+            [] => String::new(),
+            [one] => (*one).to_owned(),
+            [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+        }
+    }
+    let mut s = Vec::new();
+    if !l.permits.is_empty() {
+        s.push(format!("Allows {}.", list(&l.permits, usage)));
+    }
+    if !l.prohibits.is_empty() {
+        s.push(format!("Not {}.", list(&l.prohibits, usage)));
+    }
+    if !l.users.is_empty() {
+        s.push(format!("For {} users.", list(&l.users, |u| u)));
+    }
+    s.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +317,22 @@ mod tests {
         assert_eq!(
             parse_tokens("search, ai-input search", "usage", USAGES).unwrap(),
             ["search", "ai-input"]
+        );
+    }
+
+    #[test]
+    fn a_license_in_words() {
+        let mut l = lic("inference", "search ai-input", "ai-train", 1);
+        assert_eq!(
+            in_words(&l),
+            "Allows search engines and AI answers (read as input). Not AI training."
+        );
+        l.users = vec!["non-commercial".into(), "education".into()];
+        l.permits.push("ai-index".into());
+        assert_eq!(
+            in_words(&l),
+            "Allows search engines, AI answers (read as input) and AI indexing. Not AI training. \
+             For non-commercial and education users."
         );
     }
 

@@ -9,6 +9,7 @@ use x402_tower::PaymentOffer;
 use x402_tower::Price;
 use x402_tower::extensions::offer_receipt::OfferReceipt;
 use x402_tower::extensions::siwx::{PaidCheck, SignInWithX};
+use x402_tower::layer::paywall::PaywallDetails;
 use x402_tower::pricing::{Offers, PriceDecision};
 use x402_tower::proto::checksum;
 use x402_tower::settle::onchain::OnchainSettler;
@@ -132,22 +133,44 @@ impl ArticlePricing {
         Self { payment, pay_to }
     }
 
-    /// `article`'s offers for every license choice (as `article_offers` builds them).
+    /// `article`'s offers for every license choice (as `article_offers` builds them), each with what the
+    /// paywall shows a person for it.
     pub fn offers(&self, article: &Article) -> ArticleOffers {
         ArticleOffers(
             std::iter::once(LicenseChoice(None))
                 .chain((0..article.licenses.len()).map(|i| LicenseChoice(Some(i))))
-                .map(|c| Offers::new(article_offers(&self.payment, self.pay_to, article, c)))
+                .map(|c| {
+                    (
+                        Offers::new(article_offers(&self.payment, self.pay_to, article, c)),
+                        Arc::new(paywall_details(article, c)),
+                    )
+                })
                 .collect(),
         )
     }
+}
+
+/// What the paywall shows a person for `article` sold under `choice`: its title and author, each license
+/// offered by name with what it allows in words, a link back to the catalog.
+fn paywall_details(article: &Article, choice: LicenseChoice) -> PaywallDetails {
+    licenses_offered(article, choice).iter().fold(
+        PaywallDetails::new(article.title.clone())
+            .byline(format!("by {}", article.author_name))
+            .back("All articles", "/x402Article/list"),
+        |details, license| {
+            details.choice(
+                license.id.clone(),
+                crate::domain::license::in_words(license),
+            )
+        },
+    )
 }
 
 /// A published article's offers, built once per catalog load (every license; then each license alone): the
 /// x402 layer checks and compiles each list once too ([`Offers`]), instead of every request for the article
 /// formatting the licenses' descriptions and hashing the list.
 #[derive(Debug, Clone)]
-pub struct ArticleOffers(Arc<[Offers]>);
+pub struct ArticleOffers(Arc<[(Offers, Arc<PaywallDetails>)]>);
 
 impl ArticleOffers {
     /// The offers for `choice` (empty for a license the article does not have: `with_article` refuses it
@@ -155,8 +178,15 @@ impl ArticleOffers {
     pub fn get(&self, choice: LicenseChoice) -> Offers {
         self.0
             .get(choice.0.map_or(0, |i| i + 1))
-            .cloned()
+            .map(|(offers, _)| offers.clone())
             .unwrap_or_else(|| Offers::new(Vec::new()))
+    }
+
+    /// What the paywall shows for `choice` (shared: the x402 layer keeps its page ready).
+    pub fn paywall(&self, choice: LicenseChoice) -> Option<Arc<PaywallDetails>> {
+        self.0
+            .get(choice.0.map_or(0, |i| i + 1))
+            .map(|(_, details)| details.clone())
     }
 }
 

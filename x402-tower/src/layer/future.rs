@@ -378,13 +378,21 @@ fn networks(offers: &[CompiledOffer]) -> Vec<String> {
 /// What the layer's answers need to know of the request.
 fn request_info<B>(shared: &Shared, req: &Request<B>) -> RequestInfo {
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let wants_html = !matches!(shared.paywall, crate::layer::paywall::Paywall::Off)
+        && prefers_html(req.headers());
     RequestInfo {
         resource_url: format!("{}{}", shared.base_url, path),
-        wants_html: !matches!(shared.paywall, crate::layer::paywall::Paywall::Off)
-            && prefers_html(req.headers()),
+        wants_html,
         terms: shared
             .terms_per_request
             .then(|| req.extensions().get::<std::sync::Arc<Terms>>().cloned())
+            .flatten(),
+        paywall: wants_html
+            .then(|| {
+                req.extensions()
+                    .get::<std::sync::Arc<crate::layer::paywall::PaywallDetails>>()
+                    .cloned()
+            })
             .flatten(),
     }
 }

@@ -1,13 +1,19 @@
 //! What a person in a browser gets instead of the JSON 402 (a request whose `Accept` prefers HTML).
 //!
-//! - [`Paywall::Builtin`] (the default): a page that shows what is sold (the offer's description, price in USDC,
-//!   network, payee) and lets the reader pay from any EIP-1193 wallet (EIP-6963 discovery when several are
+//! - [`Paywall::Builtin`] (the default): a page that shows what is sold (a heading, one choice per offer with its
+//!   price in USDC, the network, with a notice on a test network, the payee) and lets the reader pay the offer
+//!   they chose from any EIP-1193 wallet (EIP-6963 discovery when several are
 //!   installed, else `window.ethereum`): connect, switch to the offer's chain, show the USDC balance, sign the
 //!   EIP-3009 authorization with `eth_signTypedData_v4`, repeat the request with `PAYMENT-SIGNATURE` and show
 //!   the paid answer in place (HTML replaces the page; JSON is rendered: an article with its receipt links, or
-//!   pretty-printed). Plain JavaScript compiled into the crate (about 8 KB, no CDN, works offline), the page
+//!   pretty-printed). Plain JavaScript compiled into the crate (about 10 KB, no CDN, works offline), the page
 //!   rendered by an askama template (escaping by default), sent with a `Content-Security-Policy` that allows
 //!   only its own inline script and style (by hash) and requests to its own origin.
+//!
+//!   The heading is the first offer's description (or the URL); each choice is named by its network. A service
+//!   that knows better (an article's title and author, what each license permits) puts a
+//!   [`PaywallDetails`] in the request's extensions before the layer sees it (`Arc<PaywallDetails>`, made once
+//!   and shared: the layer keeps a page ready per details).
 //! - [`Paywall::Custom`]: your template ([`PaywallTemplate`], or any `Fn(&PaywallPage) -> String`).
 //! - [`Paywall::Off`]: browsers get the JSON 402 like any client.
 //!
@@ -57,6 +63,75 @@ pub struct PaywallPage<'a> {
     pub offers: &'a [PaymentOffer],
     /// The v2 `PaymentRequired` document (JSON), as in the `PAYMENT-REQUIRED` header.
     pub payment_required: &'a str,
+    /// What the service said about this request's page, if anything.
+    pub details: Option<&'a PaywallDetails>,
+}
+
+/// What a person sees on the built-in paywall beyond the offers: a heading, a byline, each offer's name and
+/// what it buys in words, a link back. Put in the request's extensions (`Arc<PaywallDetails>`) by the service.
+///
+/// ```
+/// use x402_tower::layer::paywall::PaywallDetails;
+///
+/// let details = PaywallDetails::new("How Newsrooms Prove a Photo Is Real")
+///     .byline("by Amara Okafor")
+///     .choice("inference", "Search engines and AI answers may use it; no AI training.")
+///     .choice("training", "Search, AI answers, AI indexing and AI training.")
+///     .back("All articles", "/x402Article/list");
+/// # let _ = details;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PaywallDetails {
+    /// The heading.
+    pub title: String,
+    /// Under the heading (`by ...`); empty for none.
+    pub byline: String,
+    /// One per offer, in the offers' order; an offer without one is named by its network.
+    pub choices: Vec<PaywallChoice>,
+    /// A link back: its text and where it goes.
+    pub back: Option<(String, String)>,
+}
+
+/// One offer as a person chooses it: a name and what it buys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PaywallChoice {
+    /// Short (a license's name).
+    pub name: String,
+    /// What it buys, in a sentence.
+    pub summary: String,
+}
+
+impl PaywallDetails {
+    /// Details with `title` as the heading.
+    pub fn new(title: impl Into<String>) -> Self {
+        Self {
+            title: title.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The line under the heading.
+    pub fn byline(mut self, byline: impl Into<String>) -> Self {
+        self.byline = byline.into();
+        self
+    }
+
+    /// The next offer's name and what it buys.
+    pub fn choice(mut self, name: impl Into<String>, summary: impl Into<String>) -> Self {
+        self.choices.push(PaywallChoice {
+            name: name.into(),
+            summary: summary.into(),
+        });
+        self
+    }
+
+    /// A link back (`text`, `href`), shown above the heading and after paying.
+    pub fn back(mut self, text: impl Into<String>, href: impl Into<String>) -> Self {
+        self.back = Some((text.into(), href.into()));
+        self
+    }
 }
 
 /// Which page a browser gets. See the [module docs](self).
@@ -115,7 +190,12 @@ static CSP: LazyLock<HeaderValue> = LazyLock::new(|| {
 #[template(path = "paywall.html")]
 struct Builtin<'a> {
     title: &'a str,
-    description: &'a str,
+    byline: &'a str,
+    back: Option<&'a (String, String)>,
+    /// A test network's notice; empty on a mainnet.
+    notice: String,
+    choices: Vec<Choice<'a>>,
+    /// The first offer's price (the one chosen when the page opens).
     price: String,
     network: String,
     pay_to: String,
@@ -124,6 +204,13 @@ struct Builtin<'a> {
     css: &'static str,
     script: &'static str,
     data: String,
+}
+
+/// An offer on the page.
+struct Choice<'a> {
+    name: &'a str,
+    summary: &'a str,
+    price: String,
 }
 
 /// `wallet_addEthereumChain` parameters of the public testnets, for a wallet that does not know the chain
@@ -238,23 +325,65 @@ pub(crate) fn render(
                 .and_then(|i| add_chain_params(i.v1_name, i.chain_id))
                 .map(|c| format!("\"chain\":{c},"))
                 .unwrap_or_default();
+            let back = page
+                .details
+                .and_then(|d| d.back.as_ref())
+                .map(|(text, href)| {
+                    format!(
+                        "\"back\":{},",
+                        serde_json::json!({ "text": text, "href": href })
+                    )
+                })
+                .unwrap_or_default();
             let data = format!(
-                "{{\"networkName\":{},\"decimals\":{},\"reasons\":{},{chain}{}",
+                "{{\"networkName\":{},\"decimals\":{},\"reasons\":{},{chain}{back}{}",
                 serde_json::to_string(&network).unwrap_or_default(),
                 first.token.decimals,
                 *REASONS_JSON,
                 page.payment_required.get(1..).unwrap_or("}")
             )
             .replace('<', "\\u003c");
-            let title = if first.description.is_empty() {
-                page.resource_url
-            } else {
-                &first.description
+            let details = page.details;
+            let title = match details {
+                Some(d) if !d.title.is_empty() => d.title.as_str(),
+                _ if !first.description.is_empty() => first.description.as_str(),
+                _ => page.resource_url,
+            };
+            let choices: Vec<Choice<'_>> = page
+                .offers
+                .iter()
+                .enumerate()
+                .map(|(i, o)| {
+                    let given = details.and_then(|d| d.choices.get(i));
+                    Choice {
+                        name: given.map_or_else(
+                            || o.network.info().map_or(o.network.caip2(), |n| n.v1_name),
+                            |c| c.name.as_str(),
+                        ),
+                        summary: given.map_or("", |c| c.summary.as_str()),
+                        price: format_decimal(o.amount.atomic_units(), o.token.decimals),
+                    }
+                })
+                .collect();
+            let notice = match first.network.info() {
+                Some(n) if n.is_testnet() => format!(
+                    "{} is a test network: its USDC comes free from a faucet, and no real money moves.",
+                    n.v1_name
+                ),
+                // The chain ids of local development chains (anvil, Hardhat, Ganache).
+                None if matches!(first.network.chain_id(), 31337 | 1337) => format!(
+                    "{} is a local development chain: no real money moves.",
+                    first.network.caip2()
+                ),
+                _ => String::new(),
             };
             let html = Builtin {
                 title,
-                description: "",
-                price: format_decimal(first.amount.atomic_units(), first.token.decimals),
+                byline: details.map_or("", |d| d.byline.as_str()),
+                back: details.and_then(|d| d.back.as_ref()),
+                notice,
+                price: choices.first().map(|c| c.price.clone()).unwrap_or_default(),
+                choices,
                 network,
                 pay_to: first.pay_to.to_checksum(None),
                 resource_url: page.resource_url,

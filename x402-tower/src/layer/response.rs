@@ -30,6 +30,20 @@ pub(crate) struct RequestInfo {
     pub(crate) wants_html: bool,
     /// The `terms` this request's 402 declares.
     pub(crate) terms: Option<std::sync::Arc<crate::extensions::terms::Terms>>,
+    /// What the service says about the paywall page (a browser's request only).
+    pub(crate) paywall: Option<std::sync::Arc<crate::layer::paywall::PaywallDetails>>,
+}
+
+/// Whether two requests' paywall details are the same ones (shared, so compared by address).
+fn same_details(
+    a: &Option<std::sync::Arc<crate::layer::paywall::PaywallDetails>>,
+    b: &Option<std::sync::Arc<crate::layer::paywall::PaywallDetails>>,
+) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+        _ => false,
+    }
 }
 
 /// Whether the `Accept` header prefers HTML (a person in a browser): the media range with the highest `q`
@@ -168,6 +182,7 @@ fn payment_required_parts(
                 error,
                 offers: &plain,
                 payment_required: &document,
+                details: info.paywall.as_deref(),
             };
             crate::layer::paywall::render(paywall, &page)
         })
@@ -216,6 +231,7 @@ struct Prebuilt {
     offers: std::sync::Arc<[CompiledOffer]>,
     wants_html: bool,
     terms: Option<std::sync::Arc<crate::extensions::terms::Terms>>,
+    paywall: Option<std::sync::Arc<crate::layer::paywall::PaywallDetails>>,
     /// Built in this second (unix seconds)...
     since: u64,
     /// ...and sent again until then (signed offers expire; a sign-in nonce binds its second).
@@ -304,6 +320,7 @@ impl Prebuilt402s {
                     std::sync::Arc::ptr_eq(&p.offers, offers)
                         && p.wants_html == info.wants_html
                         && p.terms == info.terms
+                        && same_details(&p.paywall, &info.paywall)
                         && p.sign_in.is_some() == siwx.is_some()
                         && p.since <= now
                         && now < p.until
@@ -345,6 +362,7 @@ impl Prebuilt402s {
             offers: offers.clone(),
             wants_html: info.wants_html,
             terms: info.terms.clone(),
+            paywall: info.paywall.clone(),
             since: now,
             until,
             headers,
@@ -442,6 +460,7 @@ pub fn payment_required_response(
         resource_url: resource_url.to_owned(),
         wants_html: false,
         terms: None,
+        paywall: None,
     };
     payment_required(
         &compiled,
@@ -668,6 +687,7 @@ mod tests {
             resource_url: "https://example.org/a?id=1".into(),
             wants_html: false,
             terms: None,
+            paywall: None,
         };
         let expected = payment_required(
             &compiled,

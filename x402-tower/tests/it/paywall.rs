@@ -102,3 +102,59 @@ async fn a_custom_template_is_used_and_off_gives_browsers_the_json_402() {
     assert_eq!(a.header("content-type"), Some("application/json"));
     assert_eq!(a.json()["x402Version"], 1);
 }
+
+/// With details from the service (in the request's extensions), the page is headed by its title and
+/// byline, offers one choice per offer with its name, words and price, links back, and says when the
+/// network is a test network; the same details (shared) get the same ready page.
+#[tokio::test]
+async fn the_builtin_paywall_shows_the_services_details_and_one_choice_per_offer() {
+    use std::sync::Arc;
+    use x402_tower::layer::paywall::PaywallDetails;
+    let svc = x402_tower::X402Layer::builder(BASE_URL)
+        .offer(offer().description("machine words"))
+        .offer({
+            let mut dearer = offer();
+            dearer.amount = x402_tower::Price::from(100_000u64);
+            dearer
+        })
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let details = Arc::new(
+        PaywallDetails::new("How Newsrooms Prove a Photo Is Real")
+            .byline("by Amara Okafor")
+            .choice("inference", "Search and AI answers; no <training>.")
+            .choice("training", "Everything, training too.")
+            .back("All articles", "/x402Article/list"),
+    );
+    let with_details = || {
+        let mut r = req("/report", &[("accept", BROWSER)]);
+        r.extensions_mut().insert(details.clone());
+        r
+    };
+    let a = send(svc.clone(), with_details()).await;
+    assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+    let html = std::str::from_utf8(&a.body).unwrap().to_owned();
+    assert!(
+        html.contains("<h1>How Newsrooms Prove a Photo Is Real</h1>"),
+        "{html}"
+    );
+    assert!(html.contains(r#"<p class="by">by Amara Okafor</p>"#));
+    assert!(!html.contains("machine words</h1>"));
+    assert!(html.contains(r#"<a href="/x402Article/list">← All articles</a>"#));
+    assert!(html.contains("base-sepolia is a test network"));
+    assert_eq!(html.matches(r#"name="x402-offer""#).count(), 2);
+    assert!(html.contains(r#"value="1""#));
+    assert!(html.contains(
+        r#"<span class="choice-name">training</span><span class="choice-price">0.1 USDC</span>"#
+    ));
+    assert!(html.contains("no &#60;training&#62;."));
+    assert!(html.contains("Choose what you buy"));
+    assert_eq!(send(svc.clone(), with_details()).await.body, a.body);
+    // Without details: the first description heads the page, each choice is named by its network.
+    let plain = send(svc, req("/report", &[("accept", BROWSER)])).await;
+    let html = std::str::from_utf8(&plain.body).unwrap();
+    assert!(html.contains("<h1>machine words</h1>"));
+    assert!(html.contains(r#"<span class="choice-name">base-sepolia</span>"#));
+    assert!(!html.contains("class=\"back\""));
+}

@@ -150,6 +150,9 @@ pub fn with_article(state: &Licensing, mut request: Request) -> Result<Request, 
     };
     request.extensions_mut().insert(article);
     request.extensions_mut().insert(terms);
+    if let Some(details) = offers.paywall(choice) {
+        request.extensions_mut().insert(details);
+    }
     request.extensions_mut().insert(offers);
     request.extensions_mut().insert(choice);
     Ok(request)

@@ -206,7 +206,7 @@ pub fn router(own: OwnResources, settled: Arc<dyn SettlementStore>) -> axum::Rou
     ),
     responses(
         (status = 200, description = "A page of the catalogue.", body = DiscoveryList),
-        (status = 503, description = "The catalogue's store is unavailable.", body = crate::web::error::ErrorBody),
+        (status = 503, description = "The catalogue's store is unavailable.", body = crate::web::error::Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn list(State(listing): State<Arc<Listing>>, RawQuery(query): RawQuery) -> Response {

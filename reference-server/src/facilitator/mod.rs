@@ -40,6 +40,7 @@
 
 use std::sync::Arc;
 
+use crate::web::error::ApiError;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -111,15 +112,13 @@ pub fn router(
 }
 
 async fn disabled() -> Response {
-    (
+    ApiError::new(
         StatusCode::NOT_FOUND,
-        Json(json!({
-            "error": "facilitator_disabled",
-            "message": "the facilitator API is off: start the server with --facilitator-token (it requires \
-                        Authorization: Bearer <token>)"
-        })),
+        "facilitator_disabled",
+        "the facilitator API is off: start the server with --facilitator-token (it requires \
+         Authorization: Bearer <token>)",
     )
-        .into_response()
+    .into_response()
 }
 
 async fn authorize(State(door): State<Arc<Door>>, request: Request, next: Next) -> Response {
@@ -131,14 +130,12 @@ async fn authorize(State(door): State<Arc<Door>>, request: Request, next: Next) 
     if allowed {
         return next.run(request).await;
     }
-    let mut r = (
+    let mut r = ApiError::new(
         StatusCode::UNAUTHORIZED,
-        Json(json!({
-            "error": "unauthorized",
-            "message": "send the facilitator token as `Authorization: Bearer <token>`"
-        })),
+        "unauthorized",
+        "send the facilitator token as `Authorization: Bearer <token>`",
     )
-        .into_response();
+    .into_response();
     r.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     r
@@ -155,11 +152,7 @@ fn failure(e: &FacilitatorError) -> Response {
         FacilitatorError::Unavailable => "store_unavailable",
         _ => "settler_unavailable",
     };
-    (
-        status,
-        Json(json!({"error": code, "message": e.to_string()})),
-    )
-        .into_response()
+    ApiError::new(status, code, e.to_string()).into_response()
 }
 
 /// The request body, read as bytes (capped by the router's body limit): the engine reads the payload and
@@ -213,10 +206,11 @@ async fn supported(State(door): State<Arc<Door>>) -> Response {
             }
             Json(s).into_response()
         }
-        Err(e) => (
+        Err(e) => ApiError::new(
             StatusCode::BAD_GATEWAY,
-            Json(json!({"error": "settler_unavailable", "message": e.to_string()})),
+            "settler_unavailable",
+            e.to_string(),
         )
-            .into_response(),
+        .into_response(),
     }
 }

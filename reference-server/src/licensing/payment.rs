@@ -213,9 +213,13 @@ pub(crate) fn x402_layer(
             None => {
                 tracing::error!("x402 price source reached without an article");
                 let mut resp = http::Response::new(Full::new(Bytes::from_static(
-                    br#"{"error":"internal","detail":"article lookup missing"}"#,
+                    br#"{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"article lookup missing","code":"internal"}"#,
                 )));
                 *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static(crate::web::error::PROBLEM_JSON),
+                );
                 PriceDecision::Respond(resp)
             }
         };

@@ -214,7 +214,11 @@ async fn finish(response: Response, renderer: Renderer, ctx: &HtmlContext) -> Re
         Ok(b) => b,
         Err(e) => {
             tracing::error!(error = %e, "collection response body failed");
-            return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"error": {"type": "internal_error", "message": "response failed", "details": null}}))).into_response();
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(json!({"detail": "A server error occurred."})),
+            )
+                .into_response();
         }
     };
     let is_json = parts

@@ -16,42 +16,41 @@ use crate::store::assets::FileSource;
 use crate::web::clock::unix_now;
 use serde::Serialize;
 
-/// The registry error shape `{"error":{"type","message","details"}}`.
+/// Interface B's error answer, as Django REST Framework writes it: `{"detail": message}`; for invalid input
+/// (`kind` `validation_error`) the per-field map in `details` alone (`{"caption": ["..."]}`, DRF's
+/// `ValidationError`); the members of any other `details` object beside `detail` (an existing asset's
+/// `cid`, the size limit's `max_bytes`). `kind` names the error in the log.
 pub(crate) fn error(
     status: StatusCode,
     kind: &str,
     message: &str,
     details: serde_json::Value,
 ) -> Response {
-    let body = RegistryError {
-        error: RegistryErrorInfo {
-            kind,
-            message,
-            details,
-        },
+    tracing::debug!(kind, message, "registry error");
+    let body = match details {
+        serde_json::Value::Object(fields) if kind == "validation_error" => fields,
+        serde_json::Value::Object(mut extra) => {
+            extra.insert("detail".into(), message.into());
+            extra
+        }
+        _ => serde_json::Map::from_iter([("detail".to_owned(), message.into())]),
     };
     (status, Json(body)).into_response()
 }
 
-/// The registry's error answer: `{"error": {"type", "message", "details"}}`.
+/// Interface B's error answer: Django REST Framework's `{"detail": "..."}` (invalid input: a map of field
+/// names to lists of messages instead).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct RegistryError<'a> {
+pub(crate) struct DrfError {
     /// What went wrong.
-    error: RegistryErrorInfo<'a>,
+    detail: String,
 }
 
-/// The `error` object of a registry error answer.
+/// Interface B's 400: Django REST Framework's `ValidationError`, a map of field names to lists of messages
+/// (`{"headline": ["Ensure this field has no more than 25 characters."]}`), or `{"detail": "..."}` for a
+/// body that cannot be read.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct RegistryErrorInfo<'a> {
-    /// A stable code: `validation_error`, `not_authenticated`, `duplicate_asset`, `forbidden`...
-    #[serde(rename = "type")]
-    kind: &'a str,
-    /// For people.
-    message: &'a str,
-    /// Per-field messages for `validation_error` (`{"caption": ["..."]}`), `null` otherwise or a small object.
-    #[schema(required = true)]
-    details: serde_json::Value,
-}
+pub(crate) struct DrfInvalid(std::collections::BTreeMap<String, serde_json::Value>);
 
 /// A page of the collection: DRF's `LimitOffsetPagination` envelope around the records.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -179,8 +178,8 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "The file, with its stored MIME type; ETag is its CID.", body = Vec<u8>, content_type = "application/octet-stream"),
         (status = 304, description = "Not modified (If-None-Match matched)."),
-        (status = 403, description = "Unsigned, expired or tampered URL.", body = RegistryError<'static>),
-        (status = 404, description = "No such file.", body = RegistryError<'static>),
+        (status = 403, description = "Unsigned, expired or tampered URL.", body = DrfError),
+        (status = 404, description = "No such file.", body = DrfError),
     ),
 )]
 pub(crate) async fn media(State(reg): State<Arc<Registry>>, uri: Uri) -> Response {
@@ -315,7 +314,7 @@ async fn record_of(reg: &Registry, cid: String) -> Result<Option<Vec<u8>>, Respo
     params(("cid" = String, Path, description = "The asset's CIDv1.")),
     responses(
         (status = 200, description = "An HTML page.", body = String, content_type = "text/html"),
-        (status = 404, description = "No such asset.", body = RegistryError<'static>),
+        (status = 404, description = "No such asset.", body = DrfError),
     ),
 )]
 pub(crate) async fn verify_page(

@@ -14,12 +14,12 @@
 //! # Decisions where the spec is silent
 //!
 //! - Listing order: descending `uploaded_at`, ties broken by descending insertion id.
-//! - Errors use the registry shape `{"error":{"type","message","details"}}`; validation errors put a
-//!   DRF-style `{field: [messages]}` map in `details`. DRF's own `{"detail": ...}` is kept for the
-//!   framework-level answers (404 for an unknown `format`, 405, 406).
-//! - `POST` without a configured API token is disabled: 403 `registration_disabled`. With a token,
+//! - Errors are Django REST Framework's: `{"detail": ...}`, and for invalid input the `{field: [messages]}`
+//!   map of a `ValidationError`; a duplicate adds the existing asset's `cid`, a file too large the limit's
+//!   `max_bytes`. A browser gets them as the site's error page.
+//! - `POST` without a configured API token is disabled: 403. With a token,
 //!   a missing or wrong `Authorization: token <t>` is 401.
-//! - A duplicate file (same CID) is 409 `duplicate_asset`, with the existing CID in `details`.
+//! - A duplicate file (same CID) is 409, with the existing asset's `cid` beside `detail`.
 //! - Signed URLs expire `url_ttl` after issue, rounded down to a minute (so signatures are cached).
 //!
 //! # Example

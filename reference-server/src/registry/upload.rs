@@ -75,12 +75,12 @@ pub(crate) struct UploadForm {
     security(("token" = [])),
     responses(
         (status = 201, description = "Registered: the new record.", body = AssetRecord),
-        (status = 400, description = "Invalid input (`details` per field) or a malformed body.", body = super::handlers::RegistryError<'static>),
-        (status = 401, description = "No or a wrong `Authorization: token <t>`.", body = super::handlers::RegistryError<'static>),
-        (status = 403, description = "Registration is disabled (no API token configured).", body = super::handlers::RegistryError<'static>),
-        (status = 409, description = "The same file is already registered (`details.cid`).", body = super::handlers::RegistryError<'static>),
-        (status = 413, description = "The file exceeds the size limit (`details.max_bytes`).", body = super::handlers::RegistryError<'static>),
-        (status = 415, description = "Not multipart/form-data.", body = super::handlers::RegistryError<'static>),
+        (status = 400, description = "Invalid input (DRF's `{field: [messages]}`) or a malformed body (`detail`).", body = super::handlers::DrfInvalid),
+        (status = 401, description = "No or a wrong `Authorization: token <t>`.", body = super::handlers::DrfError),
+        (status = 403, description = "Registration is disabled (no API token configured).", body = super::handlers::DrfError),
+        (status = 409, description = "The same file is already registered (its `cid` beside `detail`).", body = super::handlers::DrfError),
+        (status = 413, description = "The file exceeds the size limit (`max_bytes` beside `detail`).", body = super::handlers::DrfError),
+        (status = 415, description = "Not multipart/form-data.", body = super::handlers::DrfError),
     ),
 )]
 pub(crate) async fn create(State(reg): State<Arc<Registry>>, req: Request) -> Response {
@@ -676,7 +676,7 @@ fn duplicate(cid: &str) -> Response {
         StatusCode::CONFLICT,
         "duplicate_asset",
         "An asset with the same file content is already registered.",
-        json!({"cid": cid, "asset_file": ["This file is already registered."]}),
+        json!({"cid": cid}),
     )
 }
 

@@ -25,7 +25,7 @@ use crate::licensing::{self, Licensing};
 use crate::metrics::Metrics;
 use crate::registry::RegistryConfig;
 use crate::store::Stores;
-use crate::web::layers::{CountRequestsLayer, ErrorRequestIdLayer, PlainOptionsLayer};
+use crate::web::layers::{CountRequestsLayer, ErrorAnswersLayer, PlainOptionsLayer};
 use crate::{facilitator, registry};
 
 /// The whole application as one service: the routes, wrapped once in the layers every request goes through.
@@ -185,7 +185,7 @@ pub fn build_router(parts: &Parts) -> App {
                     .and(NotForContentType::const_new("application/octet-stream")),
             ),
         )
-        .layer(ErrorRequestIdLayer)
+        .layer(ErrorAnswersLayer)
         .layer(cors)
         .service(counted)
         .map_response(IntoResponse::into_response);

@@ -1,26 +1,31 @@
-//! The JSON error of interface A and the operator endpoints: [`ApiError`], answered as [`ErrorBody`].
+//! The error answer of interface A, the facilitator and the operator endpoints: [`ApiError`], answered as an
+//! RFC 9457 problem document ([`Problem`], `application/problem+json`). Interface B (the registry) answers
+//! Django REST Framework's `{"detail": ...}` instead (`registry::handlers::error`). A browser gets either
+//! as an HTML page ([`ErrorAnswersLayer`](super::layers::ErrorAnswersLayer)).
 
-use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::store::StoreError;
 
-/// An error answered as JSON `{"error": ..., "detail": ...}`.
+/// The media type of a [`Problem`].
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An error answered as a [`Problem`]: a status, a stable code and what went wrong.
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    error: &'static str,
+    code: &'static str,
     detail: String,
 }
 
 impl ApiError {
     /// An error with a status, a stable machine-readable code and a human explanation.
-    pub fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,
-            error,
+            code,
             detail: detail.into(),
         }
     }
@@ -42,13 +47,24 @@ impl From<StoreError> for ApiError {
     }
 }
 
-/// The JSON body of an [`ApiError`] (interface A's error shape).
+/// An RFC 9457 problem document: every error of interface A, the facilitator and the operator endpoints.
+///
+/// `type` is `about:blank` (the problem is what the status says), `title` the status's phrase; the
+/// members a program reads are `status` and `code`, a stable snake_case name of the problem
+/// (`not_found`, `missing_article_id`, `unauthorized`...); `detail` says what went wrong for a person.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// A stable machine-readable code (`not_found`, `bad_request`, `storage_error`...).
-    error: &'static str,
+pub struct Problem {
+    /// Always `about:blank`.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// The HTTP status's phrase (`Not Found`).
+    title: &'static str,
+    /// The HTTP status.
+    status: u16,
     /// What went wrong, for people.
     detail: String,
+    /// A stable machine-readable code.
+    code: &'static str,
     /// The request's `x-request-id`, to quote when reporting the error (added on the way out).
     #[serde(skip_serializing_if = "Option::is_none")]
     request_id: Option<String>,
@@ -56,11 +72,18 @@ pub struct ErrorBody {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: self.error,
+        let body = Problem {
+            kind: "about:blank",
+            title: self.status.canonical_reason().unwrap_or("Error"),
+            status: self.status.as_u16(),
             detail: self.detail,
+            code: self.code,
             request_id: None,
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        response
     }
 }

@@ -1,5 +1,5 @@
 //! The server's own middleware every request goes through: request counting ([`CountRequestsLayer`]),
-//! request ids in JSON error bodies ([`ErrorRequestIdLayer`]) and plain OPTIONS past CORS
+//! error answers for people and programs ([`ErrorAnswersLayer`]) and plain OPTIONS past CORS
 //! ([`PlainOptionsLayer`]).
 //!
 //! Written as tower layers rather than `axum::middleware::from_fn`: a `from_fn` middleware boxes its inner
@@ -108,55 +108,69 @@ where
     }
 }
 
-/// Largest JSON error body given its request id.
+/// Largest JSON error body read to add its request id or show it as a page.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Puts the request id (`x-request-id`) into JSON error bodies (`"request_id"` beside `"error"`), so the id
-/// a user reports is in what they saw. 402s are x402 documents and stay as the protocol defines them.
-/// Only such an error response is read and rewritten; every other response passes through untouched.
+/// What people and programs get when a request fails. A problem document (interface A, the facilitator,
+/// the operator endpoints) gets the request id (`x-request-id`) as `"request_id"`, so the id a user
+/// reports is in what they saw; a request whose `Accept` prefers HTML (a browser) gets any JSON error, a
+/// problem or the registry's `{"detail"}`, as the site's error page, with the same status. 402s are x402
+/// documents (and the paywall) and stay as the protocol defines them. Only such an error response is read
+/// and rewritten; every other response passes through untouched.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ErrorRequestIdLayer;
+pub struct ErrorAnswersLayer;
 
-impl<S> Layer<S> for ErrorRequestIdLayer {
-    type Service = ErrorRequestId<S>;
+impl<S> Layer<S> for ErrorAnswersLayer {
+    type Service = ErrorAnswers<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ErrorRequestId { inner }
+        ErrorAnswers { inner }
     }
 }
 
-/// The service of [`ErrorRequestIdLayer`].
+/// The service of [`ErrorAnswersLayer`].
 #[derive(Debug, Clone)]
-pub struct ErrorRequestId<S> {
+pub struct ErrorAnswers<S> {
     inner: S,
 }
 
-impl<S, B> Service<Request<B>> for ErrorRequestId<S>
+/// What an error answer becomes, decided from the request.
+#[derive(Debug, Clone)]
+struct Asked {
+    id: Option<HeaderValue>,
+    /// The request prefers HTML.
+    page: bool,
+}
+
+impl<S, B> Service<Request<B>> for ErrorAnswers<S>
 where
     S: Service<Request<B>, Response = Response>,
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = ErrorRequestIdFuture<S::Future>;
+    type Future = ErrorAnswersFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let id = request.headers().get("x-request-id").cloned();
-        ErrorRequestIdFuture {
+        let asked = Asked {
+            id: request.headers().get("x-request-id").cloned(),
+            page: x402_tower::layer::prefers_html(request.headers()),
+        };
+        ErrorAnswersFuture {
             state: State::Inner {
                 inner: self.inner.call(request),
-                id,
+                asked: Some(asked),
             },
         }
     }
 }
 
 pin_project! {
-    /// The response future of [`ErrorRequestId`].
-    pub struct ErrorRequestIdFuture<F> {
+    /// The response future of [`ErrorAnswers`].
+    pub struct ErrorAnswersFuture<F> {
         #[pin]
         state: State<F>,
     }
@@ -168,7 +182,7 @@ pin_project! {
         Inner {
             #[pin]
             inner: F,
-            id: Option<HeaderValue>,
+            asked: Option<Asked>,
         },
         // A JSON error being read and rewritten (rare: boxed).
         Rewrite {
@@ -177,7 +191,7 @@ pin_project! {
     }
 }
 
-impl<F, E> Future for ErrorRequestIdFuture<F>
+impl<F, E> Future for ErrorAnswersFuture<F>
 where
     F: Future<Output = Result<Response, E>>,
 {
@@ -187,10 +201,10 @@ where
         let mut this = self.project();
         loop {
             let rewrite = match this.state.as_mut().project() {
-                StateProj::Inner { inner, id } => {
+                StateProj::Inner { inner, asked } => {
                     let response = ready!(inner.poll(cx))?;
-                    match id.take().and_then(|id| with_id(&response, id)) {
-                        Some(id) => Box::pin(rewrite(response, id)),
+                    match asked.take().and_then(|a| kind_of(&response, a)) {
+                        Some((kind, asked)) => Box::pin(rewrite(response, kind, asked)),
                         None => return Poll::Ready(Ok(response)),
                     }
                 }
@@ -201,36 +215,64 @@ where
     }
 }
 
-/// The request id to write into `response`, when it is a JSON error other than a 402.
-fn with_id(response: &Response, id: HeaderValue) -> Option<String> {
+/// The kind of JSON error body an answer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ErrorKind {
+    /// `application/problem+json`.
+    Problem,
+    /// Other JSON (the registry's DRF errors).
+    Json,
+}
+
+/// Whether `response` is an error to rewrite (not a 402), and how.
+fn kind_of(response: &Response, asked: Asked) -> Option<(ErrorKind, Asked)> {
     let status = response.status();
     let error = (status.is_client_error() && status != StatusCode::PAYMENT_REQUIRED)
         || status.is_server_error();
-    let json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    (error && json)
-        .then(|| id.to_str().ok().map(str::to_owned))
-        .flatten()
+    if !error {
+        return None;
+    }
+    let content_type = response.headers().get(header::CONTENT_TYPE)?.as_bytes();
+    let kind = if content_type.starts_with(super::error::PROBLEM_JSON.as_bytes()) {
+        ErrorKind::Problem
+    } else if content_type.starts_with(b"application/json") {
+        ErrorKind::Json
+    } else {
+        return None;
+    };
+    (kind == ErrorKind::Problem && asked.id.is_some() || asked.page).then_some((kind, asked))
 }
 
-/// `response`'s JSON object with `"request_id": id` added (any other body unchanged).
-async fn rewrite(response: Response, id: String) -> Response {
+/// `response` as its error page (a browser), or its problem document with `"request_id"` added.
+async fn rewrite(response: Response, kind: ErrorKind, asked: Asked) -> Response {
     let status = response.status();
     let (mut parts, body) = response.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_ERROR_BODY).await else {
         return (status, "error body too large").into_response();
     };
-    let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(serde_json::Value::Object(mut map)) => {
-            map.insert("request_id".into(), serde_json::Value::String(id));
-            parts.headers.remove(header::CONTENT_LENGTH);
-            serde_json::to_vec(&map).unwrap_or_else(|_| bytes.to_vec())
-        }
-        _ => bytes.to_vec(),
+    let id = asked.id.as_ref().and_then(|v| v.to_str().ok());
+    let Ok(serde_json::Value::Object(mut map)) = serde_json::from_slice(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
     };
-    Response::from_parts(parts, Body::from(body))
+    if asked.page {
+        let mut page = super::pages::error_page(status, &map, id);
+        for name in [header::WWW_AUTHENTICATE, header::ALLOW, header::RETRY_AFTER] {
+            if let Some(v) = parts.headers.get(&name) {
+                page.headers_mut().insert(name, v.clone());
+            }
+        }
+        return page;
+    }
+    if let (ErrorKind::Problem, Some(id)) = (kind, id) {
+        map.insert(
+            "request_id".into(),
+            serde_json::Value::String(id.to_owned()),
+        );
+        parts.headers.remove(header::CONTENT_LENGTH);
+        let body = serde_json::to_vec(&map).unwrap_or_else(|_| bytes.to_vec());
+        return Response::from_parts(parts, Body::from(body));
+    }
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 /// Sends a plain OPTIONS request (no `Access-Control-Request-Method`) to `plain`, past the layers it wraps.

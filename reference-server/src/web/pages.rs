@@ -49,3 +49,67 @@ pub async fn stylesheet() -> Response {
     )
         .into_response()
 }
+
+/// The site's error page: an error answer (a problem document, or the registry's `{"detail"}` or
+/// field map) shown to a person, with the same status.
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    status: u16,
+    title: &'a str,
+    heading: &'a str,
+    detail: String,
+    /// A registry validation error's messages, per field.
+    fields: Vec<(String, String)>,
+    request_id: &'a str,
+}
+
+/// `status`'s error page from the members of its JSON answer (`detail`; or per-field messages).
+pub fn error_page(
+    status: StatusCode,
+    answer: &serde_json::Map<String, serde_json::Value>,
+    request_id: Option<&str>,
+) -> Response {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    };
+    let detail = answer.get("detail").map(text);
+    let fields = if detail.is_none() {
+        answer
+            .iter()
+            .filter(|(k, _)| k.as_str() != "request_id")
+            .map(|(k, v)| (k.clone(), text(v)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let heading = match status {
+        StatusCode::NOT_FOUND => "Nothing here",
+        StatusCode::BAD_REQUEST => "This request cannot be answered",
+        StatusCode::UNAUTHORIZED => "A token is needed",
+        StatusCode::FORBIDDEN => "Not allowed",
+        StatusCode::METHOD_NOT_ALLOWED => "Not with this method",
+        s if s.is_server_error() => "Something failed on our side",
+        _ => status.canonical_reason().unwrap_or("Error"),
+    };
+    let page = ErrorPage {
+        status: status.as_u16(),
+        title: status.canonical_reason().unwrap_or("Error"),
+        heading,
+        detail: detail.unwrap_or_else(|| "Some fields are not valid:".to_owned()),
+        fields,
+        request_id: request_id.unwrap_or(""),
+    };
+    let mut response = render(&page);
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}

@@ -458,7 +458,7 @@ async fn a_path_can_require_a_verified_signature() {
     let unsigned = server.get(&path).await;
     assert_eq!(unsigned.status(), 401);
     assert_eq!(unsigned.headers()["www-authenticate"], "Signature");
-    assert_eq!(json(unsigned).await["error"], "signature_required");
+    assert_eq!(json(unsigned).await["code"], "signature_required");
     assert_eq!(
         send(&server, &path, &sign(&server, &agent, "r-1"))
             .await

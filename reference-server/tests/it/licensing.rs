@@ -67,7 +67,7 @@ async fn article_without_id_is_400_and_unknown_is_404() {
         let resp = server.get(q).await;
         assert_eq!(resp.status(), 400, "{q}");
         let body = json(resp).await;
-        assert_eq!(body["error"], "missing_article_id", "{q}");
+        assert_eq!(body["code"], "missing_article_id", "{q}");
         assert!(body["detail"].as_str().unwrap().contains("articleId"));
     }
     let long = "x".repeat(500);
@@ -86,7 +86,7 @@ async fn article_without_id_is_400_and_unknown_is_404() {
         assert_eq!(resp.status(), 404, "{id}");
         assert!(resp.headers().get("payment-required").is_none());
         assert!(resp.headers().get("x-payment-required").is_none());
-        assert_eq!(json(resp).await["error"], "not_found");
+        assert_eq!(json(resp).await["code"], "not_found");
     }
 }
 
@@ -1150,7 +1150,7 @@ async fn paths_that_are_not_utf8_get_the_json_404() {
         let resp = server.client.get(server.url(path)).send().await.unwrap();
         assert_eq!(resp.status(), 404, "{path}");
         let body: serde_json::Value = resp.json().await.unwrap_or_else(|e| panic!("{path}: {e}"));
-        assert!(body.get("error").is_some(), "{path}: {body}");
+        assert!(body["detail"].is_string(), "{path}: {body}");
     }
 }
 

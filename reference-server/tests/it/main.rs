@@ -2,6 +2,7 @@
 
 mod common;
 mod connections;
+mod errors;
 mod extensions;
 mod licenses;
 mod licensing;

@@ -25,7 +25,7 @@ async fn every_response_carries_a_request_id_and_a_callers_id_is_kept() {
     // The id is in the error body too (what a user copies into a report).
     let body: Value = kept.json().await.unwrap();
     assert_eq!(body["request_id"], "trace-7f3a", "{body}");
-    assert_eq!(body["error"], "not_found");
+    assert_eq!(body["code"], "not_found");
     let registry_error: Value = server
         .get_with(
             server.url("/api/v3/assets/?format=xml"),
@@ -36,7 +36,12 @@ async fn every_response_carries_a_request_id_and_a_callers_id_is_kept() {
         .json()
         .await
         .unwrap();
-    assert_eq!(registry_error["request_id"], "trace-2", "{registry_error}");
+    // Interface B answers Django REST Framework's error exactly (the id is in the header).
+    assert_eq!(
+        registry_error,
+        serde_json::json!({"detail": "Not found."}),
+        "{registry_error}"
+    );
     // A 402 is an x402 document: left as the protocol defines it.
     let unpaid = server
         .get_with(

@@ -174,7 +174,7 @@ async fn the_facilitator_is_off_without_a_token_and_shares_the_paid_routes_engin
         .await
         .unwrap();
     assert_eq!(resp.status(), 404);
-    assert_eq!(json_body(resp).await["error"], "facilitator_disabled");
+    assert_eq!(json_body(resp).await["code"], "facilitator_disabled");
 
     let server =
         TestServer::start_with(|c| c.facilitator.facilitator_token = Some("fac-token".into()))

@@ -15,7 +15,7 @@ mod service;
 pub use body::ResponseBody;
 pub use config::{ConfigError, DEFAULT_MAX_HEADER_LEN, X402Config, X402Layer};
 pub use future::ResponseFuture;
-pub use response::payment_required_response;
+pub use response::{payment_required_response, prefers_html};
 pub use service::X402;
 
 /// The error of a 402 sent because no payment came with the request, as the v2 document says it (v2

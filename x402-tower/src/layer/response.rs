@@ -47,8 +47,20 @@ fn same_details(
 }
 
 /// Whether the `Accept` header prefers HTML (a person in a browser): the media range with the highest `q`
-/// (first wins on ties) is `text/html` or `application/xhtml+xml`.
-pub(crate) fn prefers_html(headers: &HeaderMap) -> bool {
+/// (first wins on ties) is `text/html` or `application/xhtml+xml`. How the layer tells a browser (which
+/// gets the paywall) from a program; a service can tell its own answers apart the same way.
+///
+/// ```
+/// use http::{HeaderMap, HeaderValue, header::ACCEPT};
+/// use x402_tower::layer::prefers_html;
+///
+/// let mut h = HeaderMap::new();
+/// h.insert(ACCEPT, HeaderValue::from_static("text/html,application/xhtml+xml,*/*;q=0.8"));
+/// assert!(prefers_html(&h));
+/// h.insert(ACCEPT, HeaderValue::from_static("application/json, text/html;q=0.5"));
+/// assert!(!prefers_html(&h));
+/// ```
+pub fn prefers_html(headers: &HeaderMap) -> bool {
     let Some(accept) = headers
         .get(http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -541,21 +553,25 @@ pub(crate) fn add_receipt<B>(
     res
 }
 
-fn json_error(status: StatusCode, error: &str, message: &str) -> Response<Full<Bytes>> {
-    json_response(
-        status,
-        &serde_json::json!({ "error": error, "message": message }),
-    )
-}
-
-/// An uncacheable JSON answer.
-fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
+/// An uncacheable RFC 9457 problem document (`application/problem+json`): `type` `about:blank`, `title`
+/// the status's phrase, `status`, `detail` (what went wrong, for people) and `code` (a stable name for
+/// programs). Every answer of the layer other than a 402 or a receipt is one.
+fn json_error(status: StatusCode, code: &str, detail: &str) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": detail,
+        "code": code,
+    });
     let mut res = Response::new(Full::new(Bytes::from(
-        serde_json::to_vec(body).unwrap_or_default(),
+        serde_json::to_vec(&body).unwrap_or_default(),
     )));
     *res.status_mut() = status;
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
     res.headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res
@@ -601,9 +617,16 @@ pub(crate) fn make_private(h: &mut HeaderMap) {
     }
 }
 
-/// A plain JSON error (502 when the settler failed, 503 when the replay store failed, 500 for a pricing bug).
-pub(crate) fn plain_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
-    json_response(status, &serde_json::json!({ "error": message }))
+/// A problem document whose code is the status's (502 `bad_gateway` when the settler failed, 503
+/// `service_unavailable` when the replay store failed, 500 `internal_server_error` for a pricing bug).
+pub(crate) fn plain_error(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
+    let code = match status {
+        StatusCode::BAD_GATEWAY => "bad_gateway",
+        StatusCode::SERVICE_UNAVAILABLE => "service_unavailable",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        _ => "internal_server_error",
+    };
+    json_error(status, code, detail)
 }
 
 #[cfg(test)]

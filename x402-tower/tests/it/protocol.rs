@@ -554,7 +554,8 @@ async fn payment_identifier_declared_cached_conflicting_and_required() {
     )
     .await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
-    assert_eq!(a.json()["error"], "invalid_payment_identifier");
+    assert_eq!(a.json()["code"], "invalid_payment_identifier");
+    assert_eq!(a.header("content-type"), Some("application/problem+json"));
     assert_eq!(
         send(svc, req("/r", &[("payment-signature", &v2_header(0x53))]))
             .await
@@ -576,7 +577,7 @@ async fn payment_identifier_declared_cached_conflicting_and_required() {
     for h in [v2_header(0x54), v1_header(0x55)] {
         let a = send(required.clone(), req("/r", &[("payment-signature", &h)])).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
-        assert_eq!(a.json()["error"], "payment_identifier_required");
+        assert_eq!(a.json()["code"], "payment_identifier_required");
     }
 }
 

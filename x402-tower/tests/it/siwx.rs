@@ -156,7 +156,14 @@ async fn sign_in(svc: &Server, path: &str, proof: &str) -> (StatusCode, String) 
         return (status, body(res).await);
     }
     let v: Value = serde_json::from_str(&body(res).await).unwrap();
-    (status, v["error"].as_str().unwrap().to_owned())
+    (
+        status,
+        v["error"]
+            .as_str()
+            .or(v["code"].as_str())
+            .unwrap()
+            .to_owned(),
+    )
 }
 
 fn tamper(proof: &str, f: impl FnOnce(&mut Value)) -> String {

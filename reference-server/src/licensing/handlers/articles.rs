@@ -18,7 +18,7 @@ use crate::licensing::payment::{LicenseChoice, PaidBy};
 use crate::licensing::receipt::{self};
 use crate::store::StoreError;
 use crate::web::clock::now_rfc3339;
-use crate::web::error::{ApiError, ErrorBody};
+use crate::web::error::{ApiError, Problem};
 
 /// Longest `articleId` accepted (ids are short slugs).
 pub const MAX_ARTICLE_ID_LEN: usize = 128;
@@ -39,20 +39,26 @@ pub struct CatalogEntry {
     price_amount: f64,
 }
 
-/// `GET /x402Article/list`: the free catalog.
+/// `GET /x402Article/list`: the free catalog (for a browser, the landing page, which lists it for people).
 #[utoipa::path(
     get,
     path = "/x402Article/list",
     tag = "licensing",
     operation_id = "listArticles",
     summary = "The catalog of published articles (free)",
-    responses((status = 200, description = "Published articles, newest first.", body = Vec<CatalogEntry>)),
+    responses((status = 200, description = "Published articles, newest first (an `Accept` preferring text/html gets them as a page).", body = Vec<CatalogEntry>)),
 )]
 pub async fn list_articles(
     State(state): State<Arc<Licensing>>,
-) -> Result<impl IntoResponse, ApiError> {
-    Ok((
-        [(header::LINK, state.license_link.clone())],
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let vary = (header::VARY, HeaderValue::from_static("accept"));
+    if x402_tower::layer::prefers_html(&headers) {
+        let page = crate::licensing::landing::landing(State(state)).await;
+        return ([vary], page).into_response();
+    }
+    (
+        [(header::LINK, state.license_link.clone()), vary],
         Json(
             state
                 .articles
@@ -67,7 +73,8 @@ pub async fn list_articles(
                 })
                 .collect::<Vec<_>>(),
         ),
-    ))
+    )
+        .into_response()
 }
 
 /// `Link: <…/license.xml>; rel="license"; type="application/rsl+xml"` (RSL discovery).
@@ -192,8 +199,8 @@ pub fn with_license_link(state: &Licensing, mut response: Response) -> Response 
                 ("PAYMENT-RESPONSE" = String, description = "x402 v2 (paid with PAYMENT-SIGNATURE): Base64 of the JSON SettleResponse."),
                 ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 (paid with X-PAYMENT): Base64 of the JSON SettleResponse."),
             )),
-        (status = 400, description = "`articleId` missing or too long.", body = ErrorBody),
-        (status = 404, description = "No published article has this id, or it has no such license (never a 402).", body = ErrorBody),
+        (status = 400, description = "`articleId` missing or too long.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No published article has this id, or it has no such license (never a 402).", body = Problem, content_type = "application/problem+json"),
         x402_tower::layer::openapi::PaymentRequired,
         (status = 502, description = "The facilitator failed or answered garbage; nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),
         (status = 503, description = "The payment store is unavailable; retry later. Nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::domain::{Article, Receipt};
 use crate::licensing::Licensing;
 use crate::licensing::receipt::{self, ReceiptView};
-use crate::web::error::{ApiError, ErrorBody};
+use crate::web::error::{ApiError, Problem};
 
 fn valid_token_id(token: &str) -> bool {
     !token.is_empty() && token.len() <= 78 && token.bytes().all(|b| b.is_ascii_digit())
@@ -80,7 +80,7 @@ pub async fn receipt_signer(State(state): State<Arc<Licensing>>) -> Json<Receipt
     params(("tokenId" = String, Path, description = "The receipt's token id.")),
     responses(
         (status = 200, description = "The receipt.", body = ReceiptView),
-        (status = 404, description = "No such receipt.", body = ErrorBody),
+        (status = 404, description = "No such receipt.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn receipt_json(
@@ -112,7 +112,7 @@ pub async fn receipt_json(
     params(("tokenId" = String, Path, description = "The receipt's token id.")),
     responses(
         (status = 200, description = "The certificate.", body = String, content_type = "text/html"),
-        (status = 404, description = "No such receipt.", body = ErrorBody),
+        (status = 404, description = "No such receipt.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn receipt_certificate(

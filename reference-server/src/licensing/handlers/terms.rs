@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::articles::{ArticleQuery, MAX_ARTICLE_ID_LEN};
 use crate::licensing::Licensing;
-use crate::web::error::{ApiError, ErrorBody};
+use crate::web::error::{ApiError, Problem};
 
 /// `GET /serveLlmsTxt`: the licensing instructions; each call is recorded as interest in licensing.
 #[utoipa::path(
@@ -62,7 +62,7 @@ pub async fn serve_llms_txt(
     params(("articleId" = Option<String>, Query, description = "One article's terms only.")),
     responses(
         (status = 200, description = "The RSL document.", body = String, content_type = "application/rsl+xml"),
-        (status = 404, description = "No published article has this id.", body = ErrorBody),
+        (status = 404, description = "No published article has this id.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn license_xml(

@@ -159,6 +159,18 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         assert_eq!(r["pages"][name]["status"], 200, "{name}: {r}");
     }
     assert_eq!(r["pages"]["browsable"]["options"], true, "{r}");
+    assert_eq!(r["pages"]["browsable"]["responseFirst"], true, "{r}");
+    // An error, in a browser: the site's page, with the status, saying where to go.
+    assert_eq!(r["pages"]["error"]["status"], 404, "{r}");
+    assert_eq!(r["pages"]["error"]["heading"], "Nothing here", "{r}");
+    assert!(
+        r["pages"]["error"]["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "/x402Article/list"),
+        "{r}"
+    );
     assert_eq!(r["pages"]["docs"]["swagger"], true, "{r}");
     let page_links = r["pages"]["browsable"]["pageLinks"]
         .as_array()
@@ -192,6 +204,8 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         "paywall-two-licenses.png",
         "paywall-second-chosen.png",
         "paywall-second-paid.png",
+        "page-error.png",
+        "page-browsable.png",
     ] {
         assert!(
             shots

@@ -239,27 +239,42 @@ try {
     browsable: `${base}/api/v3/assets/?format=api&limit=2&offset=2`,
     detail: `${base}/api/v3/assets/${cid}/?format=api`,
     docs: `${base}/docs/`,
+    error: `${base}/x402Article?articleId=no-such-article`,
   };
   out.pages = {};
   for (const [name, url] of Object.entries(pages)) {
     page = await browser.newPage();
     page.on("console", (m) => {
-      if (m.type() === "error") out.consoleErrors.push(`${name}: ${m.text()} (${m.location()?.url})`);
+      // The error page is a 404 document by design: Chromium logs that as a failed load.
+      const own = name === "error" && m.location()?.url === url && /status of 404/.test(m.text());
+      if (m.type() === "error" && !own) out.consoleErrors.push(`${name}: ${m.text()} (${m.location()?.url})`);
     });
     page.on("pageerror", (e) => out.consoleErrors.push(`${name}: ${e.message}`));
     const res = await page.goto(url, { waitUntil: "networkidle0" });
     out.pages[name] = { status: res.status(), title: await page.title() };
+    if (name === "docs") await page.waitForSelector(".swagger-ui .info", { timeout: TIMEOUT });
+    await page.screenshot({ path: `${shots}/page-${name}.png`, fullPage: false });
     if (name === "browsable") {
       out.pages[name].pageLinks = await page.$$eval("nav.pages a", (as) => as.map((a) => a.textContent));
       await page.click("#options-btn");
       await page.waitForFunction(() => /Asset List/.test(document.querySelector("#response").textContent), { timeout: TIMEOUT });
       out.pages[name].options = true;
     }
+    if (name === "error") {
+      out.pages[name].heading = await page.$eval("h1", (e) => e.textContent);
+      out.pages[name].links = await page.$$eval("main a", (as) => as.map((a) => a.getAttribute("href")));
+    }
+    if (name === "browsable") {
+      // The JSON first; the media previews folded below it.
+      out.pages[name].responseFirst = await page.evaluate(() => {
+        const pre = document.querySelector("#response"), previews = document.querySelector("details.previews");
+        return !!pre && (!previews || (pre.compareDocumentPosition(previews) & Node.DOCUMENT_POSITION_FOLLOWING) > 0);
+      });
+    }
     if (name === "docs") {
       await page.waitForSelector(".swagger-ui .info", { timeout: TIMEOUT });
       out.pages[name].swagger = true;
     }
-    await page.screenshot({ path: `${shots}/page-${name}.png`, fullPage: false });
     await page.close();
   }
   // Every link of the landing page answers (articles 402 until paid).

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::json;
 
-use crate::web::html::escape;
+use crate::web::html::{escape, escape_text};
 
 /// `Allow` of the collection.
 pub(crate) const ALLOW: &str = "GET, POST, HEAD, OPTIONS";
@@ -392,8 +392,9 @@ fn page_links(
         .collect()
 }
 
-/// The browsable rendering (DRF's): the body in the JSON's own key order with absolute URLs clickable,
-/// page-number controls, format buttons, an OPTIONS button, the POST form, and the page's images inline.
+/// The browsable rendering (DRF's): the request line, status and headers and the body in the JSON's own key
+/// order with absolute URLs clickable first, page-number controls and format buttons above, an OPTIONS button,
+/// the page's images as previews folded away below (not loaded until opened), the POST form.
 fn html_page(status: StatusCode, json_bytes: &[u8], ctx: &HtmlContext) -> String {
     use askama::Template as _;
     let value: serde_json::Value =
@@ -477,15 +478,15 @@ fn linkify(pretty: &str) -> String {
             {
                 let end = body.len() - 1;
                 let raw: String = serde_json::from_str(&line[start - 1..=end]).unwrap_or_default();
-                out.push_str(&escape(&line[..start]));
+                out.push_str(&escape_text(&line[..start]));
                 out.push_str(&format!(
                     "<a href=\"{}\">{}</a>",
                     escape(&raw),
-                    escape(&line[start..end])
+                    escape_text(&line[start..end])
                 ));
-                out.push_str(&escape(&line[end..]));
+                out.push_str(&escape_text(&line[end..]));
             }
-            _ => out.push_str(&escape(line)),
+            _ => out.push_str(&escape_text(line)),
         }
         out.push('\n');
     }

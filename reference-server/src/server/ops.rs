@@ -47,6 +47,10 @@ pub fn router(ops: Arc<Ops>) -> Router {
         .route("/version", get(version))
         .route("/metrics", get(metrics))
         .route("/assets/site.css", get(crate::web::pages::stylesheet))
+        .route(
+            "/assets/browsable.js",
+            get(crate::web::pages::browsable_script),
+        )
         .route("/favicon.ico", get(crate::web::pages::favicon))
         .with_state(ops)
 }

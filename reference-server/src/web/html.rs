@@ -9,6 +9,21 @@ pub fn escape(s: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Escape text for HTML element content only (`&`, `<`, `>`): quotes need no escaping there, and JSON shown
+/// in a page is mostly quotes (askama's escaper writes each as five bytes). Never for attribute values.
+pub fn escape_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + s.len() / 16);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Re-indents compact JSON (two spaces), keeping its key order and its bytes otherwise: the browsable
 /// page shows exactly what the JSON answer says, in the same order.
 pub fn pretty_json(compact: &[u8]) -> String {
@@ -87,6 +102,14 @@ mod tests {
         assert_eq!(
             back,
             serde_json::from_slice::<serde_json::Value>(compact).unwrap()
+        );
+    }
+
+    #[test]
+    fn text_escaping_leaves_quotes() {
+        assert_eq!(
+            escape_text(r#""a" <b> & 'c'"#),
+            r#""a" &lt;b&gt; &amp; 'c'"#
         );
     }
 

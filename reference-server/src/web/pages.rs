@@ -9,6 +9,9 @@ use axum::response::{Html, IntoResponse, Response};
 /// The stylesheet of every page (`/assets/site.css`).
 pub const STYLESHEET: &str = include_str!("../../assets/site.css");
 
+/// The browsable API's script (`/assets/browsable.js`): its OPTIONS button and POST form.
+pub const BROWSABLE_SCRIPT: &str = include_str!("../../assets/browsable.js");
+
 /// Renders a template, or a plain 500 if it cannot (it cannot fail on the data these pages hold).
 pub fn render(t: &impl Template) -> Response {
     match t.render() {
@@ -34,18 +37,25 @@ pub async fn favicon() -> Response {
 
 /// `GET /assets/site.css`.
 pub async fn stylesheet() -> Response {
+    asset("text/css; charset=utf-8", STYLESHEET)
+}
+
+/// `GET /assets/browsable.js`.
+pub async fn browsable_script() -> Response {
+    asset("text/javascript; charset=utf-8", BROWSABLE_SCRIPT)
+}
+
+/// A static asset, cached for an hour.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
     (
         [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/css; charset=utf-8"),
-            ),
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
             (
                 header::CACHE_CONTROL,
                 HeaderValue::from_static("public, max-age=3600"),
             ),
         ],
-        STYLESHEET,
+        body,
     )
         .into_response()
 }

@@ -608,10 +608,10 @@ mod tests {
             &ctx("/api/v3/assets/", Some(registry_pagination::Page { limit: 1, offset: 0 })),
         );
         assert!(
-            html.contains(r#"<a href="http://h/?a=1&#38;b=2">http://h/?a=1&#38;b=2</a>"#),
+            html.contains(r#"<a href="http://h/?a=1&#38;b=2">http://h/?a=1&amp;b=2</a>"#),
             "{html}"
         );
-        assert!(html.contains("&#60;b&#62;x&#60;/b&#62;"));
+        assert!(html.contains(r#""caption": "&lt;b&gt;x&lt;/b&gt;""#));
         assert!(html.contains(r#"rel="next""#));
     }
 

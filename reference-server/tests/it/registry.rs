@@ -980,9 +980,13 @@ async fn drf_surface_formats_negotiation_options_and_405() {
     // Like DRF's: the request, the status, the headers and the JSON first; the page's images folded away
     // after it (a closed <details>: not loaded until opened).
     let response = html.find(r#"<pre class="json" id="response">"#).unwrap();
-    assert!(html[response..].starts_with(&format!(
-        "<pre class=\"json\" id=\"response\"><span class=\"response-info\"><b>GET /api/v3/assets/?format=api</b>\n\n<b>HTTP 200 OK</b>"
-    )), "{html}");
+    assert!(
+        html[response..].starts_with(
+            "<pre class=\"json\" id=\"response\"><span class=\"response-info\"><b>GET \
+             /api/v3/assets/?format=api</b>\n\n<b>HTTP 200 OK</b>"
+        ),
+        "{html}"
+    );
     let previews = html
         .find(r#"<details class="previews"><summary>Media previews ("#)
         .expect("previews");

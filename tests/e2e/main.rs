@@ -16,3 +16,4 @@ mod onchain_settler;
 mod openapi;
 mod purchases_onchain;
 mod rust_client;
+mod snippets;

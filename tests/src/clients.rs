@@ -39,28 +39,45 @@ pub struct Purchase {
 
 /// Runs `program` with `args` in `cwd`; its stdout (panics with stderr when it fails).
 pub async fn run(program: &Path, args: &[&str], cwd: &Path) -> String {
-    let child = Command::new(program)
+    let (code, stdout, stderr) = output(program, args, cwd, &[]).await;
+    assert!(
+        code == 0,
+        "{} {args:?} failed (exit {code}):\n{stderr}\n{stdout}",
+        program.display(),
+    );
+    stdout
+}
+
+/// Runs `program` with `args` in `cwd`, with `env` set and `PAYER_KEY` unset, within four minutes: its exit
+/// code (-1 when killed by a signal), stdout and stderr.
+pub async fn output(
+    program: &Path,
+    args: &[&str],
+    cwd: &Path,
+    env: &[(&str, &str)],
+) -> (i32, String, String) {
+    let mut command = Command::new(program);
+    command
         .args(args)
         .current_dir(cwd)
+        .env_remove("PAYER_KEY")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
+        .kill_on_drop(true);
+    let child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+    let out = tokio::time::timeout(Duration::from_secs(240), child.wait_with_output())
         .await
-        .unwrap_or_else(|_| panic!("{} {args:?} did not finish within 120 s", program.display()))
+        .unwrap_or_else(|_| panic!("{} {args:?} did not finish within 240 s", program.display()))
         .expect("client output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "{} {args:?} failed ({}):\n{stderr}\n{stdout}",
-        program.display(),
-        out.status
-    );
-    stdout
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Runs the Node.js script `script` of `tests/js` with `args` and parses the last line of its stdout that is a

@@ -10,7 +10,7 @@
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(X402Middleware::new(signer, PaymentPolicy::new(Price::from_usdc_decimal("0.10")?)))
 //!     .build();
-//! let res = client.get("https://example.com/paid").send().await?;
+//! let res = client.get("http://127.0.0.1:8080/x402Article?articleId=c2pa-explained").send().await?;
 //! if let Some(paid) = res.extensions().get::<Paid>() {
 //!     println!("paid {} on {}", paid.amount(), paid.network());
 //! }

@@ -156,7 +156,12 @@ fn paywall_details(article: &Article, choice: LicenseChoice) -> PaywallDetails {
     licenses_offered(article, choice).iter().fold(
         PaywallDetails::new(article.title.clone())
             .byline(format!("by {}", article.author_name))
-            .back("All articles", "/x402Article/list"),
+            .back("All articles", "/x402Article/list")
+            // The site's bar, as `templates/base.html` draws it.
+            .nav("x402 reference server", "/")
+            .nav("Catalog", "/x402Article/list")
+            .nav("Registry", "/api/v3/assets/?format=api")
+            .nav("API docs", "/docs/"),
         |details, license| {
             details.choice(
                 license.id.clone(),

@@ -77,7 +77,9 @@ pub struct PaywallPage<'a> {
 ///     .byline("by Amara Okafor")
 ///     .choice("inference", "Search engines and AI answers may use it; no AI training.")
 ///     .choice("training", "Search, AI answers, AI indexing and AI training.")
-///     .back("All articles", "/x402Article/list");
+///     .back("All articles", "/x402Article/list")
+///     .nav("Example News", "/")
+///     .nav("Catalog", "/x402Article/list");
 /// # let _ = details;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,6 +93,8 @@ pub struct PaywallDetails {
     pub choices: Vec<PaywallChoice>,
     /// A link back: its text and where it goes.
     pub back: Option<(String, String)>,
+    /// The site's navigation bar, as the service's own pages show it (text, href); the first is the home.
+    pub nav: Vec<(String, String)>,
 }
 
 /// One offer as a person chooses it: a name and what it buys.
@@ -130,6 +134,13 @@ impl PaywallDetails {
     /// A link back (`text`, `href`), shown above the heading and after paying.
     pub fn back(mut self, text: impl Into<String>, href: impl Into<String>) -> Self {
         self.back = Some((text.into(), href.into()));
+        self
+    }
+
+    /// The next link of a navigation bar across the top (the first is the site's home), so the paywall
+    /// looks like the service's other pages.
+    pub fn nav(mut self, text: impl Into<String>, href: impl Into<String>) -> Self {
+        self.nav.push((text.into(), href.into()));
         self
     }
 }
@@ -192,6 +203,7 @@ struct Builtin<'a> {
     title: &'a str,
     byline: &'a str,
     back: Option<&'a (String, String)>,
+    nav: &'a [(String, String)],
     /// A test network's notice; empty on a mainnet.
     notice: String,
     choices: Vec<Choice<'a>>,
@@ -381,6 +393,7 @@ pub(crate) fn render(
                 title,
                 byline: details.map_or("", |d| d.byline.as_str()),
                 back: details.and_then(|d| d.back.as_ref()),
+                nav: details.map_or(&[], |d| d.nav.as_slice()),
                 notice,
                 price: choices.first().map(|c| c.price.clone()).unwrap_or_default(),
                 choices,

@@ -125,7 +125,9 @@ async fn the_builtin_paywall_shows_the_services_details_and_one_choice_per_offer
             .byline("by Amara Okafor")
             .choice("inference", "Search and AI answers; no <training>.")
             .choice("training", "Everything, training too.")
-            .back("All articles", "/x402Article/list"),
+            .back("All articles", "/x402Article/list")
+            .nav("Example News", "/")
+            .nav("Catalog", "/x402Article/list"),
     );
     let with_details = || {
         let mut r = req("/report", &[("accept", BROWSER)]);
@@ -143,6 +145,9 @@ async fn the_builtin_paywall_shows_the_services_details_and_one_choice_per_offer
     assert!(!html.contains("machine words</h1>"));
     assert!(html.contains(r#"<a href="/x402Article/list">← All articles</a>"#));
     assert!(html.contains("base-sepolia is a test network"));
+    assert!(html.contains(
+        r#"<header class="site"><a class="home" href="/">Example News</a><a href="/x402Article/list">Catalog</a></header>"#
+    ));
     assert_eq!(html.matches(r#"name="x402-offer""#).count(), 2);
     assert!(html.contains(r#"value="1""#));
     assert!(html.contains(
@@ -156,5 +161,5 @@ async fn the_builtin_paywall_shows_the_services_details_and_one_choice_per_offer
     let html = std::str::from_utf8(&plain.body).unwrap();
     assert!(html.contains("<h1>machine words</h1>"));
     assert!(html.contains(r#"<span class="choice-name">base-sepolia</span>"#));
-    assert!(!html.contains("class=\"back\""));
+    assert!(!html.contains("class=\"back\"") && !html.contains("<header"));
 }

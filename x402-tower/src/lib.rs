@@ -94,9 +94,10 @@
 //!    `405` with `Allow` (never a 402, never a settlement); `HEAD` gets the 402 of `GET` and never spends a
 //!    payment.
 //! 1. **Price**: static offers, or the [`PriceSource`] decides `Charge(offers)`, `Free` or `Respond(response)`.
-//! 2. **No payment header**: 402. Both `X-Payment-Required` and `PAYMENT-REQUIRED` carry Base64 JSON of the v2
-//!    `PaymentRequired`; the body is a v1 `{x402Version:1, error, accepts}` (or an HTML page when `Accept`
-//!    prefers `text/html`); `Cache-Control: no-store`. The absolute `resource` URL is the configured public
+//! 2. **No payment header**: 402. `PAYMENT-REQUIRED` carries Base64 JSON of the v2 `PaymentRequired` (and
+//!    `X-Payment-Required` the same without its extensions, when configured); the body is a v1
+//!    `{x402Version:1, error, accepts}` (or an HTML page when `Accept` prefers `text/html`);
+//!    `Cache-Control: no-store`. The absolute `resource` URL is the configured public
 //!    base URL + the request's path and query (never the client's `Host`).
 //! 3. **Payment header** (`PAYMENT-SIGNATURE`, else `X-PAYMENT`; length capped before decoding; version taken
 //!    from the decoded `x402Version`): verified in the spec's order — scheme, network, offer match (v2:

@@ -298,6 +298,34 @@ async fn a_rejected_browser_payment_still_gets_html_with_the_reason() {
     );
 }
 
+/// A payment that cannot be read is logged (`payment refused`, at info) with the same words as its 402, and
+/// the resource.
+#[test]
+fn an_unreadable_payment_is_logged_with_why() {
+    let logged = logs_of(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let svc = config()
+            .build()
+            .unwrap()
+            .layer(Inner::new().service(StatusCode::OK));
+        let a = rt.block_on(send(
+            svc,
+            req("/report", &[("payment-signature", "garbage!")]),
+        ));
+        assert_eq!(a.status, StatusCode::PAYMENT_REQUIRED);
+    });
+    assert!(
+        logged.contains("payment refused")
+            && logged.contains("reason=\"invalid_payload\"")
+            && logged.contains("the payment header is not Base64")
+            && logged.contains("resource=\"https://shop.example/report\""),
+        "{logged}"
+    );
+}
+
 /// A payment that cannot be read gets a 402 whose `error` is the spec's code, then what failed: the Base64,
 /// the JSON (where), the payload's shape (which field), or the length cap.
 #[tokio::test]

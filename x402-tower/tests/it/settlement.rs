@@ -195,45 +195,6 @@ async fn settle_without_verify_skips_the_settlers_verify_only_when_settling_firs
     }
 }
 
-/// Log lines written while `f` runs (a `tracing` subscriber of its own, no colours).
-fn logs_of(f: impl FnOnce()) -> String {
-    // One subscriber for the whole test binary, writing to the buffer of the thread that logs. A scoped
-    // (thread-local) subscriber is not enough: tracing caches each log call site's interest across
-    // threads, and a call site first reached while no subscriber wanted it could be skipped here too (this
-    // test failed about one run in seven so).
-    use std::cell::RefCell;
-    thread_local! {
-        static CAPTURED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
-    }
-    struct ToThread;
-    impl std::io::Write for ToThread {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            CAPTURED.with_borrow_mut(|c| {
-                if let Some(c) = c {
-                    c.extend_from_slice(bytes);
-                }
-            });
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| {
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(|| ToThread)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber)
-            .expect("no other global subscriber in this test binary");
-    });
-    CAPTURED.with_borrow_mut(|c| *c = Some(Vec::new()));
-    f();
-    let captured = CAPTURED.with_borrow_mut(Option::take).unwrap_or_default();
-    String::from_utf8(captured).unwrap()
-}
-
 #[test]
 fn a_layer_without_a_settler_warns_when_built_and_on_its_first_payment_only() {
     let pay_twice = |config: x402_tower::X402Config| {

@@ -124,6 +124,10 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         "{r}"
     );
     assert_eq!(r["secondPrice"], "0.1", "{r}");
+    // Its first attempt was lost on the way: the choice stayed locked on the signed payment, which was sent
+    // again unchanged (one signature: `signed` above).
+    assert_eq!(r["secondLocked"], true, "{r}");
+    assert_eq!(r["secondResentSame"], true, "{r}");
     assert!(
         r["secondReceipt"]
             .as_str()

@@ -94,7 +94,7 @@ async function open(browser, mode, url = articleUrl) {
     // The paywall document itself answers 402 by design: Chromium logs that as a failed load. Anything else
     // (another failed resource, a script error, a CSP violation) is an error.
     // So is the answer this test cuts on purpose (the lost answer of the purchase).
-    const own = m.location()?.url === url && (/status of 402/.test(m.text()) || (mode === "pay" && /ERR_CONNECTION_RESET/.test(m.text())));
+    const own = m.location()?.url === url && (/status of 402/.test(m.text()) || (mode === "pay" && /ERR_CONNECTION_RESET/.test(m.text())) || (mode === "second" && /ERR_CONNECTION_REFUSED/.test(m.text())));
     if (m.type() === "error" && !own) out.consoleErrors.push(`${mode}: ${m.text()} (${m.location()?.url})`);
   });
   page.on("pageerror", (e) => out.consoleErrors.push(`${mode}: ${e.message}`));
@@ -214,8 +214,23 @@ try {
   await page.waitForFunction(() => /Ready to pay 0\.1 USDC/.test(document.querySelector("#x402-status").textContent), { timeout: TIMEOUT });
   out.secondPrice = await page.$eval("#x402-price", (e) => e.textContent);
   await page.screenshot({ path: `${shots}/paywall-second-chosen.png`, fullPage: true });
+  // Its first attempt never reaches the server (the connection fails): the choice stays locked on the
+  // payment signed, and Pay sends that same payment again.
+  await page.setRequestInterception(true);
+  const secondSent = [];
+  page.on("request", (req) => {
+    const header = req.headers()["payment-signature"];
+    if (!header) return req.continue();
+    secondSent.push(header);
+    return secondSent.length === 1 ? req.abort("connectionrefused") : req.continue();
+  });
+  await page.click("#x402-pay");
+  await page.waitForFunction(() => /could not be reached/.test(document.querySelector("#x402-status").textContent), { timeout: 60_000 });
+  out.secondLocked = await page.$$eval("input[name=x402-offer]", (rs) => rs.every((r) => r.disabled));
+  await page.waitForSelector("#x402-pay:not([disabled])", { timeout: TIMEOUT });
   await page.click("#x402-pay");
   await page.waitForSelector(".receipt a", { timeout: 60_000 });
+  out.secondResentSame = secondSent.length === 2 && secondSent[0] === secondSent[1];
   out.secondReceipt = await page.$eval(".receipt", (e) => e.textContent);
   await page.screenshot({ path: `${shots}/paywall-second-paid.png`, fullPage: true });
   await page.close();

@@ -126,6 +126,7 @@
     var payment = { x402Version: 2, resource: data.resource, accepted: offer, payload: { signature: signature, authorization: authorization } };
     if (data.extensions) payment.extensions = data.extensions;
     state.pending = b64(JSON.stringify(payment));
+    lockChoices(true);
     return send(state.pending);
   }
   async function send(header) {
@@ -149,6 +150,7 @@
       say(REASONS.settlement_pending + " Press Pay to ask again.", "");
     } else {
       state.pending = null;
+      lockChoices(false);
       say("The payment was refused: " + (REASONS[reason] || reason || ("HTTP " + res.status)), "error");
     }
     $("x402-pay").disabled = false;
@@ -206,13 +208,18 @@
       main.append(pre);
     }
   }
+  // A signed payment whose answer is not known yet may have been taken: until it is answered, the choice
+  // stays as it was paid (Pay sends that payment again), so a lost answer never leads to a second purchase.
+  function lockChoices(locked) {
+    Array.prototype.forEach.call(document.querySelectorAll("input[name=x402-offer]"), function (r) {
+      r.disabled = locked;
+    });
+  }
   async function choose() {
     var picked = document.querySelector("input[name=x402-offer]:checked");
     offer = data.accepts[picked ? Number(picked.value) : 0] || data.accepts[0];
     chainId = Number(offer.network.split(":")[1]);
     $("x402-price").textContent = units(offer.amount, data.decimals);
-    // A signed payment is for one offer: choosing another starts over.
-    state.pending = null;
     if (!state.account) return;
     try {
       await ensureChain(state.provider);

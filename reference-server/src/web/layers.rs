@@ -134,12 +134,23 @@ pub struct ErrorAnswers<S> {
     inner: S,
 }
 
-/// What an error answer becomes, decided from the request.
+/// What an error answer becomes, decided from the request (only when the answer is an error).
 #[derive(Debug, Clone)]
 struct Asked {
     id: Option<HeaderValue>,
-    /// The request prefers HTML.
-    page: bool,
+    /// The request's `Accept` (a reference-counted copy; read only for an error).
+    accept: Option<HeaderValue>,
+}
+
+impl Asked {
+    /// The request prefers HTML (a browser).
+    fn page(&self) -> bool {
+        let mut h = http::HeaderMap::new();
+        if let Some(accept) = &self.accept {
+            h.insert(header::ACCEPT, accept.clone());
+        }
+        x402_tower::layer::prefers_html(&h)
+    }
 }
 
 impl<S, B> Service<Request<B>> for ErrorAnswers<S>
@@ -157,7 +168,7 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let asked = Asked {
             id: request.headers().get("x-request-id").cloned(),
-            page: x402_tower::layer::prefers_html(request.headers()),
+            accept: request.headers().get(header::ACCEPT).cloned(),
         };
         ErrorAnswersFuture {
             state: State::Inner {
@@ -204,7 +215,9 @@ where
                 StateProj::Inner { inner, asked } => {
                     let response = ready!(inner.poll(cx))?;
                     match asked.take().and_then(|a| kind_of(&response, a)) {
-                        Some((kind, asked)) => Box::pin(rewrite(response, kind, asked)),
+                        Some((kind, asked, page)) => {
+                            Box::pin(rewrite(response, kind, asked.id, page))
+                        }
                         None => return Poll::Ready(Ok(response)),
                     }
                 }
@@ -224,8 +237,8 @@ enum ErrorKind {
     Json,
 }
 
-/// Whether `response` is an error to rewrite (not a 402), and how.
-fn kind_of(response: &Response, asked: Asked) -> Option<(ErrorKind, Asked)> {
+/// Whether `response` is an error to rewrite (not a 402), and how; with whether the request prefers HTML.
+fn kind_of(response: &Response, asked: Asked) -> Option<(ErrorKind, Asked, bool)> {
     let status = response.status();
     let error = (status.is_client_error() && status != StatusCode::PAYMENT_REQUIRED)
         || status.is_server_error();
@@ -240,21 +253,27 @@ fn kind_of(response: &Response, asked: Asked) -> Option<(ErrorKind, Asked)> {
     } else {
         return None;
     };
-    (kind == ErrorKind::Problem && asked.id.is_some() || asked.page).then_some((kind, asked))
+    let page = asked.page();
+    (kind == ErrorKind::Problem && asked.id.is_some() || page).then_some((kind, asked, page))
 }
 
 /// `response` as its error page (a browser), or its problem document with `"request_id"` added.
-async fn rewrite(response: Response, kind: ErrorKind, asked: Asked) -> Response {
+async fn rewrite(
+    response: Response,
+    kind: ErrorKind,
+    id: Option<HeaderValue>,
+    page: bool,
+) -> Response {
     let status = response.status();
     let (mut parts, body) = response.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_ERROR_BODY).await else {
         return (status, "error body too large").into_response();
     };
-    let id = asked.id.as_ref().and_then(|v| v.to_str().ok());
+    let id = id.as_ref().and_then(|v| v.to_str().ok());
     let Ok(serde_json::Value::Object(mut map)) = serde_json::from_slice(&bytes) else {
         return Response::from_parts(parts, Body::from(bytes));
     };
-    if asked.page {
+    if page {
         let mut page = super::pages::error_page(status, &map, id);
         for name in [header::WWW_AUTHENTICATE, header::ALLOW, header::RETRY_AFTER] {
             if let Some(v) = parts.headers.get(&name) {

@@ -18,7 +18,7 @@ cargo clippy --workspace --all-targets --features x402-tower/redis,x402-tower/me
 echo "==> layout: no import cycle between top-level modules, no file above 700 lines, x402-tower's root (docs/architecture.md)"
 python3 scripts/check-layout.py
 echo "==> each library feature builds alone, without warnings"
-for features in "" facilitator redis metrics openapi client offer-receipt reqwest-middleware onchain; do
+for features in "" facilitator redis metrics openapi client offer-receipt reqwest-middleware onchain test-util; do
     echo "    x402-tower: --no-default-features ${features:+--features $features}"
     cargo clippy -q -p x402-tower --lib --no-default-features ${features:+--features "$features"} -- -D warnings
 done

@@ -18,7 +18,9 @@ pub enum SettleTiming {
     /// Before the inner service runs; the inner service then sees the settlement in
     /// [`VerifiedPayment::settlement`]. The payment record (settled) and the settlement observer's report are
     /// written while the inner service runs, and its response is released only once they are done, so the
-    /// service's own writes (a receipt) can share their commit.
+    /// service's own writes (a receipt) can share their commit. The receipt goes with whatever the inner
+    /// service answers, an error too (the money moved): the buyer's resend of the identical payment is served
+    /// again, never settled twice.
     BeforeHandler,
 }
 

@@ -6,10 +6,15 @@ use std::time::Duration;
 
 use super::{
     Clock, DEFAULT_IN_FLIGHT_WAIT, DEFAULT_KEEP_AFTER_EXPIRY, DEFAULT_MAX_HEADER_LEN,
-    DEFAULT_STALE_AFTER, PaymentEngine, STALE_MARGIN, X402Metrics, system_now,
+    DEFAULT_STALE_AFTER, DEFAULT_STORE_TIMEOUT, PaymentEngine, STALE_MARGIN, X402Metrics,
+    system_now,
 };
+use crate::boxed::BoxFuture;
 use crate::settle::{SettlementObserver, Settler};
-use crate::store::{InMemoryReplayStore, ReplayStore};
+use crate::store::{
+    IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, ReplayKey, ReplayStore, Reservation,
+    StoreError,
+};
 
 /// Why a [`PaymentEngineBuilder`] refused its configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +54,7 @@ pub struct PaymentEngineBuilder {
     in_flight_wait: Duration,
     stale_after: Duration,
     keep_after_expiry: Duration,
+    store_timeout: Duration,
     clock: Option<Clock>,
 }
 
@@ -105,7 +111,7 @@ impl PaymentEngineBuilder {
     }
 
     /// After how long an `InFlight` record is taken for the leftover of a request that died (a crash, a
-    /// dropped future) and reconciled (default 180 s). The engine raises it to the settler's
+    /// future dropped outside a Tokio runtime) and reconciled (default 180 s). The engine raises it to the settler's
     /// [`settle_deadline`](Settler::settle_deadline) plus a minute when that is longer, so a slow settlement
     /// still under way is never reconciled underneath itself.
     pub fn stale_after(mut self, after: Duration) -> Self {
@@ -133,6 +139,14 @@ impl PaymentEngineBuilder {
         self
     }
 
+    /// How long one call of the store may take before it counts as failed (default 10 s): a store that
+    /// hangs refuses payments (503) instead of holding requests open, and a write after a settlement is
+    /// tried again ([`ReplayStore`] calls are compare-and-set, so a late write is never applied twice).
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+
     /// Replaces the clock (unix seconds). For tests with fixed signatures.
     pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -153,8 +167,13 @@ impl PaymentEngineBuilder {
         Ok(PaymentEngine {
             settler,
             observer: self.observer,
-            store: self.store.unwrap_or_else(|| {
-                Arc::new(InMemoryReplayStore::default().evicting_settled_after(keep_after_expiry))
+            store: Arc::new(Bounded {
+                store: self.store.unwrap_or_else(|| {
+                    Arc::new(
+                        InMemoryReplayStore::default().evicting_settled_after(keep_after_expiry),
+                    )
+                }),
+                timeout: self.store_timeout,
             }),
             max_header_len: self.max_header_len,
             in_flight_wait: self.in_flight_wait,
@@ -182,7 +201,77 @@ impl PaymentEngine {
             in_flight_wait: DEFAULT_IN_FLIGHT_WAIT,
             stale_after: DEFAULT_STALE_AFTER,
             keep_after_expiry: DEFAULT_KEEP_AFTER_EXPIRY,
+            store_timeout: DEFAULT_STORE_TIMEOUT,
             clock: None,
         }
+    }
+}
+
+/// The engine's store: each call bounded by [`PaymentEngineBuilder::store_timeout`].
+struct Bounded {
+    store: Arc<dyn ReplayStore>,
+    timeout: Duration,
+}
+
+impl Bounded {
+    fn bound<'a, T: Send + 'a>(
+        &self,
+        call: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        let timeout = self.timeout;
+        Box::pin(async move {
+            tokio::time::timeout(timeout, call)
+                .await
+                .unwrap_or(Err(StoreError::TimedOut(timeout)))
+        })
+    }
+}
+
+impl ReplayStore for Bounded {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        record: &'a PaymentRecord,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
+        self.bound(self.store.reserve(key, record, now))
+    }
+    fn get<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
+        self.bound(self.store.get(key, now))
+    }
+    fn update<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+        record: &'a PaymentRecord,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.bound(self.store.update(key, expected, record))
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.bound(self.store.release(key, expected))
+    }
+    fn unresolved<'a>(
+        &'a self,
+        now: u64,
+        stale_before: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+        self.bound(self.store.unresolved(now, stale_before, limit))
+    }
+    fn bind_id<'a>(
+        &'a self,
+        id: &'a str,
+        binding: &'a IdBinding,
+        now: u64,
+    ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
+        self.bound(self.store.bind_id(id, binding, now))
     }
 }

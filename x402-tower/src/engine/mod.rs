@@ -84,6 +84,8 @@ pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(180);
 /// What a door answers (502) when the settler cannot verify a payment now (unreachable, or the chain cannot
 /// say yet): send it again.
 const VERIFY_UNAVAILABLE: &str = "payment verification unavailable";
+/// Default of [`PaymentEngineBuilder::store_timeout`].
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of [`PaymentEngineBuilder::keep_after_expiry`].
 pub const DEFAULT_KEEP_AFTER_EXPIRY: Duration = Duration::from_secs(15 * 60);
 /// How much longer than a settler's [`settle_deadline`](Settler::settle_deadline) an in-flight payment must
@@ -452,8 +454,13 @@ async fn observe(observer: &dyn SettlementObserver, metrics: &X402Metrics, ev: O
     }
 }
 
-/// Writes `record` over revision `revision`; `false` (logged loudly) if it was not written: the record
-/// stays as it was, and the reconciler or a resend resolves it.
+/// Pauses between the tries of a record write that failed (the store's error, or no answer within its
+/// bound): a write after money moved is what a resend or the reconciler reads, so a failing store gets three
+/// tries over about half a second before the record is left as it was.
+const WRITE_RETRIES: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(400)];
+
+/// Writes `record` over revision `revision`, retried on a store error ([`WRITE_RETRIES`]); `false` (logged
+/// loudly) if it was not written: the record stays as it was, and the reconciler or a resend resolves it.
 async fn write_record(
     store: &dyn ReplayStore,
     key: &ReplayKey,
@@ -461,30 +468,93 @@ async fn write_record(
     record: &PaymentRecord,
 ) -> bool {
     let state = record.state.as_str();
-    match store.update(key, revision, record).await {
-        Ok(true) => true,
-        Ok(false) => {
-            error!(
-                payer = %key.from, nonce = %key.nonce, state,
-                "payment record changed underneath this request; not overwritten"
-            );
-            false
-        }
-        Err(e) => {
-            error!(
-                error = %e, payer = %key.from, nonce = %key.nonce, state,
-                "PAYMENT STATE NOT SAVED: the store failed"
-            );
-            false
+    let mut failed = None;
+    let mut pauses = WRITE_RETRIES.iter();
+    loop {
+        match store.update(key, revision, record).await {
+            Ok(true) => return true,
+            Ok(false) => {
+                // A try that failed may have written the record before its answer was lost: then the
+                // stored record is this one, one revision on.
+                if failed.is_some() && written(store, key, revision, record).await {
+                    return true;
+                }
+                error!(
+                    payer = %key.from, nonce = %key.nonce, state,
+                    "payment record changed underneath this request; not overwritten"
+                );
+                return false;
+            }
+            Err(e) => match pauses.next() {
+                Some(pause) => {
+                    warn!(error = %e, payer = %key.from, nonce = %key.nonce, state, "payment record write failed; trying again");
+                    failed = Some(e);
+                    tokio::time::sleep(*pause).await;
+                }
+                None => {
+                    error!(
+                        error = %e, payer = %key.from, nonce = %key.nonce, state,
+                        "PAYMENT STATE NOT SAVED: the store failed"
+                    );
+                    return false;
+                }
+            },
         }
     }
 }
 
-/// Releases the record at `revision` (the authorization may be presented again).
+/// Whether the stored record of `key` is `record` written over `revision` (by a try whose answer was lost).
+async fn written(
+    store: &dyn ReplayStore,
+    key: &ReplayKey,
+    revision: u64,
+    record: &PaymentRecord,
+) -> bool {
+    matches!(
+        store.get(key, 0).await,
+        Ok(Some(stored)) if stored.revision == revision + 1
+            && stored.state == record.state
+            && stored.updated_at == record.updated_at
+            && stored.settlement == record.settlement
+    )
+}
+
+/// Releases the record at `revision` (the authorization may be presented again), retried on a store error
+/// like [`write_record`].
 async fn release_record(store: &dyn ReplayStore, key: &ReplayKey, revision: u64) {
-    if let Err(e) = store.release(key, revision).await {
-        // The key stays blocked until it expires (or is reconciled): the payer can sign a new authorization.
-        warn!(error = %e, "payment store release failed");
+    let mut pauses = WRITE_RETRIES.iter();
+    loop {
+        match store.release(key, revision).await {
+            Ok(_) => return,
+            Err(e) => match pauses.next() {
+                Some(pause) => {
+                    warn!(error = %e, payer = %key.from, nonce = %key.nonce, "payment store release failed; trying again");
+                    tokio::time::sleep(*pause).await;
+                }
+                None => {
+                    // The record stays in flight: the reconciler finds it unsettled after `stale_after` and
+                    // releases it then; the payer can also sign a new authorization.
+                    warn!(error = %e, payer = %key.from, nonce = %key.nonce, "payment store release failed");
+                    return;
+                }
+            },
+        }
+    }
+}
+
+/// Runs `fut` to its end even when the request that started it is dropped (the client went away, the
+/// protected service panicked): a spawned task on the Tokio runtime when there is one, else in place. What
+/// runs so is the bookkeeping of a payment whose money may have moved; it must never stop halfway. The
+/// returned future is `None` only if `fut` itself panicked.
+pub(crate) fn run_to_end<T: Send + 'static>(
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> crate::boxed::BoxFuture<'static, Option<T>> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let task = runtime.spawn(fut);
+            Box::pin(async move { task.await.ok() })
+        }
+        Err(_) => Box::pin(async move { Some(fut.await) }),
     }
 }
 

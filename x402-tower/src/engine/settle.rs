@@ -6,7 +6,7 @@ use tracing::{Instrument, debug, debug_span, error, warn};
 
 use super::{
     Answer, Attempt, Finish, Observed, PaymentEngine, Recording, Route, Settled,
-    VERIFY_UNAVAILABLE, VerifyRefusal, observe, release_record, write_record,
+    VERIFY_UNAVAILABLE, VerifyRefusal, observe, release_record, run_to_end, write_record,
 };
 use crate::payment::{SettleTiming, VerifiedPayment};
 use crate::proto::SettleResponse;
@@ -17,14 +17,17 @@ use crate::verify::RejectReason;
 impl PaymentEngine {
     /// After the protected service answered, when nothing is left to do: the receipt to add (settled before
     /// the handler, or a redelivery). `None`: call [`PaymentEngine::finish`].
+    ///
+    /// The money moved before the service ran, so the receipt goes with whatever it answered, an error too:
+    /// the buyer learns that it paid, and its resend of the identical payment is served again without a
+    /// second settlement.
     #[allow(clippy::option_option)] // None: settle now; Some(receipt or none): answer as it is.
     pub(crate) fn finish_now(
         route: &Route,
         attempt: &mut Attempt,
-        served: bool,
     ) -> Option<Option<SettleResponse>> {
         (attempt.verified.redelivered || route.timing == SettleTiming::BeforeHandler)
-            .then(|| attempt.verified.settlement.take().filter(|_| served))
+            .then(|| attempt.verified.settlement.take())
     }
 
     /// After the protected service answered (`served`: below 400): settle (settle-after), or release.
@@ -35,7 +38,7 @@ impl PaymentEngine {
         served: bool,
     ) -> Finish {
         let version = attempt.verified.x402_version;
-        if let Some(receipt) = PaymentEngine::finish_now(route, &mut attempt, served) {
+        if let Some(receipt) = PaymentEngine::finish_now(route, &mut attempt) {
             return Finish::Pass(receipt, version);
         }
         if !served {
@@ -217,7 +220,8 @@ impl PaymentEngine {
     }
 
     /// The writes of a successful settlement (the record kept as [`disposition`] says, the observer's
-    /// report), issued together and owned by the returned future, which the door awaits before answering.
+    /// report), issued together in a task of their own ([`run_to_end`]), which the door awaits before
+    /// answering.
     /// The attempt's own copy of the record is not advanced: nothing reads it after a settlement.
     pub(super) fn record_settled(
         &self,
@@ -241,7 +245,8 @@ impl PaymentEngine {
         };
         let payment = attempt.verified.clone();
         let resource = attempt.record.resource.clone();
-        Box::pin(async move {
+        // Run as a task of its own: a request dropped or a handler that panics cannot cut it short.
+        let writes = run_to_end(async move {
             let observed = async {
                 if let Some(observer) = &observer {
                     let event = Observed {
@@ -263,6 +268,9 @@ impl PaymentEngine {
                 }
             };
             tokio::join!(observed, written);
+        });
+        Box::pin(async move {
+            writes.await;
         })
     }
 

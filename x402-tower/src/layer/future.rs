@@ -59,7 +59,7 @@ pin_project! {
         // What the answers of the layer are built from.
         offers: Option<Arc<[CompiledOffer]>>,
         info: Option<RequestInfo>,
-        paid: Option<Box<Attempt>>,
+        paid: Option<Unanswered>,
         held: Option<Result<S::Response, S::Error>>,
         // The writes of a settlement made before the inner service, running beside it (see
         // `engine::Recording`): polled first on every wake-up, awaited before the response is released.
@@ -129,13 +129,30 @@ fn start_check<B, F>(
             let shared = shared.clone();
             let offers = offers.clone();
             let resource = info.resource_url.clone();
+            let settles_now = shared.route.timing == crate::payment::SettleTiming::BeforeHandler;
+            let begin = async move {
+                shared
+                    .engine
+                    .begin(&shared.route, &offers, &resource, h.as_bytes())
+                    .await
+            };
             State::Checking {
-                fut: Box::pin(async move {
-                    shared
-                        .engine
-                        .begin(&shared.route, &offers, &resource, h.as_bytes())
-                        .await
-                }),
+                fut: if settles_now {
+                    // It settles: a task of its own, so that a client going away cannot stop a
+                    // settlement halfway (the record is written whatever becomes of the request).
+                    let begin = crate::engine::run_to_end(begin);
+                    Box::pin(async move {
+                        begin.await.unwrap_or_else(|| {
+                            error!("the payment task panicked");
+                            Begin::Answer(crate::engine::Answer::Unavailable {
+                                status: 502,
+                                message: "settlement failed",
+                            })
+                        })
+                    })
+                } else {
+                    Box::pin(begin)
+                },
             }
         }
     }
@@ -252,7 +269,7 @@ where
                         if let Some(req) = this.req.as_mut() {
                             req.extensions_mut().insert(attempt.verified.clone());
                         }
-                        *this.paid = Some(attempt);
+                        *this.paid = Some(Unanswered::new(attempt, this.shared.clone()));
                         None
                     }
                 },
@@ -284,13 +301,13 @@ where
                 },
                 StateProj::Inner { fut } => {
                     let res = ready!(fut.poll(cx));
-                    let Some(mut attempt) = this.paid.take() else {
+                    let Some(mut attempt) = this.paid.take().and_then(Unanswered::disarm) else {
                         return Poll::Ready(res.map(|r| r.map(ResponseBody::inner)));
                     };
                     let served = matches!(&res, Ok(r) if r.status().as_u16() < 400);
                     let expose = this.shared.expose_headers;
                     if let Some(receipt) =
-                        PaymentEngine::finish_now(&this.shared.route, &mut attempt, served)
+                        PaymentEngine::finish_now(&this.shared.route, &mut attempt)
                     {
                         let version = attempt.verified.x402_version;
                         if this.recording.is_none() {
@@ -303,9 +320,20 @@ where
                     } else {
                         let shared = this.shared.clone();
                         *this.held = Some(res);
+                        // A task of its own: a client that goes away mid-settlement cannot stop it before
+                        // its outcome is written.
+                        let finish = crate::engine::run_to_end(async move {
+                            shared.engine.finish(&shared.route, attempt, served).await
+                        });
                         Some(State::Post {
                             fut: Box::pin(async move {
-                                shared.engine.finish(&shared.route, attempt, served).await
+                                finish.await.unwrap_or_else(|| {
+                                    error!("the settlement task panicked");
+                                    Finish::Replace(crate::engine::Answer::Unavailable {
+                                        status: 502,
+                                        message: "settlement failed",
+                                    })
+                                })
                             }),
                         })
                     }
@@ -361,6 +389,54 @@ where
                 },
             };
             this.state.set(next);
+        }
+    }
+}
+
+/// An admitted payment whose request has not been answered yet. Dropped armed (the client went away, or the
+/// protected service panicked, before an answer), a payment that was not settled yet is released in the
+/// background, as if the service had failed: nothing was charged, and the buyer's resend is served at once
+/// instead of waiting for the record to turn stale. A settled one (before the handler, or a redelivery) has
+/// nothing to undo: its resend is delivered again.
+struct Unanswered {
+    attempt: Option<Box<Attempt>>,
+    shared: Arc<Shared>,
+}
+
+impl Unanswered {
+    fn new(attempt: Box<Attempt>, shared: Arc<Shared>) -> Self {
+        Unanswered {
+            attempt: Some(attempt),
+            shared,
+        }
+    }
+
+    /// The attempt, for the door to finish: nothing is done on drop any more.
+    fn disarm(mut self) -> Option<Box<Attempt>> {
+        self.attempt.take()
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let Some(mut attempt) = self.attempt.take() else {
+            return;
+        };
+        if PaymentEngine::finish_now(&self.shared.route, &mut attempt).is_some() {
+            return;
+        }
+        let shared = self.shared.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                tracing::info!(payer = %attempt.verified.payer, "request dropped before its answer: its payment is released, nothing was charged");
+                runtime.spawn(async move {
+                    shared.engine.finish(&shared.route, attempt, false).await;
+                });
+            }
+            // Without a runtime the record stays in flight; it turns stale and is reconciled (released).
+            Err(_) => {
+                tracing::warn!(payer = %attempt.verified.payer, "request dropped before its answer; its payment record is reconciled once stale")
+            }
         }
     }
 }

@@ -23,7 +23,10 @@
 //! A record that becomes `Settled` or `Spent` ([`PaymentState::is_final`]) no longer keeps the payment
 //! ([`StoredPayment::forgotten`]): only an unresolved record is settled or reconciled again.
 //!
-//! A request whose future was dropped mid-flight, or whose process died, leaves its record `InFlight`; after
+//! A request dropped before its payment was settled (the client went away, the protected service
+//! panicked) releases its record; once a settlement has begun it runs to its end in a task of its own, the
+//! record written whatever became of the request. A request whose process died leaves its record `InFlight`
+//! (as does a dropped one outside a Tokio runtime); after
 //! [`stale_after`](crate::engine::PaymentEngineBuilder::stale_after) it is reconciled like `Pending`. A
 //! reconciliation that finds the payment unsettled and still usable releases it — except on a resend, where
 //! the resending request keeps the claim and settles it anew at once (release and reserve in one step).
@@ -401,6 +404,10 @@ pub enum StoreError {
     /// The store is full of unexpired entries.
     #[error("replay store is full ({0} unexpired entries)")]
     Full(usize),
+    /// The store did not answer within the engine's bound
+    /// ([`store_timeout`](crate::engine::PaymentEngineBuilder::store_timeout)).
+    #[error("replay store did not answer within {0:?}")]
+    TimedOut(std::time::Duration),
     /// Any other failure of a custom store (database down, ...).
     #[error("replay store failed: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),

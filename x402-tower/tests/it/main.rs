@@ -9,6 +9,7 @@ mod extension;
 mod facade;
 #[cfg(feature = "facilitator")]
 mod facilitator;
+mod faults;
 mod observer;
 mod offer_receipt;
 mod paying_client;

@@ -4,6 +4,7 @@ mod common;
 mod connections;
 mod errors;
 mod extensions;
+mod faults;
 mod licenses;
 mod licensing;
 mod migrate;

@@ -833,3 +833,15 @@ async fn a_refused_postgres_commit_reruns_each_write_and_a_broken_one_fails_its_
     s.insert_receipt(receipt("0x21").into()).await.unwrap();
     assert_eq!(s.count_receipts().await.unwrap(), 4);
 }
+
+/// x402-tower's payment store contract (`x402_tower::store::conformance`), the checks the in-memory and
+/// Redis stores pass, on the backend of the pass: call after call, then under contention (concurrent
+/// reservations, updates of one revision, releases, and bindings of one payment identifier).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_payment_store_keeps_the_engines_contract_alone_and_under_contention() {
+    use x402_tower::store::conformance;
+    let dir = TempDir::new();
+    conformance::sequential(stores(&dir).await.payments).await;
+    let (a, _) = two_instances(&dir, "contention.sqlite3").await;
+    conformance::contention(a.payments).await;
+}

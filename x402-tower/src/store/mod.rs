@@ -47,8 +47,12 @@
 //! Every method must be atomic with respect to the others on the same key: two concurrent `reserve` of one
 //! key give one [`Reservation::Reserved`] and one [`Reservation::Taken`]; `update` and `release` succeed only
 //! when the stored revision is the expected one. Records whose `expires_at` is before `now` count as absent.
-//! [`InMemoryReplayStore`] is the reference implementation for one process.
+//! [`InMemoryReplayStore`] is the reference implementation for one process; `conformance` (feature
+//! `test-util`) checks a store against this contract, call after call and under contention.
 
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod conformance;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

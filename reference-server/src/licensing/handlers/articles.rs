@@ -203,7 +203,7 @@ pub fn with_license_link(state: &Licensing, mut response: Response) -> Response 
         (status = 404, description = "No published article has this id, or it has no such license (never a 402).", body = Problem, content_type = "application/problem+json"),
         x402_tower::layer::openapi::PaymentRequired,
         (status = 502, description = "The facilitator failed or answered garbage; nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),
-        (status = 503, description = "The payment store is unavailable; retry later. Nothing was charged.", body = x402_tower::proto::PaymentRequiredV1),
+        (status = 503, description = "The payment store is unavailable; retry later. Nothing was charged. Or (a problem document with code `receipt_not_stored`, `PAYMENT-RESPONSE` and `Retry-After`): the payment settled but its receipt could not be stored; resend the identical payment to get the article, it is not charged again.", body = x402_tower::proto::PaymentRequiredV1),
     ),
 )]
 pub async fn get_article(
@@ -308,7 +308,10 @@ pub async fn get_article(
                 error = %e, payer = %payment.payer, nonce = %payment.nonce, article = %article.id,
                 transaction = ?payment.transaction, "PAID REQUEST WITHOUT RECEIPT: receipt write failed"
             );
-            return Err(e.into());
+            // The payment is settled (the x402 layer adds its PAYMENT-RESPONSE to this answer) and its
+            // record says so: the identical resend is let through again, without a second settlement, and
+            // stores the receipt then.
+            return Ok(receipt_not_stored());
         }
     }
     tracing::info!(article = %article.id, payer = %payment.payer, token_id = %token_id, "license issued");
@@ -319,6 +322,25 @@ pub async fn get_article(
         &record,
         payment.signed.as_deref(),
     ))
+}
+
+/// How long a buyer whose receipt could not be stored is asked to wait before resending (seconds).
+const RESEND_AFTER_SECS: &str = "2";
+
+/// 503 for a paid request whose license receipt could not be stored: the payment is settled, the article
+/// withheld until its receipt is durable; the identical resend gets both.
+fn receipt_not_stored() -> Response {
+    let mut response = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "receipt_not_stored",
+        "your payment is settled (see PAYMENT-RESPONSE) but its license receipt could not be stored; send          the identical request again, with the same PAYMENT-SIGNATURE, to get the article and its receipt:          it will not be charged again",
+    )
+    .into_response();
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(RESEND_AFTER_SECS),
+    );
+    response
 }
 
 /// A buyer who signed in with x (sign-in-with-x) reads an article it bought again: the same answer as its

@@ -298,15 +298,45 @@ pub(crate) struct ChildServer {
     log: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
 
-/// A directory for child servers' databases, removed on drop.
-pub(crate) struct ChildDir(pub(crate) std::path::PathBuf);
+/// A directory for child servers' media and database (a SQLite file in it, or a PostgreSQL database of its
+/// own), removed on drop.
+pub(crate) struct ChildDir(pub(crate) std::path::PathBuf, String);
 
 impl ChildDir {
+    /// With a SQLite database in the directory.
     pub(crate) fn new(name: &str) -> ChildDir {
         let dir = std::env::temp_dir().join(format!("e2e-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
-        ChildDir(dir)
+        let database = dir.join("shop.sqlite3").display().to_string();
+        ChildDir(dir, database)
+    }
+
+    /// With a new database on the PostgreSQL cluster the test command started
+    /// (`X402_TEST_POSTGRES_ADMIN`; a loud failure without it).
+    pub(crate) async fn on_postgres(name: &str) -> ChildDir {
+        let admin = std::env::var("X402_TEST_POSTGRES_ADMIN").unwrap_or_else(|_| {
+            panic!(
+                "X402_TEST_POSTGRES_ADMIN is not set: this test needs PostgreSQL (scripts/test.sh starts one)"
+            )
+        });
+        let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("X402_TEST_POSTGRES_ADMIN={admin}: {e}"));
+        tokio::spawn(connection);
+        let db = format!("e2e_{}_{}", name.replace('-', "_"), std::process::id());
+        client
+            .batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}"
+            ))
+            .await
+            .expect("a database for the test");
+        let (base, _) = admin
+            .rsplit_once('/')
+            .expect("an admin URL ends with /<database>");
+        let mut dir = ChildDir::new(name);
+        dir.1 = format!("{base}/{db}");
+        dir
     }
 }
 
@@ -331,7 +361,7 @@ impl ChildServer {
                 PAY_TO,
             ])
             .arg("--database")
-            .arg(dir.0.join("shop.sqlite3"))
+            .arg(&dir.1)
             .arg("--media-dir")
             .arg(dir.0.join("media"))
             .args(["--log-format", "text"])

@@ -399,11 +399,21 @@ async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_after_broadcasting_a_settlement_delivers_it_after_restart_with_one_transfer()
  {
+    killed_after_broadcasting(ChildDir::new("onchain-kill")).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_server_killed_after_broadcasting_a_settlement_delivers_it_after_restart_with_one_transfer()
+ {
+    killed_after_broadcasting(ChildDir::on_postgres("onchain-kill-pg").await).await;
+}
+
+async fn killed_after_broadcasting(dir: ChildDir) {
     let chain = Chain::start().await;
     let (key, from) = payer(7);
     chain.mint(from, 1_000_000).await;
     let sent_before = relayer_transactions(&chain).await;
-    let dir = ChildDir::new("onchain-kill");
     let flags: Vec<String> = [
         "--public-url",
         "http://shop.test",

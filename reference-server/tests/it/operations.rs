@@ -103,20 +103,42 @@ async fn the_access_log_is_json_lines_with_request_id_client_agent_and_latency_i
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    // Let the line reach the pipe, then stop the server and read what it wrote.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Read the log as it is written until the request's line comes (bounded), then stop the server.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = String::new();
+    let line: Value = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok(l) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            panic!("no JSON access line for the request within 30 s in:\n{seen}");
+        };
+        seen.push_str(&l);
+        seen.push('\n');
+        if let Ok(v) = serde_json::from_str::<Value>(&l)
+            && v["fields"]["message"] == "answered"
+            && v["span"]["request_id"] == "log-check-1"
+        {
+            break v;
+        }
+    };
     child.kill().unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    child.wait().unwrap();
     assert!(
-        !stderr.contains('\u{1b}'),
+        !seen.contains('\u{1b}'),
         "no ANSI colour codes in a log file"
     );
-    let line: Value = stderr
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|l| l["fields"]["message"] == "answered" && l["span"]["request_id"] == "log-check-1")
-        .unwrap_or_else(|| panic!("no JSON access line for the request in:\n{stderr}"));
     assert_eq!(line["fields"]["status"], 200, "{line}");
     assert!(line["fields"]["latency_ms"].is_f64(), "{line}");
     assert_eq!(line["span"]["user_agent"], "ops-test/1.0", "{line}");

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use reference_server::store::Stores;
+
 use crate::common::*;
 use crate::licensing::{json as json_body, offer, settlement_rows, stub_facilitator_hanging};
 
@@ -442,12 +444,15 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
     // Two instances on one database take purchases concurrently (writes in flight) when instance A is killed
     // with SIGKILL. Every purchase either instance answered 200 must have its receipt and its settled record,
     // as instance B (still running) and A after a restart both see: nobody is answered before their write is
-    // durable. Unanswered ones are either complete or absent.
+    // durable. Every purchase sent and not answered is then resent by its buyer: each ends delivered, and
+    // every settlement has exactly one receipt (complete, or absent and made whole by the resend).
     let dir = TempDir::new();
     let db = fresh_database(dir.path(), "crash.sqlite3").await;
     let media = dir.path().join("media");
-    let mut a = Instance::start(&db, &media);
-    let b = Instance::start(&db, &media);
+    // A record A left in flight counts as abandoned after 10 s (not the default 3 minutes).
+    let stale = ["--payment-stale-after-secs", "10"];
+    let mut a = Instance::start_with(&db, &media, &stale);
+    let b = Instance::start_with(&db, &media, &stale);
     let client = test_client();
     let path = format!("/x402Article?articleId={ARTICLE}");
     let required = a.offer(&client).await;
@@ -482,19 +487,27 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
         })
         .collect();
     // Let some purchases complete, then kill -9 instance A in the middle of the rest.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while answered.lock().unwrap().len() < 40 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "40 purchases not answered within 2 minutes"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     for t in tasks {
-        let _ = t.await;
+        tokio::time::timeout(std::time::Duration::from_secs(120), t)
+            .await
+            .expect("the buyers finished within 2 minutes")
+            .unwrap();
     }
     let answered = answered.lock().unwrap().clone();
     assert!(answered.len() >= 40);
     drop(a);
 
-    let restarted = Instance::start(&db, &media);
+    let restarted = Instance::start_with(&db, &media, &stale);
     for server in [&b, &restarted] {
         for (_, token) in &answered {
             let resp = client
@@ -530,6 +543,53 @@ async fn a_purchase_answered_before_a_kill_9_keeps_its_receipt_and_payment_recor
     }
     let after = restarted.settlements(&client).await;
     assert_eq!(after["totals"]["settled"], rows["totals"]["settled"]);
+
+    // Every purchase that was sent and not answered (A died under it, or its buyer stopped) is resent: it
+    // is delivered, whatever A had done of it (told to come back while A's record of it is not yet stale).
+    let sent = next.load(Ordering::SeqCst).min(headers.len());
+    let unanswered: Vec<&String> = headers[..sent]
+        .iter()
+        .filter(|h| !answered.iter().any(|(a, _)| a == *h))
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    for (i, header) in unanswered.iter().enumerate() {
+        let server = if i % 2 == 0 { &b } else { &restarted };
+        loop {
+            let resp = client
+                .get(format!("{}/x402Article?articleId={ARTICLE}", server.base))
+                .header("PAYMENT-SIGNATURE", header.as_str())
+                .send()
+                .await
+                .unwrap();
+            if resp.status() == 200 {
+                break;
+            }
+            let status = resp.status();
+            let answer = json_body(resp).await;
+            assert!(
+                status == 402 && answer["error"] == "settlement_pending",
+                "an unanswered purchase resent: {status} {answer}"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "an unanswered purchase still pending after 2 minutes"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    }
+    // One receipt per settlement, one settlement per purchase delivered.
+    let totals = restarted.settlements(&client).await["totals"]["settled"]
+        .as_u64()
+        .unwrap() as usize;
+    assert_eq!(totals, answered.len() + unanswered.len(), "{sent} sent");
+    let receipts = Stores::open(&db.parse().unwrap())
+        .await
+        .unwrap()
+        .licensing
+        .count_receipts()
+        .await
+        .unwrap() as usize;
+    assert_eq!(receipts, totals);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

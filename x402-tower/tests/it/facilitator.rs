@@ -106,11 +106,17 @@ async fn fake_facilitator(mode: Mode) -> (String, Fake) {
     (format!("http://{addr}/fac"), fake)
 }
 
+/// A facilitator client with timeouts no answer of the fake facilitator comes near, however loaded the
+/// machine (the test of a hanging facilitator uses [`facilitator_within`] a short bound).
 fn facilitator(url: &str) -> Arc<dyn Settler> {
+    facilitator_within(url, Duration::from_secs(30))
+}
+
+fn facilitator_within(url: &str, timeout: Duration) -> Arc<dyn Settler> {
     Arc::new(
         x402_tower::settle::FacilitatorSettler::builder(url)
-            .verify_timeout(Duration::from_millis(300))
-            .settle_timeout(Duration::from_millis(300))
+            .verify_timeout(timeout)
+            .settle_timeout(timeout)
             .auth_headers(|_| {
                 let mut h = http::HeaderMap::new();
                 h.insert(
@@ -135,9 +141,24 @@ fn paid_route(
     > + Clone,
     Inner,
 ) {
+    paid_route_within(url, Duration::from_secs(30))
+}
+
+/// [`paid_route`] whose facilitator calls time out after `timeout`.
+fn paid_route_within(
+    url: String,
+    timeout: Duration,
+) -> (
+    impl tower::Service<
+        http::Request<http_body_util::Full<bytes::Bytes>>,
+        Response = http::Response<impl http_body::Body<Error: std::fmt::Debug>>,
+        Error: std::fmt::Debug,
+    > + Clone,
+    Inner,
+) {
     let inner = Inner::new();
     let svc = config()
-        .engine(engine_with(facilitator(&url)))
+        .engine(engine_with(facilitator_within(&url, timeout)))
         .build()
         .unwrap()
         .layer(inner.service(StatusCode::OK));
@@ -259,7 +280,7 @@ async fn facilitator_v1_gets_v1_requirements() {
 #[tokio::test]
 async fn hanging_facilitator_times_out_with_502() {
     let (url, fake) = fake_facilitator(Mode::Hang).await;
-    let (svc, inner) = paid_route(url.clone());
+    let (svc, inner) = paid_route_within(url.clone(), Duration::from_millis(300));
     let h = v2_header(3);
     let a = send(svc.clone(), req("/r", &[("payment-signature", &h)])).await;
     assert_eq!(a.status, StatusCode::BAD_GATEWAY);

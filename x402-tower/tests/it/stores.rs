@@ -116,3 +116,153 @@ mod redis {
         two_engines_settle_once(b, 62).await;
     }
 }
+
+/// A `redis-server` of one test's own on a free loopback port, with its data in `dir` (append-only file:
+/// a clean restart keeps every record), stopped on drop.
+#[cfg(feature = "redis")]
+struct OwnRedis {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+#[cfg(feature = "redis")]
+impl OwnRedis {
+    fn start(dir: &std::path::Path, port: u16) -> OwnRedis {
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"])
+            .args(["--appendfsync", "always", "--daemonize", "no"])
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--dir")
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test-services.sh installs it)");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not listen within 20 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        OwnRedis {
+            child,
+            port,
+            dir: dir.to_owned(),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGTERM (a clean shutdown: the append-only file is complete) and wait.
+    fn stop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+
+    fn restart(&mut self) {
+        self.stop();
+        *self = OwnRedis::start(&self.dir.clone(), self.port);
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Redis goes away under a running service, comes back after a restart (with its data), and is then lost
+/// (emptied): while it is away every payment is refused (503) and nothing is settled; after the restart a
+/// settled payment's resend is delivered again; after the loss, that resend is refused by the settler's
+/// own view of the chain, never settled twice.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_restarted_or_lost_never_admits_blindly_or_settles_twice() {
+    use http::StatusCode;
+    use tower::Layer;
+    use x402_tower::layer::faults::{FaultyService, LedgerSettler};
+
+    let dir = std::env::temp_dir().join(format!("x402-redis-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut redis = OwnRedis::start(&dir, port);
+    let store = Arc::new(
+        x402_tower::store::redis::RedisReplayStore::connect(&redis.url(), "away")
+            .await
+            .unwrap(),
+    );
+    let ledger = LedgerSettler::new();
+    let engine = Arc::new(
+        PaymentEngine::builder()
+            .settler(ledger.clone())
+            .replay_store(store)
+            .store_timeout(std::time::Duration::from_secs(3))
+            .build()
+            .unwrap(),
+    );
+    let service = FaultyService::new("content");
+    // Each payment signed once: its resends are the identical payment.
+    let headers: std::collections::HashMap<u8, String> = [0xc1, 0xc2]
+        .into_iter()
+        .map(|n| (n, v2_header(n)))
+        .collect();
+    let buy = |nonce: u8| {
+        let svc = config()
+            .engine(engine.clone())
+            .build()
+            .unwrap()
+            .layer(service.clone());
+        let header = headers[&nonce].clone();
+        async move { send(svc, req("/report", &[("payment-signature", &header)])).await }
+    };
+    assert_eq!(buy(0xc1).await.status, StatusCode::OK);
+    assert_eq!(ledger.moved(), 1);
+
+    // Away: refused, nothing settled, the service not called.
+    redis.stop();
+    for nonce in [0xc2, 0xc1] {
+        let a = buy(nonce).await;
+        assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{a:?}");
+    }
+    assert_eq!((ledger.moved(), service.calls()), (1, 1));
+
+    // Back, with its data: the settled payment is delivered again, the refused one now bought.
+    redis.restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let again = loop {
+        let a = buy(0xc1).await;
+        if a.status != StatusCode::SERVICE_UNAVAILABLE || std::time::Instant::now() > deadline {
+            break a;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(again.status, StatusCode::OK, "{again:?}");
+    assert_eq!(buy(0xc2).await.status, StatusCode::OK);
+    assert_eq!(ledger.moved(), 2);
+
+    // Lost (emptied): the resend of a settled payment finds no record; the settler's view refuses it.
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let () = ::redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let a = buy(0xc1).await;
+    assert_eq!(a.error(), "invalid_exact_evm_nonce_already_used");
+    assert_eq!(ledger.moved(), 2, "never settled twice");
+    let _ = std::fs::remove_dir_all(&dir);
+}

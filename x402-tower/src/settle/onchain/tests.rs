@@ -371,7 +371,8 @@ async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
     })
     .await;
     let fee_reads = || node.lock().unwrap().fee_reads;
-    let quoted = settler_with(&url, |b| b.fee_quote_ttl(Duration::from_millis(200)));
+    // A TTL no pair of settlements outlasts, however loaded the machine: the quote is shared.
+    let quoted = settler_with(&url, |b| b.fee_quote_ttl(Duration::from_secs(600)));
     settles(&quoted, 1).await;
     settles(&quoted, 2).await;
     assert_eq!(
@@ -379,14 +380,17 @@ async fn a_fee_quote_serves_its_ttl_then_is_asked_again() {
         2,
         "the second transaction uses the first one's quote"
     );
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    settles(&quoted, 3).await;
-    assert_eq!(fee_reads(), 4, "an expired quote is asked for again");
+    // A TTL every pair outlasts (the wait is longer than it): the quote has expired.
+    let brief = settler_with(&url, |b| b.fee_quote_ttl(Duration::from_millis(1)));
+    settles(&brief, 3).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    settles(&brief, 6).await;
+    assert_eq!(fee_reads(), 6, "an expired quote is asked for again");
 
     let unshared = settler_with(&url, |b| b.fee_quote_ttl(Duration::ZERO));
     settles(&unshared, 4).await;
     settles(&unshared, 5).await;
-    assert_eq!(fee_reads(), 8, "a zero TTL asks for every transaction");
+    assert_eq!(fee_reads(), 10, "a zero TTL asks for every transaction");
 }
 
 #[tokio::test]

@@ -102,3 +102,5 @@ part "doc tests"
 cargo test --workspace --doc --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
 part "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
+part "fuzz: each target of fuzz/ for 20 s (docs/testing.md)"
+FUZZ_SECONDS=20 scripts/fuzz.sh

@@ -324,11 +324,13 @@ impl ChildDir {
             .await
             .unwrap_or_else(|e| panic!("X402_TEST_POSTGRES_ADMIN={admin}: {e}"));
         tokio::spawn(connection);
-        let db = format!("e2e_{}_{}", name.replace('-', "_"), std::process::id());
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos();
+        let db = format!("e2e_{}_{nanos}", name.replace('-', "_"));
         client
-            .batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}"
-            ))
+            .batch_execute(&format!("CREATE DATABASE {db}"))
             .await
             .expect("a database for the test");
         let (base, _) = admin

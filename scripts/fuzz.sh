@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Fuzzes what clients send before anything is trusted (fuzz/fuzz_targets): the payment header through the
+# whole layer, the facilitator door's bodies, the registry's query string, the Web Bot Auth headers.
+#
+#     scripts/fuzz.sh            # each target for FUZZ_SECONDS (default 20), as the test command runs it
+#     FUZZ_SECONDS=3600 scripts/fuzz.sh payment_header    # a long run of one target
+#
+# Needs the nightly toolchain (libFuzzer's sanitizer flags) and cargo-fuzz (installed from crates.io here
+# when missing). A crash fails the run and leaves its input in fuzz/artifacts/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rustup run nightly rustc --version >/dev/null 2>&1 \
+    || { echo "error: the fuzz targets need the nightly toolchain (rustup toolchain list)" >&2; exit 1; }
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "==> cargo install cargo-fuzz"
+    cargo install --quiet --locked cargo-fuzz
+fi
+seconds="${FUZZ_SECONDS:-20}"
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(payment_header facilitator_body registry_query bot_auth_signature)
+cargo +nightly fuzz build --release
+for target in "${targets[@]}"; do
+    mkdir -p "fuzz/corpus/$target"
+    echo "    $target: ${seconds} s"
+    # The seeds are read, new inputs go to the corpus (kept between runs on one machine).
+    log="fuzz/corpus/$target.log"
+    if ! cargo +nightly fuzz run --release "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+        -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        >"$log" 2>&1; then
+        tail -n 40 "$log" >&2
+        echo "error: fuzz target $target failed; its input is in fuzz/artifacts/$target/" >&2
+        exit 1
+    fi
+    grep -E '^stat::(number_of_executed_runs|new_units_added)' "$log" | sed 's/^/        /'
+done

@@ -34,6 +34,8 @@ fuzz_target!(|data: &[u8]| {
             headers.insert(name, v);
         }
     }
-    let uri: http::Uri = "https://shop.example/x402Article?articleId=a".parse().expect("uri");
+    let uri: http::Uri = "https://shop.example/x402Article?articleId=a"
+        .parse()
+        .expect("uri");
     let _ = RUNTIME.block_on(VERIFIER.verify(&http::Method::GET, &uri, &headers, 1_800_000_000));
 });

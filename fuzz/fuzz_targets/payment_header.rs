@@ -21,7 +21,9 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 static LAYER: LazyLock<X402Layer> = LazyLock::new(|| {
     let offer = PaymentOffer::usdc(
         "base-sepolia".parse().expect("network"),
-        "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".parse().expect("address"),
+        "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+            .parse()
+            .expect("address"),
         Price::from_usdc_decimal("0.01").expect("price"),
     )
     .expect("offer");
@@ -36,14 +38,20 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     for name in ["payment-signature", "x-payment"] {
-        let svc = LAYER.layer(tower::service_fn(|_req: http::Request<Full<Bytes>>| async {
-            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
-        }));
+        let svc = LAYER.layer(tower::service_fn(
+            |_req: http::Request<Full<Bytes>>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
+            },
+        ));
         let req = http::Request::get("/report")
             .header(name, value.clone())
             .body(Full::new(Bytes::new()))
             .expect("request");
         let res = RUNTIME.block_on(svc.oneshot(req)).expect("infallible");
-        assert!(res.status().as_u16() < 500 || res.status().as_u16() == 503, "{:?}", res.status());
+        assert!(
+            res.status().as_u16() < 500 || res.status().as_u16() == 503,
+            "{:?}",
+            res.status()
+        );
     }
 });

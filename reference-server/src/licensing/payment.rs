@@ -266,6 +266,12 @@ pub(crate) fn engine(
     PaymentEngine::builder()
         .settler(settler)
         .settlement_observer(observer)
+        // The settlement log records the request's verified crawler (a task-local), also when the
+        // settlement finishes in a task of its own.
+        .task_context(|task| {
+            let agent = crate::licensing::bot_auth::current_agent();
+            Box::pin(crate::licensing::bot_auth::in_agent_scope(agent, task))
+        })
         .replay_store(store)
         .stale_after(settings.payment_stale_after)
         .keep_after_expiry(settings.payment_keep_after_expiry)

@@ -121,7 +121,16 @@ pub struct Server {
 
 impl Server {
     /// Bind the listen address, open and seed the database, build the app.
-    pub async fn bind(mut settings: Settings) -> Result<Server, StartError> {
+    pub async fn bind(settings: Settings) -> Result<Server, StartError> {
+        Self::bind_wrapping(settings, |stores| stores).await
+    }
+
+    /// [`Server::bind`], with the opened stores passed through `wrap` before anything uses them (tests put
+    /// a store that fails on chosen calls in front of the real one).
+    pub async fn bind_wrapping(
+        mut settings: Settings,
+        wrap: impl FnOnce(Stores) -> Stores,
+    ) -> Result<Server, StartError> {
         // The socket first: a port already in use fails before any database or media directory is
         // created, so a failed start leaves nothing behind.
         let listener =
@@ -135,7 +144,7 @@ impl Server {
             addr: settings.listen,
             source,
         })?;
-        let db = open_database(&settings).await?;
+        let db = wrap(open_database(&settings).await?);
         let media = media_dir(&settings);
         settings.media_dir = Some(media.clone());
         std::fs::create_dir_all(&media).map_err(|source| StartError::MediaDir {

@@ -102,11 +102,21 @@ pub(crate) enum Resolution {
     Insert(SettlementRecord),
 }
 
+/// The latest `unknown` or `settled` row of an authorization: what [`Resolution::of`] decides from.
+pub(crate) const LATEST_UNRESOLVED_OR_SETTLED: &str =
+    "outcome IN ('unknown', 'settled') ORDER BY id DESC LIMIT 1";
+
 impl Resolution {
-    pub(crate) fn of(unknown: Option<i64>, record: SettlementRecord) -> Self {
-        match (unknown, record.outcome) {
+    /// From the authorization's latest `unknown` or `settled` row (its id and outcome), if any.
+    pub(crate) fn of(latest: Option<(i64, String)>, record: SettlementRecord) -> Self {
+        let latest =
+            latest.map(|(id, outcome)| (id, outcome == SettlementOutcome::Settled.as_str()));
+        match (latest, record.outcome) {
+            // Logged settled already (the record of it was what failed to be written): an authorization
+            // moves money once, so this is that settlement; one row.
+            (Some((_, true)), _) => Resolution::Nothing,
             (Some(_), SettlementOutcome::Unknown) => Resolution::Nothing,
-            (Some(id), _) => Resolution::Update(id, record),
+            (Some((id, false)), _) => Resolution::Update(id, record),
             (None, _) => {
                 let mut r = record;
                 r.resolved_from = Some("in_flight".to_owned());
@@ -137,8 +147,8 @@ pub trait SettlementStore: Send + Sync + std::fmt::Debug {
     /// Records the reconciliation of an unknown outcome: the payment's latest `unknown` row takes the outcome
     /// found (with `resolved_from = 'unknown'` and `resolved_at`); with no such row (a request that died
     /// mid-settlement) a new row is written with `resolved_from = 'in_flight'`. A reconciliation that found
-    /// nothing new (still unknown) changes an existing unknown row not at all. Returns the row changed or
-    /// written, if any.
+    /// nothing new (still unknown), or a payment the log has as settled already (its payment record was not
+    /// written), changes nothing. Returns the row changed or written, if any.
     fn resolve(&self, record: SettlementRecord) -> StoreFuture<'_, Option<i64>>;
     /// The most recent settlement attempts (newest first, at most `limit`), of one outcome or all.
     fn recent(

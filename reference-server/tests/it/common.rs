@@ -186,8 +186,19 @@ impl TestServer {
 
     /// Start with exactly this configuration; `dir` is kept alive as long as the server.
     pub async fn start_config(config: Config, dir: Option<Arc<TempDir>>) -> Self {
+        Self::start_wrapping(config, dir, |stores| stores).await
+    }
+
+    /// [`TestServer::start_config`] with its stores passed through `wrap` (to inject faults).
+    pub async fn start_wrapping(
+        config: Config,
+        dir: Option<Arc<TempDir>>,
+        wrap: impl FnOnce(reference_server::store::Stores) -> reference_server::store::Stores,
+    ) -> Self {
         let settings = config.validate().expect("valid test configuration");
-        let server = Server::bind(settings).await.expect("server starts");
+        let server = Server::bind_wrapping(settings, wrap)
+            .await
+            .expect("server starts");
         let base = server.public_url().to_owned();
         let state = server.state().clone();
         let (stop, stopped) = oneshot::channel::<()>();

@@ -183,3 +183,132 @@ async fn the_paid_route_and_the_facilitator_door_racing_one_authorization_settle
         won.0 as u64
     );
 }
+
+/// The server's payment store (SQLite or PostgreSQL) behind x402-tower's `FaultyStore`.
+#[derive(Debug)]
+struct FaultyPayments {
+    faults: Arc<FaultyStore>,
+    inner: Arc<dyn PaymentStore>,
+}
+
+impl ReplayStore for FaultyPayments {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        record: &'a PaymentRecord,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Reservation, ReplayError>> {
+        self.faults.reserve(key, record, now)
+    }
+    fn get<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, ReplayError>> {
+        self.faults.get(key, now)
+    }
+    fn update<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+        record: &'a PaymentRecord,
+    ) -> BoxFuture<'a, Result<bool, ReplayError>> {
+        self.faults.update(key, expected, record)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a ReplayKey,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<bool, ReplayError>> {
+        self.faults.release(key, expected)
+    }
+    fn unresolved<'a>(
+        &'a self,
+        now: u64,
+        stale_before: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, ReplayError>> {
+        self.faults.unresolved(now, stale_before, limit)
+    }
+    fn bind_id<'a>(
+        &'a self,
+        id: &'a str,
+        binding: &'a IdBinding,
+        now: u64,
+    ) -> BoxFuture<'a, Result<IdClaim, ReplayError>> {
+        self.faults.bind_id(id, binding, now)
+    }
+}
+
+impl PaymentStore for FaultyPayments {
+    fn purge_expired(&self, before: u64) -> StoreFuture<'_, usize> {
+        self.inner.purge_expired(before)
+    }
+}
+
+use std::sync::Arc;
+
+use reference_server::store::{PaymentStore, StoreFuture};
+use x402_tower::layer::faults::{Fault, FaultyStore, StoreOp};
+use x402_tower::pricing::BoxFuture;
+use x402_tower::store::{
+    IdBinding, IdClaim, PaymentRecord, ReplayKey, ReplayStore, Reservation,
+    StoreError as ReplayError,
+};
+
+#[tokio::test]
+async fn a_payment_record_the_database_will_not_write_after_the_settlement_is_reconciled_once() {
+    let dir = Arc::new(TempDir::new());
+    let mut config = reference_server::Config::for_tests();
+    config.registry.database = Some(fresh_database(dir.path(), "db.sqlite3").await);
+    config.registry.media_dir = Some(dir.path().join("media"));
+    config.payment.payment_stale_after_secs = 10;
+    let mut faults = None;
+    let server = TestServer::start_wrapping(config, Some(dir), |mut stores| {
+        let inner = stores.payments.clone();
+        let faulty = FaultyStore::new(inner.clone());
+        faults = Some(faulty.clone());
+        stores.payments = Arc::new(FaultyPayments {
+            faults: faulty,
+            inner,
+        });
+        stores
+    })
+    .await;
+    let faults = faults.expect("the wrapped store");
+    let (required, _) = offer(&server, ARTICLE).await;
+    let header = Payer::new().pay_v2(&required);
+    let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));
+
+    // Every write of the payment record fails: the settled state is never saved. The buyer still gets the
+    // article (the money moved, the receipt is stored).
+    faults.always(StoreOp::Update, Fault::Fail);
+    let first = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(first.status(), 200);
+    let tx = decode_header(&first, "payment-response")["transaction"].clone();
+    assert!(faults.calls(StoreOp::Update) >= 3, "tried again");
+    faults.heal();
+
+    // Its resend waits for the record, left in flight, to turn stale, then is reconciled and delivered:
+    // the same receipt, one settlement in the log, one receipt.
+    let started = std::time::Instant::now();
+    let again = loop {
+        let resp = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+        if resp.status() == 200 {
+            break resp;
+        }
+        assert_eq!(resp.status(), 402);
+        assert_eq!(
+            decode_header(&resp, "payment-response")["errorReason"],
+            "settlement_pending"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "not delivered within 90 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert_eq!(decode_header(&again, "payment-response")["transaction"], tx);
+    assert_eq!(server.state.licensing.count_receipts().await.unwrap(), 1);
+    assert_eq!(settled(&server).await, 1, "one settlement in the log");
+}

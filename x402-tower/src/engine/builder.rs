@@ -56,6 +56,7 @@ pub struct PaymentEngineBuilder {
     keep_after_expiry: Duration,
     store_timeout: Duration,
     clock: Option<Clock>,
+    task_context: Option<Arc<super::TaskContext>>,
 }
 
 impl std::fmt::Debug for PaymentEngineBuilder {
@@ -147,6 +148,33 @@ impl PaymentEngineBuilder {
         self
     }
 
+    /// Wraps each task the engine spawns to finish a payment (the settlement and its writes, which run to
+    /// their end whatever becomes of the request), called on the request's task: carry the request's
+    /// task-locals into it, as the settlement observer may read them. The request's tracing span is carried
+    /// already.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use x402_tower::{engine::PaymentEngine, settle::VerifyOnlySettler};
+    /// tokio::task_local! { static TENANT: u32; }
+    /// let engine = PaymentEngine::builder()
+    ///     .settler(Arc::new(VerifyOnlySettler))
+    ///     .task_context(|task| {
+    ///         let tenant = TENANT.try_with(|t| *t).unwrap_or(0);
+    ///         Box::pin(TENANT.scope(tenant, task))
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = engine;
+    /// ```
+    pub fn task_context(
+        mut self,
+        wrap: impl Fn(BoxFuture<'static, ()>) -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) -> Self {
+        self.task_context = Some(Arc::new(wrap));
+        self
+    }
+
     /// Replaces the clock (unix seconds). For tests with fixed signatures.
     pub fn clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -185,6 +213,7 @@ impl PaymentEngineBuilder {
             clock: self.clock.unwrap_or_else(|| Arc::new(system_now)),
             domains: Mutex::new(HashMap::new()),
             compiled: Mutex::new(HashMap::new()),
+            task_context: self.task_context,
         })
     }
 }
@@ -203,6 +232,7 @@ impl PaymentEngine {
             keep_after_expiry: DEFAULT_KEEP_AFTER_EXPIRY,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             clock: None,
+            task_context: None,
         }
     }
 }

@@ -244,6 +244,7 @@ pub struct PaymentEngine {
     domains: Mutex<HashMap<(u64, alloy_primitives::Address), DomainEntry>>,
     /// Offers compiled once per distinct list (a price source returns the same few lists again and again).
     compiled: Mutex<HashMap<Vec<PaymentOffer>, Arc<[CompiledOffer]>>>,
+    task_context: Option<Arc<TaskContext>>,
 }
 
 impl std::fmt::Debug for PaymentEngine {
@@ -542,19 +543,36 @@ async fn release_record(store: &dyn ReplayStore, key: &ReplayKey, revision: u64)
     }
 }
 
-/// Runs `fut` to its end even when the request that started it is dropped (the client went away, the
-/// protected service panicked): a spawned task on the Tokio runtime when there is one, else in place. What
-/// runs so is the bookkeeping of a payment whose money may have moved; it must never stop halfway. The
-/// returned future is `None` only if `fut` itself panicked.
-pub(crate) fn run_to_end<T: Send + 'static>(
-    fut: impl std::future::Future<Output = T> + Send + 'static,
-) -> crate::boxed::BoxFuture<'static, Option<T>> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            let task = runtime.spawn(fut);
-            Box::pin(async move { task.await.ok() })
-        }
-        Err(_) => Box::pin(async move { Some(fut.await) }),
+/// Wraps each task the engine spawns ([`PaymentEngineBuilder::task_context`]).
+pub type TaskContext = dyn Fn(crate::boxed::BoxFuture<'static, ()>) -> crate::boxed::BoxFuture<'static, ()>
+    + Send
+    + Sync;
+
+impl PaymentEngine {
+    /// Runs `fut` to its end even when the request that started it is dropped (the client went away, the
+    /// protected service panicked): a spawned task on the Tokio runtime when there is one, else in place.
+    /// What runs so is the bookkeeping of a payment whose money may have moved; it must never stop halfway.
+    /// The task keeps the request's tracing span and whatever [`PaymentEngineBuilder::task_context`] carries.
+    /// The returned future is `None` only if `fut` itself panicked.
+    pub(crate) fn run_to_end<T: Send + 'static>(
+        &self,
+        fut: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> crate::boxed::BoxFuture<'static, Option<T>> {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Box::pin(async move { Some(fut.await) });
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task: crate::boxed::BoxFuture<'static, ()> = Box::pin(
+            async move {
+                let _ = tx.send(fut.await);
+            }
+            .in_current_span(),
+        );
+        runtime.spawn(match &self.task_context {
+            Some(wrap) => wrap(task),
+            None => task,
+        });
+        Box::pin(async move { rx.await.ok() })
     }
 }
 

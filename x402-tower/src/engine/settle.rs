@@ -6,7 +6,7 @@ use tracing::{Instrument, debug, debug_span, error, warn};
 
 use super::{
     Answer, Attempt, Finish, Observed, PaymentEngine, Recording, Route, Settled,
-    VERIFY_UNAVAILABLE, VerifyRefusal, observe, release_record, run_to_end, write_record,
+    VERIFY_UNAVAILABLE, VerifyRefusal, observe, release_record, write_record,
 };
 use crate::payment::{SettleTiming, VerifiedPayment};
 use crate::proto::SettleResponse;
@@ -246,7 +246,7 @@ impl PaymentEngine {
         let payment = attempt.verified.clone();
         let resource = attempt.record.resource.clone();
         // Run as a task of its own: a request dropped or a handler that panics cannot cut it short.
-        let writes = run_to_end(async move {
+        let writes = self.run_to_end(async move {
             let observed = async {
                 if let Some(observer) = &observer {
                     let event = Observed {

@@ -130,6 +130,7 @@ fn start_check<B, F>(
             let offers = offers.clone();
             let resource = info.resource_url.clone();
             let settles_now = shared.route.timing == crate::payment::SettleTiming::BeforeHandler;
+            let engine = shared.engine.clone();
             let begin = async move {
                 shared
                     .engine
@@ -140,7 +141,7 @@ fn start_check<B, F>(
                 fut: if settles_now {
                     // It settles: a task of its own, so that a client going away cannot stop a
                     // settlement halfway (the record is written whatever becomes of the request).
-                    let begin = crate::engine::run_to_end(begin);
+                    let begin = engine.run_to_end(begin);
                     Box::pin(async move {
                         begin.await.unwrap_or_else(|| {
                             error!("the payment task panicked");
@@ -322,7 +323,7 @@ where
                         *this.held = Some(res);
                         // A task of its own: a client that goes away mid-settlement cannot stop it before
                         // its outcome is written.
-                        let finish = crate::engine::run_to_end(async move {
+                        let finish = this.shared.engine.run_to_end(async move {
                             shared.engine.finish(&shared.route, attempt, served).await
                         });
                         Some(State::Post {
@@ -425,19 +426,17 @@ impl Drop for Unanswered {
         if PaymentEngine::finish_now(&self.shared.route, &mut attempt).is_some() {
             return;
         }
-        let shared = self.shared.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                tracing::info!(payer = %attempt.verified.payer, "request dropped before its answer: its payment is released, nothing was charged");
-                runtime.spawn(async move {
-                    shared.engine.finish(&shared.route, attempt, false).await;
-                });
-            }
+        if tokio::runtime::Handle::try_current().is_err() {
             // Without a runtime the record stays in flight; it turns stale and is reconciled (released).
-            Err(_) => {
-                tracing::warn!(payer = %attempt.verified.payer, "request dropped before its answer; its payment record is reconciled once stale")
-            }
+            tracing::warn!(payer = %attempt.verified.payer, "request dropped before its answer; its payment record is reconciled once stale");
+            return;
         }
+        tracing::info!(payer = %attempt.verified.payer, "request dropped before its answer: its payment is released, nothing was charged");
+        let shared = self.shared.clone();
+        // Spawned at once; nobody waits for it.
+        drop(self.shared.engine.run_to_end(async move {
+            shared.engine.finish(&shared.route, attempt, false).await;
+        }));
     }
 }
 

@@ -4,8 +4,8 @@ use tokio_postgres::Row;
 
 use super::{Pg, Statement, param};
 use crate::store::settlements::{
-    MAX_DISCOVERED, Resolution, SettlementOutcome, SettlementRecord, SettlementStore,
-    discovered_from, discovered_row, outcome_counts, sql_int,
+    LATEST_UNRESOLVED_OR_SETTLED, MAX_DISCOVERED, Resolution, SettlementOutcome, SettlementRecord,
+    SettlementStore, discovered_from, discovered_row, outcome_counts, sql_int,
 };
 use crate::store::{StoreError, StoreFuture};
 use x402_tower::extensions::bazaar::DiscoveryResource;
@@ -104,16 +104,18 @@ impl SettlementStore for PgSettlementStore {
         Box::pin(async move {
             let mut c = self.pg.client().await?;
             let tx = c.transaction().await?;
-            let unknown: Option<i64> = tx
+            let latest: Option<(i64, String)> = tx
                 .query_opt(
-                    "SELECT id FROM settlements WHERE network = $1 AND asset = $2 AND payer = $3 \
-                     AND nonce = $4 AND outcome = 'unknown' ORDER BY id DESC LIMIT 1 FOR UPDATE",
+                    &format!(
+                        "SELECT id, outcome FROM settlements WHERE network = $1 AND asset = $2 AND payer = $3 \
+                         AND nonce = $4 AND {LATEST_UNRESOLVED_OR_SETTLED} FOR UPDATE"
+                    ),
                     &[&record.network, &record.asset, &record.payer, &record.nonce],
                 )
                 .await?
-                .map(|r| r.try_get(0))
+                .map(|r| Ok::<_, tokio_postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
                 .transpose()?;
-            let id = match Resolution::of(unknown, record) {
+            let id = match Resolution::of(latest, record) {
                 Resolution::Nothing => None,
                 Resolution::Update(id, record) => {
                     tx.execute(

@@ -1,8 +1,8 @@
 //! The settlement log on SQLite: [`SqliteSettlementStore`].
 
 use crate::store::settlements::{
-    DiscoveredRow, MAX_DISCOVERED, Resolution, SettlementOutcome, SettlementRecord,
-    SettlementStore, discovered_from, discovered_row, outcome_counts, sql_int,
+    DiscoveredRow, LATEST_UNRESOLVED_OR_SETTLED, MAX_DISCOVERED, Resolution, SettlementOutcome,
+    SettlementRecord, SettlementStore, discovered_from, discovered_row, outcome_counts, sql_int,
 };
 use crate::store::{Db, StoreError, StoreFuture};
 use rusqlite::{OptionalExtension, Row, params};
@@ -90,17 +90,17 @@ impl SettlementStore for SqliteSettlementStore {
 
     fn resolve(&self, record: SettlementRecord) -> StoreFuture<'_, Option<i64>> {
         Box::pin(self.db.write(move |c| {
-                let unknown: Option<i64> = c
-                    .prepare_cached(
-                        "SELECT id FROM settlements WHERE network = ?1 AND asset = ?2 AND payer = ?3 \
-                         AND nonce = ?4 AND outcome = 'unknown' ORDER BY id DESC LIMIT 1",
-                    )?
+                let latest: Option<(i64, String)> = c
+                    .prepare_cached(&format!(
+                        "SELECT id, outcome FROM settlements WHERE network = ?1 AND asset = ?2 AND payer = ?3 \
+                         AND nonce = ?4 AND {LATEST_UNRESOLVED_OR_SETTLED}"
+                    ))?
                     .query_row(
                         params![record.network, record.asset, record.payer, record.nonce],
-                        |r| r.get(0),
+                        |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .optional()?;
-                let id = match Resolution::of(unknown, record) {
+                let id = match Resolution::of(latest, record) {
                     Resolution::Nothing => None,
                     Resolution::Update(id, record) => {
                         c.prepare_cached(

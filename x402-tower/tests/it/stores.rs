@@ -58,11 +58,59 @@ async fn two_engines_settle_once(store: Arc<dyn ReplayStore>, nonce: u8) {
     assert_eq!(s1.settles() + s2.settles(), 1);
 }
 
+/// The paid route (the layer) and the facilitator door of one engine on `store`, each presented the same
+/// authorization at the same moment, for 12 authorizations: exactly one door takes each, and each moves
+/// money once.
+async fn route_and_door_race(store: Arc<dyn ReplayStore>) {
+    use tower::Layer;
+    use x402_tower::layer::faults::{FaultyService, LedgerSettler};
+    let ledger = LedgerSettler::new();
+    let engine = Arc::new(
+        PaymentEngine::builder()
+            .settler(ledger.clone())
+            .replay_store(store)
+            .build()
+            .unwrap(),
+    );
+    let service = FaultyService::new("content");
+    let mut races = Vec::new();
+    for nonce in 0xd0..0xdc {
+        let header = v2_header(nonce);
+        let payload = unb64(&header);
+        let body = serde_json::json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload}).to_string();
+        let svc = config()
+            .engine(engine.clone())
+            .build()
+            .unwrap()
+            .layer(service.clone());
+        let engine = engine.clone();
+        races.push(tokio::spawn(async move {
+            let route = tokio::spawn(async move {
+                send(svc, req("/report", &[("payment-signature", &header)])).await
+            });
+            let door = tokio::spawn(async move {
+                engine
+                    .facilitator_settle(&FacilitatorPolicy::default(), body.as_bytes())
+                    .await
+                    .unwrap()
+            });
+            let (route, door) = (route.await.unwrap(), door.await.unwrap());
+            (route.status == http::StatusCode::OK, door.success)
+        }));
+    }
+    for race in races {
+        let (route, door) = race.await.unwrap();
+        assert!(route ^ door, "exactly one door: route {route}, door {door}");
+    }
+    assert_eq!(ledger.moved(), 12);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_store_keeps_the_contract() {
     conformance::sequential(Arc::new(InMemoryReplayStore::default())).await;
     conformance::contention(Arc::new(InMemoryReplayStore::default())).await;
     two_engines_settle_once(Arc::new(InMemoryReplayStore::default()), 61).await;
+    route_and_door_race(Arc::new(InMemoryReplayStore::default())).await;
 }
 
 #[cfg(feature = "redis")]
@@ -93,6 +141,7 @@ mod redis {
     async fn redis_store_keeps_the_contract() {
         conformance::sequential(store().await).await;
         conformance::contention(store().await).await;
+        route_and_door_race(store().await).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,6 +211,7 @@ impl OwnRedis {
     fn stop(&mut self) {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
+            .stderr(std::process::Stdio::null())
             .status();
         let _ = self.child.wait();
     }

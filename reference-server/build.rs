@@ -18,12 +18,22 @@ fn main() {
     if let Some(v) = output(&rustc, &["--version"]) {
         println!("cargo:rustc-env=REFERENCE_SERVER_RUSTC={v}");
     }
-    // Re-run when the checked-out commit moves: HEAD, and the branch file it points to.
-    println!("cargo:rerun-if-changed=../.git/HEAD");
-    println!("cargo:rerun-if-changed=../.git/packed-refs");
+    // Re-run when the checked-out commit moves: HEAD, and the branch file it points to, or the packed refs.
+    // Only files that exist are watched: cargo re-runs a script whose watched file is missing on every
+    // build, and so recompiles the server each time.
+    let watch = |path: String| {
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    };
+    watch("../.git/HEAD".into());
+    watch("../.git/packed-refs".into());
     if let Ok(head) = std::fs::read_to_string("../.git/HEAD")
         && let Some(reference) = head.trim().strip_prefix("ref: ")
     {
-        println!("cargo:rerun-if-changed=../.git/{reference}");
+        watch(format!("../.git/{reference}"));
     }
+    // Outside a git checkout, watch this script alone (without any line cargo would re-run it on every
+    // change of the package).
+    println!("cargo:rerun-if-changed=build.rs");
 }

@@ -115,7 +115,14 @@
 //!    its body untouched) or before it runs. Success: receipt header in the client's version and
 //!    `Cache-Control: private`. Failure: the held response is dropped, 402 with a `success:false` receipt.
 //!    Unknown outcome (timeout after broadcast): 402 with a `settlement_pending` receipt; the payment is
-//!    reconciled on the client's resend or by [`PaymentEngine::reconcile_unresolved`].
+//!    reconciled on the client's resend or by [`PaymentEngine::reconcile_unresolved`]. Settled before the
+//!    handler, the receipt goes with whatever the inner service answers, an error too.
+//! 7. **Faults**: a settlement and its writes run to their end in a task of their own (a client that goes
+//!    away, or an inner service that panics, cannot cut them short); a request dropped before its payment
+//!    was settled releases it; record writes are retried, store calls bounded
+//!    ([`PaymentEngineBuilder::store_timeout`](engine::PaymentEngineBuilder::store_timeout)). What each
+//!    fault comes to, with the tests that show it: the workspace's `docs/testing.md`. Feature `test-util`
+//!    has the tools to inject them in your own tests.
 //!
 //! Nothing a client sends makes the layer return an error or panic: every bad input is a 402 (a malformed
 //! payment identifier 400, a reused one 409). Server-side trouble is a response too: 502 (settler verify), 503

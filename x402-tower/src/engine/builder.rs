@@ -248,6 +248,11 @@ impl Bounded {
         &self,
         call: BoxFuture<'a, Result<T, StoreError>>,
     ) -> BoxFuture<'a, Result<T, StoreError>> {
+        // Bounded with Tokio's timer; a caller outside a Tokio runtime (a layer driven by another executor)
+        // gets the store's own answer.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return call;
+        }
         let timeout = self.timeout;
         Box::pin(async move {
             tokio::time::timeout(timeout, call)

@@ -490,7 +490,7 @@ async fn write_record(
                 Some(pause) => {
                     warn!(error = %e, payer = %key.from, nonce = %key.nonce, state, "payment record write failed; trying again");
                     failed = Some(e);
-                    tokio::time::sleep(*pause).await;
+                    pause_for(*pause).await;
                 }
                 None => {
                     error!(
@@ -501,6 +501,13 @@ async fn write_record(
                 }
             },
         }
+    }
+}
+
+/// Waits `pause` on Tokio's timer; outside a Tokio runtime, not at all.
+async fn pause_for(pause: Duration) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -530,7 +537,7 @@ async fn release_record(store: &dyn ReplayStore, key: &ReplayKey, revision: u64)
             Err(e) => match pauses.next() {
                 Some(pause) => {
                     warn!(error = %e, payer = %key.from, nonce = %key.nonce, "payment store release failed; trying again");
-                    tokio::time::sleep(*pause).await;
+                    pause_for(*pause).await;
                 }
                 None => {
                     // The record stays in flight: the reconciler finds it unsettled after `stale_after` and

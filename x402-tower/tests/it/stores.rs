@@ -260,7 +260,7 @@ async fn redis_away_restarted_or_lost_never_admits_blindly_or_settles_twice() {
         PaymentEngine::builder()
             .settler(ledger.clone())
             .replay_store(store)
-            .store_timeout(std::time::Duration::from_secs(3))
+            .store_timeout(std::time::Duration::from_secs(10))
             .build()
             .unwrap(),
     );

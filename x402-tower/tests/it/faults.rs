@@ -373,8 +373,10 @@ async fn a_client_gone_mid_settlement_does_not_stop_it() {
         let rig = Rig::new(timing);
         let nonce = 0x90 + i as u8;
         let h = paid_header(nonce);
+        // The settlement's answer takes 5 s; the client gives up once it has begun (not after a fixed time,
+        // which a loaded machine could spend before the settlement even starts).
         rig.ledger
-            .inject(1, SettleFault::Slow(Duration::from_millis(500)));
+            .inject(1, SettleFault::Slow(Duration::from_secs(5)));
         let svc = config()
             .settle_timing(timing)
             .engine(rig.engine.clone())
@@ -382,10 +384,19 @@ async fn a_client_gone_mid_settlement_does_not_stop_it() {
             .unwrap()
             .layer(rig.service.clone());
         let request = req("/report", &[("payment-signature", h.as_str())]);
-        // The client gives up while the settlement is under way.
-        let gone = tokio::time::timeout(Duration::from_millis(100), svc.oneshot(request)).await;
+        let client = tokio::spawn(svc.oneshot(request));
+        let deadline = tokio::time::Instant::now() + BOUND;
+        while rig.ledger.settle_calls() == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no settlement began"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        client.abort();
+        let gone = client.await;
         assert!(
-            gone.is_err(),
+            gone.is_err_and(|e| e.is_cancelled()),
             "{timing:?}: answered before the settlement was done"
         );
         assert_eq!(rig.ledger.moved(), 1);
@@ -399,9 +410,15 @@ async fn a_client_gone_mid_settlement_does_not_stop_it() {
 async fn a_client_gone_while_the_service_runs_frees_an_unsettled_payment_at_once() {
     let rig = Rig::new(SettleTiming::AfterResponse);
     let h = paid_header(0xa0);
-    let slow = tower::service_fn(|_req: http::Request<Full<Bytes>>| async {
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
+    // The client gives up once the service runs (not after a fixed time, which a loaded machine could spend
+    // before the service is reached).
+    let (entered, mut running) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let slow = tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
+        let _ = entered.send(());
+        async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
+        }
     });
     let svc = config()
         .engine(rig.engine.clone())
@@ -409,8 +426,13 @@ async fn a_client_gone_while_the_service_runs_frees_an_unsettled_payment_at_once
         .unwrap()
         .layer(slow);
     let request = req("/report", &[("payment-signature", h.as_str())]);
-    let gone = tokio::time::timeout(Duration::from_millis(100), svc.oneshot(request)).await;
-    assert!(gone.is_err());
+    let client = tokio::spawn(svc.oneshot(request));
+    tokio::time::timeout(BOUND, running.recv())
+        .await
+        .expect("the service was reached")
+        .expect("the service was reached");
+    client.abort();
+    assert!(client.await.is_err_and(|e| e.is_cancelled()));
     // Released without waiting for the record to turn stale; nothing was charged.
     rig.until_state(0xa0, None).await;
     assert_eq!(rig.ledger.moved(), 0);

@@ -86,6 +86,8 @@ pub enum Fault {
     LoseAnswer,
     /// Never answers (a store that hangs): only a bound around the call ends it.
     Hang,
+    /// Does its work after this long (a slow commit).
+    Delay(std::time::Duration),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -164,7 +166,7 @@ impl FaultyStore {
     fn run<'a, T: Send + 'a>(
         &'a self,
         op: StoreOp,
-        call: impl FnOnce() -> BoxFuture<'a, Result<T, StoreError>>,
+        call: impl FnOnce() -> BoxFuture<'a, Result<T, StoreError>> + Send + 'a,
     ) -> BoxFuture<'a, Result<T, StoreError>> {
         match self.fault(op) {
             None => call(),
@@ -177,6 +179,10 @@ impl FaultyStore {
                 })
             }
             Some(Fault::Hang) => Box::pin(std::future::pending()),
+            Some(Fault::Delay(delay)) => Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                call().await
+            }),
         }
     }
 }
@@ -200,14 +206,16 @@ impl ReplayStore for FaultyStore {
         record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
-        self.run(StoreOp::Reserve, || self.inner.reserve(key, record, now))
+        self.run(StoreOp::Reserve, move || {
+            self.inner.reserve(key, record, now)
+        })
     }
     fn get<'a>(
         &'a self,
         key: &'a ReplayKey,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
-        self.run(StoreOp::Get, || self.inner.get(key, now))
+        self.run(StoreOp::Get, move || self.inner.get(key, now))
     }
     fn update<'a>(
         &'a self,
@@ -215,14 +223,16 @@ impl ReplayStore for FaultyStore {
         expected: u64,
         record: &'a PaymentRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.run(StoreOp::Update, || self.inner.update(key, expected, record))
+        self.run(StoreOp::Update, move || {
+            self.inner.update(key, expected, record)
+        })
     }
     fn release<'a>(
         &'a self,
         key: &'a ReplayKey,
         expected: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.run(StoreOp::Release, || self.inner.release(key, expected))
+        self.run(StoreOp::Release, move || self.inner.release(key, expected))
     }
     fn unresolved<'a>(
         &'a self,
@@ -230,7 +240,7 @@ impl ReplayStore for FaultyStore {
         stale_before: u64,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
-        self.run(StoreOp::Unresolved, || {
+        self.run(StoreOp::Unresolved, move || {
             self.inner.unresolved(now, stale_before, limit)
         })
     }
@@ -240,7 +250,9 @@ impl ReplayStore for FaultyStore {
         binding: &'a IdBinding,
         now: u64,
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
-        self.run(StoreOp::BindId, || self.inner.bind_id(id, binding, now))
+        self.run(StoreOp::BindId, move || {
+            self.inner.bind_id(id, binding, now)
+        })
     }
 }
 

@@ -212,6 +212,10 @@ async fn a_service_that_fails_or_panics_never_costs_the_buyer_its_content() {
             let nonce = 0x20 + i as u8 + if behavior == Behavior::Panic { 8 } else { 0 };
             let h = paid_header(nonce);
             rig.service.on_call(1, behavior);
+            // The settled record's write (settle-first) is still under way when the service fails: it must
+            // not be cut short with the request.
+            rig.store
+                .inject(StoreOp::Update, 1, Fault::Delay(Duration::from_millis(200)));
             let first = rig.send(&h).await;
             let expected = if behavior == Behavior::Panic {
                 matches!(first, Outcome::Panicked)

@@ -389,8 +389,9 @@ async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with
 }
 
 /// The server is killed (SIGKILL) after it broadcast a settlement's `transferWithAuthorization` and before
-/// its receipt came: the payment's record is left `in_flight` without the transaction's hash, and the
-/// buyer's request dies unanswered. The transaction is then mined. A restarted server on the same database
+/// its receipt came: the payment's record is left `in_flight`, marked as settling but without the
+/// transaction's hash, and the buyer's request dies unanswered. The transaction is then mined. A restarted
+/// server on the same database
 /// answers `settlement_pending` while the record may still belong to a live request; once it is stale
 /// (75 s here: the 5 s receipt wait, five 2 s JSON-RPC calls and a minute) the buyer's resend (or the
 /// background reconciler) finds the transaction that used the authorization from the token's own

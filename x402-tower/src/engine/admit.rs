@@ -135,6 +135,9 @@ impl PaymentEngine {
         let mut recording = None;
         if settling_now {
             let timing = Some(route.timing);
+            if let Err(a) = self.mark_settling(&mut attempt).await {
+                return Begin::Answer(a);
+            }
             match self.settle_outcome(&attempt).await {
                 SettleOutcome::Settled {
                     transaction,

@@ -36,6 +36,12 @@ impl PaymentEngine {
         attempt: &mut Attempt,
         timing: Option<SettleTiming>,
     ) -> Option<Result<SettleResponse, Answer>> {
+        if attempt.record.settlement.is_none() && self.settler.moves_money() {
+            // Left `InFlight` before it was marked as settling ([`PaymentEngine::mark_settling`]): the
+            // settler was never asked to move it. (A settler that moves no money marks nothing: it is asked,
+            // and its answer recorded, as for any other record.)
+            return None;
+        }
         let transaction = pending_transaction(&attempt.record);
         let outcome = self
             .settler
@@ -80,7 +86,9 @@ impl PaymentEngine {
     /// Resolves, without any client, up to `limit` payments whose settlement outcome is unknown (`Pending`)
     /// or whose request died mid-flight: asks [`Settler::reconcile`](crate::Settler::reconcile), reports to the observer (with
     /// `reconciled: true`) and writes the outcome. A payment found unsettled and still usable is released:
-    /// nothing was charged. Run it periodically (the reference server does, every 30 s).
+    /// nothing was charged. So is, without asking the settler, one whose request died before its settlement
+    /// began (see the [store's states](crate::store#states-and-the-keeprelease-rule)). Run it periodically
+    /// (the reference server does, every 30 s).
     pub async fn reconcile_unresolved(&self, limit: usize) -> Result<ReconcileReport, StoreError> {
         let now = self.now();
         let list = self

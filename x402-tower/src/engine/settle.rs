@@ -104,8 +104,39 @@ impl PaymentEngine {
         attempt: &mut Attempt,
         timing: Option<SettleTiming>,
     ) -> Result<SettleResponse, Answer> {
+        self.mark_settling(attempt).await?;
         let outcome = self.settle_outcome(attempt).await;
         self.conclude(attempt, outcome, timing).await
+    }
+
+    /// Marks the attempt's record as settling (still `InFlight`, now holding the `settlement_pending`
+    /// answer) before the settler is asked to move money. A record left `InFlight` without the mark (its
+    /// request or process died before settling, e.g. inside a settle-after handler) has moved nothing: the
+    /// reconciler releases it without asking the settler, whose reconciliation may settle (a facilitator
+    /// is asked `/settle` again) and so would charge for a request that was never served.
+    ///
+    /// Not written when already marked (a claimed `Pending` record) or when no money can move
+    /// ([`Settler::moves_money`](crate::Settler::moves_money)). When the mark cannot be written, nothing is
+    /// settled: the record is released and the answer is 503.
+    pub(super) async fn mark_settling(&self, attempt: &mut Attempt) -> Result<(), Answer> {
+        if !self.settler.moves_money() || attempt.record.settlement.is_some() {
+            return Ok(());
+        }
+        let marker = Self::pending_receipt(&attempt.request, None);
+        let mut record = self.next_record(attempt, PaymentState::InFlight, Some(marker));
+        let revision = attempt.record.revision;
+        if write_record(&*self.store, &attempt.key, revision, &record).await {
+            record.revision = revision + 1;
+            attempt.record = record;
+            Ok(())
+        } else {
+            self.release(attempt).await;
+            self.metrics.upstream_error();
+            Err(Answer::Unavailable {
+                status: 503,
+                message: "payment store unavailable",
+            })
+        }
     }
 
     /// Asks the settler to settle the attempt's payment.
@@ -294,20 +325,25 @@ impl PaymentEngine {
     pub(super) fn pending_answer(request: &SettleRequest, transaction: Option<String>) -> Answer {
         Answer::PaymentRequired {
             error: Cow::Borrowed(SETTLEMENT_PENDING),
-            receipt: Some(SettleResponse {
-                success: false,
-                error_reason: Some(SETTLEMENT_PENDING.to_owned()),
-                error_message: Some(
-                    "the settlement's outcome is not known yet; resend the identical payment to get the content \
-                     once it is (it will not be charged twice)"
-                        .to_owned(),
-                ),
-                transaction: transaction.unwrap_or_default(),
-                network: request.wire_network(),
-                payer: Some(crate::address::checksum(&request.payer())),
-                extensions: None,
-            }),
+            receipt: Some(Self::pending_receipt(request, transaction)),
             version: request.payload.x402_version(),
+        }
+    }
+
+    /// The `settlement_pending` receipt (with the transaction when one is known).
+    fn pending_receipt(request: &SettleRequest, transaction: Option<String>) -> SettleResponse {
+        SettleResponse {
+            success: false,
+            error_reason: Some(SETTLEMENT_PENDING.to_owned()),
+            error_message: Some(
+                "the settlement's outcome is not known yet; resend the identical payment to get the content \
+                 once it is (it will not be charged twice)"
+                    .to_owned(),
+            ),
+            transaction: transaction.unwrap_or_default(),
+            network: request.wire_network(),
+            payer: Some(crate::address::checksum(&request.payer())),
+            extensions: None,
         }
     }
 

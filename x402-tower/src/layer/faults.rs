@@ -271,11 +271,13 @@ pub enum SettleFault {
 
 /// A settler over an in-memory ledger of authorizations, as the token contract keeps them
 /// (`authorizationState`): an authorization moves money at most once, a second settlement of it fails with
-/// the nonce used, and [`Settler::reconcile`] reads the ledger (it never moves money). Settlements can be
-/// made to lose their answer ([`SettleFault`]). [`moved`](Self::moved) counts the money movements: the
-/// number a test compares with the purchases.
+/// the nonce used, and [`Settler::reconcile`] reads the ledger (it never moves money), as the on-chain
+/// settler does; [`like_a_facilitator`](Self::like_a_facilitator) reconciles as a facilitator does
+/// instead. Settlements can be made to lose their answer ([`SettleFault`]). [`moved`](Self::moved) counts
+/// the money movements: the number a test compares with the purchases.
 #[derive(Debug, Default)]
 pub struct LedgerSettler {
+    reconcile_settles: bool,
     spent: Mutex<HashSet<(Address, B256)>>,
     moved: AtomicUsize,
     settle_calls: AtomicUsize,
@@ -286,6 +288,16 @@ impl LedgerSettler {
     /// An empty ledger, without faults.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// An empty ledger whose [`Settler::reconcile`] settles as a facilitator's does (asked `/settle` again):
+    /// an authorization already used answers its settlement again (idempotently), an unused one **moves the
+    /// money now**. The engine must therefore ask it only about payments whose settlement had begun.
+    pub fn like_a_facilitator() -> Arc<Self> {
+        Arc::new(LedgerSettler {
+            reconcile_settles: true,
+            ..Self::default()
+        })
     }
 
     /// Settlement call number `nth` (from 1) does `fault`.
@@ -389,7 +401,11 @@ impl Settler for LedgerSettler {
         _transaction: Option<&'a str>,
     ) -> BoxFuture<'a, SettleOutcome> {
         let (from, nonce) = Self::key(request);
-        let outcome = if lock(&self.spent).contains(&(from, nonce)) {
+        let spent = lock(&self.spent).contains(&(from, nonce));
+        if self.reconcile_settles && !spent {
+            return self.settle(request);
+        }
+        let outcome = if spent {
             SettleOutcome::Settled {
                 transaction: Self::transaction(from, nonce),
                 payer: from,

@@ -126,6 +126,13 @@ pub trait Settler: Send + Sync + 'static {
         None
     }
 
+    /// Whether [`settle`](Self::settle) moves money (default `true`). [`VerifyOnlySettler`] moves none, so
+    /// the engine skips the write that guards money in motion (it marks a record before settling it; see
+    /// the [store's states](crate::store#states-and-the-keeprelease-rule)).
+    fn moves_money(&self) -> bool {
+        true
+    }
+
     /// Finds out what became of a settlement whose outcome was [`SettleOutcome::Unknown`] (with the
     /// transaction it reported, if any), **without moving money a second time**:
     ///
@@ -168,6 +175,10 @@ impl Settler for VerifyOnlySettler {
             payer: request.payer(),
             network: request.wire_network(),
         }))
+    }
+
+    fn moves_money(&self) -> bool {
+        false
     }
 
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {

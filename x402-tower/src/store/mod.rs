@@ -26,10 +26,16 @@
 //! A request dropped before its payment was settled (the client went away, the protected service
 //! panicked) releases its record; once a settlement has begun it runs to its end in a task of its own, the
 //! record written whatever became of the request. A request whose process died leaves its record `InFlight`
-//! (as does a dropped one outside a Tokio runtime); after
-//! [`stale_after`](crate::engine::PaymentEngineBuilder::stale_after) it is reconciled like `Pending`. A
-//! reconciliation that finds the payment unsettled and still usable releases it — except on a resend, where
-//! the resending request keeps the claim and settles it anew at once (release and reserve in one step).
+//! (as does a dropped one outside a Tokio runtime). Before it asks the settler to move money, the engine
+//! marks the record (still `InFlight`, holding the `settlement_pending` answer; not for a settler that
+//! moves none, [`Settler::moves_money`](crate::Settler::moves_money), whose records are all reconciled). After
+//! [`stale_after`](crate::engine::PaymentEngineBuilder::stale_after), a marked record is reconciled like
+//! `Pending`; an unmarked one moved nothing (its request died verifying, or inside a settle-after handler
+//! whose answer nobody saw) and is released without asking the settler, so nothing is charged for a
+//! request that was not served. A reconciliation that finds the payment unsettled and still usable releases
+//! it — except on a resend, where the resending request keeps the claim and settles it anew (release and
+//! reserve in one step): at once when the payment was marked, after its handler on a settle-after route
+//! when it was not.
 //!
 //! The engine moves records only with compare-and-set updates ([`ReplayStore::update`],
 //! [`ReplayStore::release`] on the record's `revision`), so two requests or two instances can never both act
@@ -292,7 +298,9 @@ pub struct PaymentRecord {
     /// The EIP-712 digest of the authorization: identical payments have the same one.
     pub fingerprint: B256,
     /// `Settled`: the settlement. `Pending`: the `settlement_pending` answer (with the transaction when one is
-    /// known). `Spent`: the failure. `InFlight`: none.
+    /// known). `Spent`: the failure. `InFlight`: none while the request verifies or serves; the
+    /// `settlement_pending` answer once the engine has begun to settle it (or claimed it from `Pending`), so
+    /// that a record whose process died is known to have moved money or not.
     pub settlement: Option<SettleResponse>,
     /// The payment itself, for reconciliation; [`StoredPayment::forgotten`] once the state is final.
     pub payment: Arc<StoredPayment>,

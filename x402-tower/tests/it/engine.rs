@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use x402_tower::engine::PaymentEngine;
 use x402_tower::engine::facilitator::FacilitatorPolicy;
 use x402_tower::pricing::BoxFuture;
-use x402_tower::proto::SupportedResponse;
+use x402_tower::proto::{SettleResponse, SupportedResponse};
 use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use x402_tower::{
     ReplayStore,
@@ -353,58 +353,74 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
     // Nothing left to do.
     assert_eq!(e.reconcile_unresolved(100).await.unwrap().examined, 0);
 
-    // A request that died mid-flight (InFlight, never touched again) is stale after `stale_after`.
-    let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
-    let c = clock.clone();
-    let s = Scripted::new(settled_outcome());
-    let store = Arc::new(InMemoryReplayStore::default());
-    let e = PaymentEngine::builder()
-        .settler(s.clone())
-        .replay_store(store.clone())
-        .stale_after(std::time::Duration::from_secs(60))
-        .clock(move || c.load(Ordering::SeqCst))
-        .build()
+    // A request that died mid-flight (InFlight, never touched again) is stale after `stale_after`. Marked as
+    // settling, it may have moved money: reconciled. Unmarked, it moved nothing: released, the settler never
+    // asked (a facilitator's reconciliation settles, and would charge for a request never served).
+    for marked in [true, false] {
+        let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
+        let c = clock.clone();
+        let s = Scripted::new(settled_outcome());
+        let store = Arc::new(InMemoryReplayStore::default());
+        let e = PaymentEngine::builder()
+            .settler(s.clone())
+            .replay_store(store.clone())
+            .stale_after(std::time::Duration::from_secs(60))
+            .clock(move || c.load(Ordering::SeqCst))
+            .build()
+            .unwrap();
+        let payload = unb64(&v2_header(8));
+        let request = x402_tower::engine::facilitator::settle_request(
+            payload.to_string().into(),
+            &payload["accepted"].to_string(),
+        )
         .unwrap();
-    let payload = unb64(&v2_header(8));
-    let request = x402_tower::engine::facilitator::settle_request(
-        payload.to_string().into(),
-        &payload["accepted"].to_string(),
-    )
-    .unwrap();
-    let key = x402_tower::store::ReplayKey {
-        chain_id: 84532,
-        asset: USDC_BASE_SEPOLIA,
-        from: ACCOUNT0,
-        nonce: request.payload.exact().authorization.nonce,
-    };
-    let record = x402_tower::store::PaymentRecord {
-        state: PaymentState::InFlight,
-        resource: "https://shop.example/r".into(),
-        fingerprint: alloy_primitives::B256::ZERO,
-        settlement: None,
-        payment: Arc::new(x402_tower::store::StoredPayment {
-            payload: payload.to_string().into(),
-            requirements: payload["accepted"].to_string().into(),
-        }),
-        expires_at: now() + 300,
-        updated_at: now(),
-        revision: 0,
-    };
-    store.reserve(&key, &record, now()).await.unwrap();
-    assert_eq!(
-        e.reconcile_unresolved(10).await.unwrap().examined,
-        0,
-        "not stale yet"
-    );
-    clock.store(now() + 61, Ordering::SeqCst);
-    let report = e.reconcile_unresolved(10).await.unwrap();
-    assert_eq!((report.examined, report.settled), (1, 1));
-    assert_eq!(s.reconciles(), 1);
-    assert_eq!(
-        s.settles(),
-        0,
-        "reconciled, never settled by the reconciler"
-    );
+        let key = x402_tower::store::ReplayKey {
+            chain_id: 84532,
+            asset: USDC_BASE_SEPOLIA,
+            from: ACCOUNT0,
+            nonce: request.payload.exact().authorization.nonce,
+        };
+        let mark = SettleResponse {
+            success: false,
+            error_reason: Some("settlement_pending".into()),
+            error_message: None,
+            transaction: String::new(),
+            network: "eip155:84532".into(),
+            payer: None,
+            extensions: None,
+        };
+        let record = x402_tower::store::PaymentRecord {
+            state: PaymentState::InFlight,
+            resource: "https://shop.example/r".into(),
+            fingerprint: alloy_primitives::B256::ZERO,
+            settlement: marked.then_some(mark),
+            payment: Arc::new(x402_tower::store::StoredPayment {
+                payload: payload.to_string().into(),
+                requirements: payload["accepted"].to_string().into(),
+            }),
+            expires_at: now() + 300,
+            updated_at: now(),
+            revision: 0,
+        };
+        store.reserve(&key, &record, now()).await.unwrap();
+        assert_eq!(
+            e.reconcile_unresolved(10).await.unwrap().examined,
+            0,
+            "not stale yet"
+        );
+        clock.store(now() + 61, Ordering::SeqCst);
+        let report = e.reconcile_unresolved(10).await.unwrap();
+        assert_eq!(s.settles(), 0, "never settled by the reconciler");
+        if marked {
+            assert_eq!((report.examined, report.settled), (1, 1));
+            assert_eq!(s.reconciles(), 1);
+            assert_eq!(state(&store), Some(PaymentState::Settled));
+        } else {
+            assert_eq!((report.examined, report.released), (1, 1));
+            assert_eq!(s.reconciles(), 0, "nothing to ask the settler");
+            assert_eq!(state(&store), None);
+        }
+    }
 }
 
 #[tokio::test]

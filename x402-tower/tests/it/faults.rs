@@ -69,8 +69,17 @@ impl Rig {
             x402_tower::engine::PaymentEngineBuilder,
         ) -> x402_tower::engine::PaymentEngineBuilder,
     ) -> Rig {
+        Rig::over(timing, LedgerSettler::new(), adjust)
+    }
+
+    fn over(
+        timing: SettleTiming,
+        ledger: Arc<LedgerSettler>,
+        adjust: impl FnOnce(
+            x402_tower::engine::PaymentEngineBuilder,
+        ) -> x402_tower::engine::PaymentEngineBuilder,
+    ) -> Rig {
         let store = FaultyStore::new(Arc::new(InMemoryReplayStore::default()));
-        let ledger = LedgerSettler::new();
         let skew = Arc::new(AtomicU64::new(0));
         let clock = skew.clone();
         let builder = PaymentEngine::builder()
@@ -212,10 +221,10 @@ async fn a_service_that_fails_or_panics_never_costs_the_buyer_its_content() {
             let nonce = 0x20 + i as u8 + if behavior == Behavior::Panic { 8 } else { 0 };
             let h = paid_header(nonce);
             rig.service.on_call(1, behavior);
-            // The settled record's write (settle-first) is still under way when the service fails: it must
-            // not be cut short with the request.
+            // The settled record's write (settle-first; update 1 marks the record as settling) is still
+            // under way when the service fails: it must not be cut short with the request.
             rig.store
-                .inject(StoreOp::Update, 1, Fault::Delay(Duration::from_millis(200)));
+                .inject(StoreOp::Update, 2, Fault::Delay(Duration::from_millis(200)));
             let first = rig.send(&h).await;
             let expected = if behavior == Behavior::Panic {
                 matches!(first, Outcome::Panicked)
@@ -274,11 +283,12 @@ async fn a_record_write_that_fails_or_loses_its_answer_is_tried_again() {
             let rig = Rig::new(timing);
             let nonce = 0x40 + i as u8 + if fault == Fault::LoseAnswer { 8 } else { 0 };
             let h = paid_header(nonce);
-            // The first update is the settled record's write, in either timing.
+            // Update 1 marks the record as settling, update 2 writes it settled, in either timing.
             rig.store.inject(StoreOp::Update, 1, fault);
+            rig.store.inject(StoreOp::Update, 3, fault);
             let tx = Rig::delivered(&rig.send(&h).await.answer());
             rig.until_state(nonce, Some(PaymentState::Settled)).await;
-            assert!(rig.store.calls(StoreOp::Update) >= 2, "tried again");
+            assert_eq!(rig.store.calls(StoreOp::Update), 4, "each tried again");
             assert_eq!(Rig::delivered(&rig.send(&h).await.answer()), tx);
             assert_eq!(rig.ledger.moved(), 1, "{fault:?} {timing:?}");
         }
@@ -291,8 +301,10 @@ async fn a_store_down_after_the_settlement_is_reconciled_to_a_delivery() {
         let rig = Rig::with(timing, |b| b.store_timeout(Duration::from_millis(200)));
         let nonce = 0x50 + i as u8;
         let h = paid_header(nonce);
-        // Every write hangs: the settled record is never written.
-        rig.store.always(StoreOp::Update, Fault::Hang);
+        // Every write after the settling mark hangs (its three tries): the settled record is never written.
+        for nth in 2..=4 {
+            rig.store.inject(StoreOp::Update, nth, Fault::Hang);
+        }
         let tx = Rig::delivered(&rig.send(&h).await.answer());
         assert_eq!(rig.ledger.moved(), 1);
         assert_eq!(rig.state(nonce).await, Some(PaymentState::InFlight));
@@ -442,4 +454,80 @@ async fn a_client_gone_while_the_service_runs_frees_an_unsettled_payment_at_once
     assert_eq!(rig.ledger.moved(), 0);
     Rig::delivered(&rig.send(&h).await.answer());
     assert_eq!(rig.ledger.moved(), 1);
+}
+
+#[tokio::test]
+async fn a_settling_mark_that_cannot_be_written_moves_no_money() {
+    for (i, timing) in BOTH.into_iter().enumerate() {
+        let rig = Rig::new(timing);
+        let nonce = 0xb0 + i as u8;
+        let h = paid_header(nonce);
+        rig.store.always(StoreOp::Update, Fault::Fail);
+        let a = rig.send(&h).await.answer();
+        assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{timing:?}");
+        assert!(a.header("payment-response").is_none());
+        assert_eq!((rig.ledger.settle_calls(), rig.ledger.moved()), (0, 0));
+        // Released: the authorization is free again.
+        assert_eq!(rig.state(nonce).await, None);
+        rig.store.heal();
+        Rig::delivered(&rig.send(&h).await.answer());
+        assert_eq!(rig.ledger.moved(), 1, "{timing:?}");
+    }
+}
+
+/// A settle-after request whose process died inside the protected service (its future never finished nor
+/// dropped: the record stays `InFlight` as a crash leaves it). The settler reconciles as a facilitator does,
+/// by settling. Nobody saw an answer, so nothing may be charged: the background reconciler releases the
+/// payment without asking the settler, and the buyer's resend is served and settled once; a resend that
+/// finds the record abandoned first runs the service before it settles.
+#[tokio::test]
+async fn a_request_that_died_in_its_handler_is_never_charged_for_by_the_reconciler() {
+    for background in [true, false] {
+        let rig = Rig::over(
+            SettleTiming::AfterResponse,
+            LedgerSettler::like_a_facilitator(),
+            |b| b,
+        );
+        let nonce = 0xc0 + u8::from(background);
+        let h = paid_header(nonce);
+        let (entered, mut running) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let stuck = tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
+            let _ = entered.send(());
+            std::future::pending::<Result<http::Response<Full<Bytes>>, std::convert::Infallible>>()
+        });
+        let svc = config()
+            .engine(rig.engine.clone())
+            .build()
+            .unwrap()
+            .layer(stuck);
+        let request = req("/report", &[("payment-signature", h.as_str())]);
+        let mut dying = Box::pin(svc.oneshot(request));
+        tokio::select! {
+            _ = &mut dying => panic!("the stuck service answered"),
+            r = tokio::time::timeout(BOUND, running.recv()) => {
+                r.expect("the service was reached").expect("the service was reached");
+            }
+        }
+        // The process dies: nothing of the request runs again, not even its drop.
+        #[allow(clippy::mem_forget)] // what a crash does to the request's state, on purpose
+        std::mem::forget(dying);
+        assert_eq!(rig.state(nonce).await, Some(PaymentState::InFlight));
+        rig.after_stale();
+        if background {
+            let report = rig.engine.reconcile_unresolved(10).await.unwrap();
+            assert_eq!((report.examined, report.released), (1, 1), "{report:?}");
+            assert_eq!(rig.state(nonce).await, None);
+        }
+        assert_eq!(rig.ledger.settle_calls(), 0, "the settler was never asked");
+        assert_eq!(
+            rig.ledger.moved(),
+            0,
+            "nothing charged for an unserved request"
+        );
+        // The resend: served by the service, then settled, once.
+        Rig::delivered(&rig.send(&h).await.answer());
+        assert_eq!(rig.service.calls(), 1);
+        assert_eq!(rig.ledger.moved(), 1, "background: {background}");
+        assert_eq!(rig.state(nonce).await, Some(PaymentState::Settled));
+    }
 }

@@ -2,7 +2,7 @@
 # Fuzzes what clients send before anything is trusted (fuzz/fuzz_targets): the payment header through the
 # whole layer, the facilitator door's bodies, the registry's query string, the Web Bot Auth headers.
 #
-#     scripts/fuzz.sh            # each target for FUZZ_SECONDS (default 20), as the test command runs it
+#     scripts/fuzz.sh            # each target for FUZZ_SECONDS (default 10), as the test command runs it
 #     FUZZ_SECONDS=3600 scripts/fuzz.sh payment_header    # a long run of one target
 #
 # Needs the nightly toolchain (libFuzzer's sanitizer flags) and cargo-fuzz (installed from crates.io here
@@ -16,7 +16,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "==> cargo install cargo-fuzz"
     cargo install --quiet --locked cargo-fuzz
 fi
-seconds="${FUZZ_SECONDS:-20}"
+seconds="${FUZZ_SECONDS:-10}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(payment_header facilitator_body registry_query bot_auth_signature)
 # No sanitizer: the code fuzzed is Rust (a crash is a panic, an overflow check, a timeout or an allocation past

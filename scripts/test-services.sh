@@ -10,6 +10,7 @@
 # - Redis: redis-server without persistence. Exports X402_TEST_REDIS=redis://127.0.0.1:<port>.
 #
 # Missing servers are installed from Debian's packages (postgresql, redis-server); if that fails, this fails.
+# With X402_SERVICES_INSTALL_ONLY=1 it only installs them (scripts/test.sh does that while clippy compiles).
 
 _svc_die() {
     echo "error: $*" >&2
@@ -69,11 +70,16 @@ _svc_stop() {
     _SVC_PG_PID="" _SVC_PG_POSTMASTER="" _SVC_REDIS_PID="" _SVC_DIR=""
 }
 
+_svc_install_missing() {
+    _svc_pg_bin >/dev/null || _svc_install postgresql "the reference server's PostgreSQL tests" || return 1
+    _svc_pg_bin >/dev/null || _svc_die "PostgreSQL's initdb not found after installing postgresql" || return 1
+    command -v redis-server >/dev/null || _svc_install redis-server "the Redis replay store's tests" || return 1
+}
+
 _svc_start() {
     local pg_bin port user run
-    pg_bin="$(_svc_pg_bin)" || { _svc_install postgresql "the reference server's PostgreSQL tests" && pg_bin="$(_svc_pg_bin)"; } \
-        || _svc_die "PostgreSQL's initdb not found after installing postgresql" || return 1
-    command -v redis-server >/dev/null || _svc_install redis-server "the Redis replay store's tests" || return 1
+    _svc_install_missing || return 1
+    pg_bin="$(_svc_pg_bin)"
 
     _SVC_DIR="$(mktemp -d /tmp/x402-test-services.XXXXXX)"
     chmod 755 "$_SVC_DIR"
@@ -105,5 +111,9 @@ _svc_start() {
     echo "==> Redis (pid $_SVC_REDIS_PID) on 127.0.0.1:$port"
 }
 
-trap _svc_stop EXIT
-_svc_start
+if [ -n "${X402_SERVICES_INSTALL_ONLY:-}" ]; then
+    _svc_install_missing
+else
+    trap _svc_stop EXIT
+    _svc_start
+fi

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 # How long each part took, printed at the end (also when a part fails).
 _parts=()
-_part_name="set-up (npm, PyPI, Chromium, PostgreSQL, Redis)"
+_part_name="cargo fmt --check"
 _part_start=$SECONDS
 part() { # name of the part that starts now
     _parts+=("$(printf '%5d s  %s' $((SECONDS - _part_start)) "$_part_name")")
@@ -38,12 +38,19 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 4500 ]; then
     exit 1
 fi
 
-# shellcheck source=scripts/test-deps.sh
-source scripts/test-deps.sh
-# shellcheck source=scripts/test-services.sh
-source scripts/test-services.sh
-# After the services' own EXIT trap is set: report the parts, then stop the services.
-trap '_report_parts; _svc_stop' EXIT
+# The downloads (npm, PyPI, Debian's Chromium, PostgreSQL and Redis packages) wait on the network while fmt
+# and clippy keep the CPU busy: they run in the background, logged to target/test-setup.log, and the tests
+# wait for them below.
+mkdir -p target
+(
+    set -e
+    # shellcheck source=scripts/test-deps.sh
+    source scripts/test-deps.sh
+    X402_SERVICES_INSTALL_ONLY=1 source scripts/test-services.sh
+) >target/test-setup.log 2>&1 &
+_setup_pid=$!
+trap '_report_parts; kill "$_setup_pid" 2>/dev/null || true' EXIT
+echo "==> set-up (npm, PyPI, Chromium, PostgreSQL, Redis) in the background: target/test-setup.log"
 
 # Runs a test binary with a filter and fails when the filter matched no test.
 run_filtered() { # dir, binary, filter
@@ -54,7 +61,7 @@ run_filtered() { # dir, binary, filter
         || { echo "error: the filter '$3' matched no test of $2" >&2; return 1; }
 }
 
-part "cargo fmt --check"
+echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 part "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware -- -D warnings
@@ -69,6 +76,16 @@ for features in "" axum; do
     echo "    registry-pagination: --no-default-features ${features:+--features $features}"
     cargo clippy -q -p registry-pagination --lib --no-default-features ${features:+--features "$features"} -- -D warnings
 done
+part "set-up: the background downloads' end, PostgreSQL and Redis started"
+wait "$_setup_pid" || { cat target/test-setup.log >&2; echo "error: the set-up failed (target/test-setup.log above)" >&2; exit 1; }
+cat target/test-setup.log
+# Both only check and export now (installed above), and start the servers.
+# shellcheck source=scripts/test-deps.sh
+source scripts/test-deps.sh
+# shellcheck source=scripts/test-services.sh
+source scripts/test-services.sh
+# After the services' own EXIT trap is set: report the parts, then stop the services.
+trap '_report_parts; _svc_stop' EXIT
 part "cargo test"
 # x402-tower's Redis replay store is a cargo feature: built and tested here against the Redis started above.
 cargo test --workspace --all-targets --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
@@ -102,5 +119,5 @@ part "doc tests"
 cargo test --workspace --doc --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
 part "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features x402-tower/redis,x402-tower/metrics,x402-tower/reqwest-middleware
-part "fuzz: each target of fuzz/ for 20 s (docs/testing.md)"
-FUZZ_SECONDS=20 scripts/fuzz.sh
+part "fuzz: each target of fuzz/ for 10 s (docs/testing.md)"
+FUZZ_SECONDS=10 scripts/fuzz.sh

@@ -215,6 +215,31 @@ fn benches(c: &mut Criterion) {
         b.iter(|| run(&verify_only, request(Some(&header))))
     });
 
+    // The same purchase driven inside a Tokio runtime: the settlement and its writes then run in a task of
+    // their own (`PaymentEngine::run_to_end`: spawned, awaited through a oneshot), as in every server. The
+    // difference with the row above is what that costs per purchase.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let in_runtime = |req| {
+        runtime
+            .block_on(verify_only.clone().oneshot(req))
+            .map(|r| r.status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    };
+    assert_eq!(in_runtime(request(Some(&header))), StatusCode::OK);
+    g.bench_function("paid_request_local_verification_in_tokio", |b| {
+        b.iter(|| in_runtime(request(Some(&header))))
+    });
+    // The floor of that: the bare service through the same runtime's `block_on`.
+    g.bench_function("bare_service_in_tokio", |b| {
+        b.iter(|| {
+            runtime
+                .block_on(bare.clone().oneshot(request(None)))
+                .map(|r| r.status())
+        })
+    });
+
     // Decoding a payment that echoes ~3.6 KB of a 402's extensions (as every purchase of the reference
     // server's articles does: bazaar, signed offers, sign-in-with-x, terms).
     let echoing = {

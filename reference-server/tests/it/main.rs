@@ -2,6 +2,7 @@
 
 mod common;
 mod connections;
+mod crashes;
 mod errors;
 mod extensions;
 mod faults;

@@ -219,6 +219,7 @@ fn benches(c: &mut Criterion) {
     // their own (`PaymentEngine::run_to_end`: spawned, awaited through a oneshot), as in every server. The
     // difference with the row above is what that costs per purchase.
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .unwrap();
     let in_runtime = |req| {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use x402_tower::extensions::terms::Terms;
 
-use super::payment::{ArticleOffers, ArticlePricing};
+use super::offers::{ArticleOffers, ArticlePricing};
 use crate::domain::Article;
 use crate::domain::license::DefaultTerms;
 use crate::store::StoreError;
@@ -238,7 +238,7 @@ mod tests {
         assert_ne!(own_terms.info().version, terms.info().version);
         // The offers follow each article's licenses and prices, built with the catalog.
         let amount = |offers: &ArticleOffers| {
-            let all = offers.get(super::super::payment::LicenseChoice(None));
+            let all = offers.get(crate::licensing::offers::LicenseChoice(None));
             all.as_slice()
                 .iter()
                 .map(|o| o.amount.atomic_units().to_string())

@@ -42,7 +42,7 @@ impl Extension for ArticleDeclarations {
     }
 
     fn declare(&self, offered: &Offered<'_>) -> Option<Declaration> {
-        let id = super::payment::article_id_of(offered.resource_url())?;
+        let id = super::offers::article_id_of(offered.resource_url())?;
         Some(Declaration::lasting(self.0.for_sale(&id)?.bazaar))
     }
 }
@@ -56,11 +56,11 @@ pub fn resources(state: &Licensing) -> Vec<DiscoveryResource> {
         .iter()
         .filter_map(|a| {
             // One offer per license, as the article's 402 (the first is its catalog price).
-            let offers = super::payment::article_offers(
+            let offers = super::offers::article_offers(
                 &state.settings.payment,
                 state.settings.pay_to,
                 a,
-                super::payment::LicenseChoice(None),
+                super::offers::LicenseChoice(None),
             );
             let offer = offers.first()?;
             let id: String = form_urlencoded::byte_serialize(a.id.as_bytes()).collect();

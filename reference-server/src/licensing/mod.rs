@@ -78,12 +78,14 @@ pub mod interest;
 pub mod landing;
 pub mod llms_txt;
 pub mod minter;
+pub mod offers;
 pub mod payment;
 pub mod receipt;
 mod routes;
 pub mod rsl;
 pub mod settings;
 pub mod settlements;
+mod sign_in;
 mod state;
 
 pub use routes::router;

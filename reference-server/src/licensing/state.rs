@@ -4,15 +4,16 @@ use std::sync::Arc;
 
 use axum::http::HeaderValue;
 use x402_tower::X402Layer;
+use x402_tower::settle::Settler;
 use x402_tower::settle::onchain::OnchainSettler;
 
 use super::articles::ArticleCatalog;
 use super::bot_auth::BotVerifier;
 use super::interest::InterestRecorder;
 use super::minter::Minter;
-use super::settings::{LicensingSettings, OnchainSettings};
+use super::settings::LicensingSettings;
 use super::settlements::SettlementLog;
-use super::{handlers, payment};
+use super::{handlers, offers, payment};
 use crate::metrics::Metrics;
 use crate::store::{LicensingStore, PaymentStore, Stores};
 
@@ -61,20 +62,16 @@ pub enum BuildError {
 
 impl Licensing {
     /// Interface A for `settings`, reachable at `public_url`, over `stores` (loads the article catalog),
-    /// counting into `metrics`.
+    /// counting into `metrics`, its payments settled by `settler` (`onchain` when that is the on-chain
+    /// settler, which sign-in-with-x and the minter use too). The server chooses both.
     pub async fn new(
         settings: LicensingSettings,
         public_url: String,
         stores: &Stores,
         metrics: Arc<Metrics>,
+        settler: Arc<dyn Settler>,
+        onchain: Option<OnchainSettler>,
     ) -> Result<Self, BuildError> {
-        let onchain = settings
-            .onchain
-            .as_ref()
-            .map(OnchainSettings::settler)
-            .transpose()
-            .map_err(|e| BuildError::Payment(e.to_string()))?;
-        let settler = payment::settler(&settings, onchain.as_ref())?;
         let settlements = Arc::new(SettlementLog::new(stores.settlements.clone()));
         let payment_store = stores.payments.clone();
         let licensing = stores.licensing.clone();
@@ -82,7 +79,7 @@ impl Licensing {
             &*licensing,
             &public_url,
             settings.default_terms.clone(),
-            payment::ArticlePricing::new(settings.payment.clone(), settings.pay_to),
+            offers::ArticlePricing::new(settings.payment.clone(), settings.pay_to),
         )
         .await
         .map(Arc::new)

@@ -64,12 +64,15 @@ impl Parts {
         stores: Stores,
     ) -> Result<Self, BuildError> {
         let metrics = Arc::new(Metrics::default());
+        let (settler, onchain) = super::settler::settler(&settings.licensing)?;
         let licensing = Arc::new(
             Licensing::new(
                 settings.licensing.clone(),
                 public_url.clone(),
                 &stores,
                 metrics.clone(),
+                settler,
+                onchain,
             )
             .await?,
         );

@@ -8,6 +8,7 @@ pub(crate) mod log_lines;
 pub mod openapi;
 pub mod ops;
 pub mod serve;
+mod settler;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -14,7 +14,8 @@ use x402_tower::proto::checksum;
 use crate::domain::{Article, Receipt};
 use crate::licensing::Licensing;
 use crate::licensing::articles::ForSale;
-use crate::licensing::payment::{LicenseChoice, PaidBy};
+use crate::licensing::offers::LicenseChoice;
+use crate::licensing::payment::PaidBy;
 use crate::licensing::receipt::{self};
 use crate::store::StoreError;
 use crate::web::clock::now_rfc3339;
@@ -252,7 +253,7 @@ pub async fn get_article(
     );
     // The license the payment bought: the one its offer sells (offers are in license order).
     let license =
-        crate::licensing::payment::licenses_offered(&article, choice).get(payment.offer_index);
+        crate::licensing::offers::licenses_offered(&article, choice).get(payment.offer_index);
     let record = Arc::new(Receipt {
         license_id: license.map(|l| l.id.clone()),
         // The version its 402 declared (computed once per catalog load, not per purchase).
@@ -355,7 +356,7 @@ async fn read_again(
     let payer = checksum(&signed.address);
     let Some(receipt) = state.licensing.receipt_of(&payer, &article.id).await? else {
         // The layer's check found a receipt a moment ago; answer as if it had not.
-        let offers = crate::licensing::payment::article_offers(
+        let offers = crate::licensing::offers::article_offers(
             &state.settings.payment,
             state.settings.pay_to,
             article,
@@ -505,7 +506,7 @@ fn replayed_payment(
     choice: LicenseChoice,
     uri: &axum::http::Uri,
 ) -> Response {
-    let offers = crate::licensing::payment::article_offers(
+    let offers = crate::licensing::offers::article_offers(
         &state.settings.payment,
         state.settings.pay_to,
         article,

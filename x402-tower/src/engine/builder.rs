@@ -143,6 +143,8 @@ impl PaymentEngineBuilder {
     /// How long one call of the store may take before it counts as failed (default 10 s): a store that
     /// hangs refuses payments (503) instead of holding requests open, and a write after a settlement is
     /// tried again ([`ReplayStore`] calls are compare-and-set, so a late write is never applied twice).
+    /// Inside a Tokio runtime the bound is Tokio's timer, so that runtime needs its time driver
+    /// (`enable_time`, or `enable_all` as `#[tokio::main]` does); outside one, store calls are not bounded.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = timeout;
         self

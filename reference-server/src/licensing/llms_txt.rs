@@ -68,7 +68,9 @@ pub fn render(
          3. Repeat the GET with the header `PAYMENT-SIGNATURE: <Base64 JSON PaymentPayload>` (v2, `accepted` = the \
          offer) or `X-PAYMENT` (v1). Official clients do steps 1 to 3 for you: `@x402/fetch` (npm), `x402` (PyPI).\n\
          4. The 200 answer holds the article and `receipt.nft.verifyUrl` (the receipt as JSON) and \
-         `receipt.certificate.url` (a printable certificate). A payment is accepted once; a replay is refused.\n"
+         `receipt.certificate.url` (a printable certificate). A payment settles once: resending the identical \
+         payment for the same article (a lost answer, a retry) gets the same article and receipt without a second \
+         charge; the same payment for another article is refused.\n"
     );
     t
 }

@@ -227,9 +227,18 @@ async fn v2_purchase_returns_article_and_a_durable_verifiable_receipt() {
     );
 }
 
+/// What `/llms.txt` tells agents about a resend is what the server does.
 #[tokio::test]
 async fn a_resend_gets_the_same_article_and_receipt_and_another_resource_is_refused() {
     let server = TestServer::start().await;
+    let llms = server.get("/llms.txt").await.text().await.unwrap();
+    for promise in [
+        "resending the identical payment for the same article (a lost answer, a retry) gets the same \
+         article and receipt without a second charge",
+        "the same payment for another article is refused",
+    ] {
+        assert!(llms.contains(promise), "{promise}: {llms}");
+    }
     let (required, _) = offer(&server, ARTICLE).await;
     let header = Payer::new().pay_v2(&required);
     let url = server.url(&format!("/x402Article?articleId={ARTICLE}"));

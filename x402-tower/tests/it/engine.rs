@@ -334,6 +334,27 @@ async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
     );
 }
 
+/// An engine over `settler` and an in-memory store, `stale_after` 60 s, on a clock the test moves.
+fn clocked_engine(
+    settler: Arc<Scripted>,
+) -> (
+    PaymentEngine,
+    Arc<InMemoryReplayStore>,
+    Arc<std::sync::atomic::AtomicU64>,
+) {
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
+    let c = clock.clone();
+    let store = Arc::new(InMemoryReplayStore::default());
+    let engine = PaymentEngine::builder()
+        .settler(settler)
+        .replay_store(store.clone())
+        .stale_after(std::time::Duration::from_secs(60))
+        .clock(move || c.load(Ordering::SeqCst))
+        .build()
+        .unwrap();
+    (engine, store, clock)
+}
+
 #[tokio::test]
 async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records() {
     let s = unknown_outcome();
@@ -357,17 +378,8 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
     // settling, it may have moved money: reconciled. Unmarked, it moved nothing: released, the settler never
     // asked (a facilitator's reconciliation settles, and would charge for a request never served).
     for marked in [true, false] {
-        let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
-        let c = clock.clone();
         let s = Scripted::new(settled_outcome());
-        let store = Arc::new(InMemoryReplayStore::default());
-        let e = PaymentEngine::builder()
-            .settler(s.clone())
-            .replay_store(store.clone())
-            .stale_after(std::time::Duration::from_secs(60))
-            .clock(move || c.load(Ordering::SeqCst))
-            .build()
-            .unwrap();
+        let (e, store, clock) = clocked_engine(s.clone());
         let payload = unb64(&v2_header(8));
         let request = x402_tower::engine::facilitator::settle_request(
             payload.to_string().into(),
@@ -505,18 +517,9 @@ async fn a_flood_of_caller_chosen_terms_stores_nothing_and_a_real_payment_still_
 async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_settlers_deadline() {
     // A settler whose settlements may take 10 minutes: an in-flight payment 5 minutes old is a slow
     // settlement, not a dead request, whatever `stale_after` says; past the deadline and a minute it is.
-    let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
-    let c = clock.clone();
     let s = Scripted::new(settled_outcome());
     s.settles_within(std::time::Duration::from_secs(600));
-    let store = Arc::new(InMemoryReplayStore::default());
-    let e = PaymentEngine::builder()
-        .settler(s.clone())
-        .replay_store(store.clone())
-        .stale_after(std::time::Duration::from_secs(60))
-        .clock(move || c.load(Ordering::SeqCst))
-        .build()
-        .unwrap();
+    let (e, store, clock) = clocked_engine(s.clone());
     assert_eq!(e.stale_after(), std::time::Duration::from_secs(660));
     let payload = unb64(&v2_header(13));
     let record = x402_tower::store::PaymentRecord {

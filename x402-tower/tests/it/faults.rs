@@ -160,6 +160,39 @@ impl Rig {
         }
     }
 
+    /// The layer (settle-after) over a service that never answers, and a future that ends once a request
+    /// reached that service (it fails the test after [`BOUND`]).
+    fn layer_over_a_service_that_never_answers(
+        &self,
+    ) -> (
+        impl tower::Service<
+            http::Request<Full<Bytes>>,
+            Response = http::Response<x402_tower::layer::ResponseBody<Full<Bytes>>>,
+            Error = std::convert::Infallible,
+            Future: Send,
+        > + Send
+        + 'static,
+        impl std::future::Future<Output = ()>,
+    ) {
+        let (entered, mut running) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let stuck = tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
+            let _ = entered.send(());
+            std::future::pending::<Result<http::Response<Full<Bytes>>, std::convert::Infallible>>()
+        });
+        let svc = config()
+            .engine(self.engine.clone())
+            .build()
+            .unwrap()
+            .layer(stuck);
+        let reached = async move {
+            tokio::time::timeout(BOUND, running.recv())
+                .await
+                .expect("the service was reached")
+                .expect("the service was reached");
+        };
+        (svc, reached)
+    }
+
     /// Moves the engine's clock past the time an in-flight record counts as abandoned.
     fn after_stale(&self) {
         let stale = self.engine.stale_after().as_secs() + 1;
@@ -428,25 +461,10 @@ async fn a_client_gone_while_the_service_runs_frees_an_unsettled_payment_at_once
     let h = paid_header(0xa0);
     // The client gives up once the service runs (not after a fixed time, which a loaded machine could spend
     // before the service is reached).
-    let (entered, mut running) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let slow = tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
-        let _ = entered.send(());
-        async {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
-        }
-    });
-    let svc = config()
-        .engine(rig.engine.clone())
-        .build()
-        .unwrap()
-        .layer(slow);
+    let (svc, reached) = rig.layer_over_a_service_that_never_answers();
     let request = req("/report", &[("payment-signature", h.as_str())]);
     let client = tokio::spawn(svc.oneshot(request));
-    tokio::time::timeout(BOUND, running.recv())
-        .await
-        .expect("the service was reached")
-        .expect("the service was reached");
+    reached.await;
     client.abort();
     assert!(client.await.is_err_and(|e| e.is_cancelled()));
     // Released without waiting for the record to turn stale; nothing was charged.
@@ -490,23 +508,12 @@ async fn a_request_that_died_in_its_handler_is_never_charged_for_by_the_reconcil
         );
         let nonce = 0xc0 + u8::from(background);
         let h = paid_header(nonce);
-        let (entered, mut running) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let stuck = tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
-            let _ = entered.send(());
-            std::future::pending::<Result<http::Response<Full<Bytes>>, std::convert::Infallible>>()
-        });
-        let svc = config()
-            .engine(rig.engine.clone())
-            .build()
-            .unwrap()
-            .layer(stuck);
+        let (svc, reached) = rig.layer_over_a_service_that_never_answers();
         let request = req("/report", &[("payment-signature", h.as_str())]);
         let mut dying = Box::pin(svc.oneshot(request));
         tokio::select! {
             _ = &mut dying => panic!("the stuck service answered"),
-            r = tokio::time::timeout(BOUND, running.recv()) => {
-                r.expect("the service was reached").expect("the service was reached");
-            }
+            () = reached => {}
         }
         // The process dies: nothing of the request runs again, not even its drop.
         #[allow(clippy::mem_forget)] // what a crash does to the request's state, on purpose

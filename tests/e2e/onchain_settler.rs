@@ -67,7 +67,7 @@ async fn settles_on_chain_and_moves_exactly_the_amount() {
     assert_eq!(chain.balance(pay_to()).await, before.1 + price);
     // The same authorization again: the chain says the nonce is used, and FiatToken's own
     // `AuthorizationUsed` log names the transaction that paid it: reported again, nothing sent, no second
-    // transfer (refusing it for another resource is the replay store's job, not the chain's).
+    // transfer (refusing it for another resource is the payment store's job, not the chain's).
     let relayer_sent = chain
         .rpc
         .call(
@@ -371,7 +371,14 @@ async fn smart_wallet_payers_settle_through_the_right_overload() {
         ..Knobs::default()
     };
     let req = request(&chain, owner_key, &knobs);
-    assert_eq!(req.signature.len(), 100);
+    assert_eq!(
+        req.authorized
+            .details::<x402_tower::scheme::Eip3009Payment>()
+            .unwrap()
+            .signature
+            .len(),
+        100
+    );
     // Not yet enabled: the wallet refuses, the simulation says so.
     assert_eq!(
         invalid_reason(settler.verify(&req).await.expect("rpc")),

@@ -549,7 +549,7 @@ async fn killed_after_broadcasting(dir: ChildDir) {
 /// facilitator the buyer's first attempt reached, anybody watching the mempool): the money moved to payTo
 /// exactly as signed. The server finds that transaction from FiatToken's own `AuthorizationUsed` log and
 /// delivers the article with it: its relayer sends nothing, one transfer moved. The same authorization for
-/// another resource is still refused (the replay store).
+/// another resource is still refused (the payment store).
 #[tokio::test]
 async fn an_authorization_somebody_else_broadcast_first_is_delivered_with_that_transaction() {
     let chain = Chain::start().await;

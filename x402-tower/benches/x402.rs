@@ -19,7 +19,7 @@ use x402_tower::extensions::offer_receipt::OfferReceipt;
 use x402_tower::extensions::siwx::{PaidCheck, SignInWithX};
 use x402_tower::pricing::BoxFuture;
 use x402_tower::store::{IdBinding, IdClaim, PaymentRecord, Reservation, StoreError};
-use x402_tower::{PaymentOffer, Price, PriceDecision, ReplayStore, X402Layer, store::ReplayKey};
+use x402_tower::{PaymentOffer, PaymentStore, Price, PriceDecision, X402Layer, store::PaymentKey};
 
 const VECTOR_A: &str = "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b";
 const PAY_TO: Address = address!("0x209693Bc6afc0C5328bA36FaF03C514EF312287C");
@@ -58,10 +58,10 @@ fn offer() -> PaymentOffer {
 /// A store that always reserves and accepts every update: isolates verification from the replay guard for
 /// the paid benchmark (the engine's store calls are still made).
 struct AlwaysFree;
-impl ReplayStore for AlwaysFree {
+impl PaymentStore for AlwaysFree {
     fn reserve<'a>(
         &'a self,
-        _: &'a ReplayKey,
+        _: &'a PaymentKey,
         _: &'a PaymentRecord,
         _: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
@@ -71,20 +71,20 @@ impl ReplayStore for AlwaysFree {
     }
     fn get<'a>(
         &'a self,
-        _: &'a ReplayKey,
+        _: &'a PaymentKey,
         _: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
         Box::pin(std::future::ready(Ok(None)))
     }
     fn update<'a>(
         &'a self,
-        _: &'a ReplayKey,
+        _: &'a PaymentKey,
         _: u64,
         _: &'a PaymentRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(std::future::ready(Ok(true)))
     }
-    fn release<'a>(&'a self, _: &'a ReplayKey, _: u64) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn release<'a>(&'a self, _: &'a PaymentKey, _: u64) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(std::future::ready(Ok(true)))
     }
     fn unresolved<'a>(
@@ -92,7 +92,7 @@ impl ReplayStore for AlwaysFree {
         _: u64,
         _: u64,
         _: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, StoreError>> {
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
     fn bind_id<'a>(
@@ -203,7 +203,7 @@ fn benches(c: &mut Criterion) {
         .engine(std::sync::Arc::new(
             x402_tower::PaymentEngine::builder()
                 .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
-                .replay_store(Arc::new(AlwaysFree))
+                .store(Arc::new(AlwaysFree))
                 .build()
                 .unwrap(),
         ))
@@ -329,7 +329,7 @@ fn benches(c: &mut Criterion) {
         .engine(std::sync::Arc::new(
             x402_tower::PaymentEngine::builder()
                 .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
-                .replay_store(Arc::new(AlwaysFree))
+                .store(Arc::new(AlwaysFree))
                 .build()
                 .unwrap(),
         ))
@@ -379,7 +379,7 @@ fn benches(c: &mut Criterion) {
         .engine(std::sync::Arc::new(
             x402_tower::PaymentEngine::builder()
                 .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
-                .replay_store(Arc::new(AlwaysFree))
+                .store(Arc::new(AlwaysFree))
                 .build()
                 .unwrap(),
         ))

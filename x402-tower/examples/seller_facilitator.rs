@@ -5,7 +5,7 @@
 //! cargo run -p x402-tower --example seller_facilitator -- --check   # asks itself once, expects 402, exits
 //! ```
 //!
-//! The engine keeps its payment records in memory (one process: a database-backed `ReplayStore` shares
+//! The engine keeps its payment records in memory (one process: a database-backed `PaymentStore` shares
 //! them between instances) and reports every settlement to the facilitator's `/settle`. A 402 needs no
 //! facilitator: `--check` asks for the report unpaid and never calls it.
 

@@ -105,7 +105,7 @@
 //!    now`, `validBefore >= now + 6`), then the signature as USDC checks it (65 bytes, `v` 27/28, low `s`,
 //!    recovered address == `from`, domain separator precomputed per offer). Any failure: 402 with the spec's
 //!    error string. See [`verify`].
-//! 4. **Payment record**: `(chainId, asset, from, nonce)` is reserved atomically in the [`ReplayStore`] before
+//! 4. **Payment record**: `(chainId, asset, from, nonce)` is reserved atomically in the [`PaymentStore`] before
 //!    the inner service runs. The identical payment resent for the same resource is served again with the
 //!    stored settlement (a buyer who lost the answer), never settled twice; the same authorization for another
 //!    resource gets 402 `invalid_exact_evm_nonce_already_used`. The rules are in [`engine`] and [`store`].
@@ -181,6 +181,7 @@ mod payment;
 mod price;
 pub mod pricing;
 pub mod proto;
+pub mod scheme;
 #[cfg(any(feature = "offer-receipt", feature = "onchain"))]
 mod secp;
 pub mod settle;
@@ -194,4 +195,4 @@ pub use payment::VerifiedPayment;
 pub use price::Price;
 pub use pricing::{PriceDecision, PriceSource};
 pub use settle::{SettleError, Settler};
-pub use store::{ReplayStore, StoreError};
+pub use store::PaymentStore;

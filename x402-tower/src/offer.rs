@@ -28,6 +28,10 @@ pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 300;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PaymentOffer {
+    /// The scheme it is sold under (`"exact"` unless set with [`PaymentOffer::scheme`]); the engine's
+    /// [`Scheme`](crate::scheme::Scheme) of that name (and, for `exact`, of its
+    /// `extra.assetTransferMethod`) reads and checks its payments.
+    pub scheme: std::borrow::Cow<'static, str>,
     /// The network the payment is made on.
     pub network: Network,
     /// The token paid (its contract is the offer's `asset`).
@@ -66,6 +70,7 @@ impl PaymentOffer {
     /// An offer in any EIP-3009 token (a local chain, another stablecoin).
     pub fn new(network: Network, token: Token, pay_to: Address, amount: Price) -> Self {
         PaymentOffer {
+            scheme: std::borrow::Cow::Borrowed(crate::proto::SCHEME_EXACT),
             network,
             token,
             pay_to,
@@ -75,6 +80,14 @@ impl PaymentOffer {
             mime_type: String::new(),
             extra: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// Sells the offer under the scheme `name` (default `"exact"`): the engine must know a
+    /// [`Scheme`](crate::scheme::Scheme) that sells it
+    /// ([`PaymentEngineBuilder::scheme`](crate::engine::PaymentEngineBuilder::scheme)).
+    pub fn scheme(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.scheme = name.into();
+        self
     }
 
     /// Sets the description.
@@ -111,25 +124,39 @@ impl PaymentOffer {
         self
     }
 
-    /// The x402 v2 `accepts` entry of this offer (`exact`, CAIP-2 network, the token's EIP-712 name and
-    /// version in `extra`), as the layer's 402 sends it.
+    /// The x402 v2 `accepts` entry of this offer (its scheme, CAIP-2 network, the token's EIP-712 name
+    /// and version in `extra`, then the offer's own `extra`). The layer's 402 sends this with what the
+    /// offer's [`Scheme`](crate::scheme::Scheme) adds to `extra`.
     pub fn requirements_v2(&self) -> crate::proto::PaymentRequirementsV2 {
+        self.requirements_v2_with(|_, _| {})
+    }
+
+    /// [`Self::requirements_v2`], with `scheme_extra`'s members in `extra` after the token's.
+    pub(crate) fn requirements_v2_with(
+        &self,
+        scheme_extra: impl FnOnce(&Self, &mut serde_json::Map<String, serde_json::Value>),
+    ) -> crate::proto::PaymentRequirementsV2 {
         crate::proto::PaymentRequirementsV2 {
-            scheme: crate::proto::SCHEME_EXACT.to_owned(),
+            scheme: self.scheme.clone().into_owned(),
             network: self.network.caip2().to_owned(),
             amount: self.amount.atomic_units(),
             asset: self.token.address,
             pay_to: self.pay_to,
             max_timeout_seconds: self.max_timeout_seconds,
-            extra: Some(self.extra_json()),
+            extra: Some(self.extra_json(scheme_extra)),
         }
     }
 
-    /// `extra`: the token's EIP-712 `name` and `version`, then [`PaymentOffer::extra`]'s members.
-    fn extra_json(&self) -> serde_json::Value {
+    /// `extra`: the token's EIP-712 `name` and `version`, the scheme's members, then
+    /// [`PaymentOffer::extra`]'s.
+    fn extra_json(
+        &self,
+        scheme_extra: impl FnOnce(&Self, &mut serde_json::Map<String, serde_json::Value>),
+    ) -> serde_json::Value {
         let mut extra = serde_json::Map::new();
         extra.insert("name".into(), self.token.name.clone().into());
         extra.insert("version".into(), self.token.version.clone().into());
+        scheme_extra(self, &mut extra);
         for (key, value) in &self.extra {
             extra
                 .entry(key.clone())

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use alloy_primitives::{Address, B256, Bytes, U256};
+use alloy_primitives::{Address, B256, U256};
 
 use crate::offer::PaymentOffer;
 use crate::proto::{PaymentPayload, PaymentRequirements, SettleResponse};
+use crate::scheme::Authorized;
 
 /// When the payment is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,6 +38,8 @@ pub enum SettleTiming {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedPayment {
+    /// The scheme paid under (`"exact"`).
+    pub scheme: &'static str,
     /// The payer (`authorization.from`).
     pub payer: Address,
     /// The amount authorized, atomic units.
@@ -47,7 +50,7 @@ pub struct VerifiedPayment {
     pub asset: Address,
     /// The recipient.
     pub pay_to: Address,
-    /// The authorization nonce.
+    /// The authorization nonce (in the contract of [`PaymentKey::nonce_space`](crate::store::PaymentKey)).
     pub nonce: B256,
     /// `validBefore` of the authorization (unix seconds, saturated to `u64`).
     pub valid_before: u64,
@@ -60,6 +63,9 @@ pub struct VerifiedPayment {
     /// answer and resent the identical payment): deliver the same thing again, do not issue anything new.
     /// Nothing was settled for this request.
     pub redelivered: bool,
+    /// For a scheme that settles what was used (`upto`): what was charged, once the protected service
+    /// answered (`amount` is then the signed maximum). `None` for other schemes.
+    pub charge: Option<U256>,
     /// Which of the offers the price source returned this payment pays (their position): the license
     /// bought when one resource is sold under several (0 for a facilitator's request, which has one).
     pub offer_index: usize,
@@ -68,18 +74,20 @@ pub struct VerifiedPayment {
 impl VerifiedPayment {
     /// The payment a settle request describes (nothing settled yet).
     pub fn from_request(request: &SettleRequest) -> Self {
-        let auth = &request.payload.exact().authorization;
+        let paid = &request.authorized;
         VerifiedPayment {
-            payer: auth.from,
-            amount: auth.value,
+            scheme: paid.scheme,
+            payer: paid.payer,
+            amount: paid.amount,
             network: request.offer.network.clone(),
             asset: request.offer.token.address,
             pay_to: request.offer.pay_to,
-            nonce: auth.nonce,
-            valid_before: u64::try_from(auth.valid_before).unwrap_or(u64::MAX),
+            nonce: paid.key.nonce,
+            valid_before: paid.valid_before,
             x402_version: request.payload.x402_version(),
             settlement: None,
             redelivered: false,
+            charge: request.charge,
             offer_index: 0,
         }
     }
@@ -98,14 +106,34 @@ pub struct SettleRequest {
     pub requirements: PaymentRequirements,
     /// The offer the payment matched: network (chain id) and token (address, EIP-712 name/version).
     pub offer: PaymentOffer,
-    /// The signature bytes (65 bytes `r‖s‖v` after local verification).
-    pub signature: Bytes,
+    /// The payment as its scheme read it: payer, amount, key, and the scheme's typed payload for a settler
+    /// that calls the chain ([`Authorized::details`]).
+    pub authorized: Authorized,
+    /// For a scheme that settles what was used (`upto`): the amount to settle, at most the authorized
+    /// maximum ([`Authorized::amount`]); `requirements` then carry it as their amount, as the official
+    /// servers send a facilitator. `None`: the amount authorized.
+    pub charge: Option<U256>,
 }
 
 impl SettleRequest {
-    /// The payer (`authorization.from`).
+    /// The amount to settle: the [`charge`](Self::charge), else the amount authorized.
+    pub fn amount_to_settle(&self) -> U256 {
+        self.charge.unwrap_or(self.authorized.amount)
+    }
+
+    /// Settles `charge` (at most the authorized maximum, checked by the caller) instead of the maximum:
+    /// [`charge`](Self::charge) and the requirements' amount.
+    pub(crate) fn set_charge(&mut self, charge: U256) {
+        self.charge = Some(charge);
+        match &mut self.requirements {
+            PaymentRequirements::V1(r) => r.max_amount_required = charge,
+            PaymentRequirements::V2(r) => r.amount = charge,
+        }
+    }
+
+    /// The payer.
     pub fn payer(&self) -> Address {
-        self.payload.exact().authorization.from
+        self.authorized.payer
     }
 
     /// The network string in the client's version (v1 name or CAIP-2).

@@ -6,7 +6,7 @@ use alloy_primitives::Address;
 use bytes::Bytes;
 use http_body_util::Full;
 
-use crate::verify::CompiledOffer;
+use crate::scheme::CompiledOffer;
 
 pub use crate::boxed::BoxFuture;
 pub use crate::offer::{DEFAULT_MAX_TIMEOUT_SECONDS, OfferError, PaymentOffer};

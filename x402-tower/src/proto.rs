@@ -91,7 +91,7 @@ pub mod wire {
     }
 }
 
-/// The only scheme this crate speaks.
+/// The `exact` scheme: the payer authorizes the price, the price is settled.
 pub const SCHEME_EXACT: &str = "exact";
 
 /// `extra` of an EIP-3009 offer: the token's EIP-712 domain name and version.
@@ -251,7 +251,7 @@ pub struct Authorization {
     pub nonce: B256,
 }
 
-/// `payload` of an exact/EVM payment.
+/// `payload` of an `exact` payment over EIP-3009 (what [`ExactEip3009`](crate::scheme::ExactEip3009) reads).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExactEvmPayload {
@@ -262,7 +262,7 @@ pub struct ExactEvmPayload {
 }
 
 /// v1 PaymentPayload (Base64 in `X-PAYMENT`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentPayloadV1 {
@@ -272,8 +272,10 @@ pub struct PaymentPayloadV1 {
     pub scheme: String,
     /// v1 network name.
     pub network: String,
-    /// Signature and authorization.
-    pub payload: ExactEvmPayload,
+    /// The scheme's payload as sent (`exact` over EIP-3009: an [`ExactEvmPayload`]); the
+    /// [`Scheme`](crate::scheme::Scheme) that sells the offer reads it.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub payload: Box<RawValue>,
 }
 
 /// v2 PaymentPayload (Base64 in `PAYMENT-SIGNATURE`).
@@ -292,8 +294,10 @@ pub struct PaymentPayloadV2 {
     pub resource: Option<ResourceInfo>,
     /// The offer the client accepted, echoed.
     pub accepted: PaymentRequirementsV2,
-    /// Signature and authorization.
-    pub payload: ExactEvmPayload,
+    /// The scheme's payload as sent (`exact` over EIP-3009: an [`ExactEvmPayload`]); the
+    /// [`Scheme`](crate::scheme::Scheme) that sells the accepted offer reads it.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub payload: Box<RawValue>,
     /// Extensions, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
@@ -319,8 +323,16 @@ impl PaymentPayload {
         }
     }
 
-    /// The exact/EVM payload.
-    pub fn exact(&self) -> &ExactEvmPayload {
+    /// The scheme the payment names (v1 `scheme`, v2 `accepted.scheme`).
+    pub fn scheme(&self) -> &str {
+        match self {
+            PaymentPayload::V1(p) => &p.scheme,
+            PaymentPayload::V2(p) => &p.accepted.scheme,
+        }
+    }
+
+    /// The scheme's payload (the `payload` member), as sent.
+    pub fn scheme_payload(&self) -> &RawValue {
         match self {
             PaymentPayload::V1(p) => &p.payload,
             PaymentPayload::V2(p) => &p.payload,
@@ -360,6 +372,10 @@ pub struct SettleResponse {
     /// Payer address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payer: Option<String>,
+    /// The amount settled, atomic units (base-10): what a scheme that charges what was used (`upto`)
+    /// settled, `"0"` when nothing was. Absent for `exact`, which settles its amount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<String>,
     /// Extension answers by key (`offer-receipt`: the signed receipt), as JSON text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]

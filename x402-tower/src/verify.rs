@@ -1,4 +1,6 @@
-//! Local verification of an exact/EVM payment, in the spec's order, with USDC's own signature rules.
+//! Local verification of a payment: decoding, matching an offer, the refusals and their error strings, and
+//! the EIP-712 and signature rules of `exact` over EIP-3009 (the checks themselves are each scheme's:
+//! [`crate::scheme`]).
 //!
 //! This module knows nothing of Tower. [`domain_separator`] and [`check_signature`] are public so another
 //! settler (or a facilitator) can reuse them, and [`TransferWithAuthorization`] (the typed EIP-712 message)
@@ -8,17 +10,16 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
-use alloy_primitives::{B256, Bytes, Signature, U256, keccak256};
+use alloy_primitives::{B256, Signature, U256, keccak256};
 use alloy_sol_types::{Eip712Domain, SolStruct};
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::network::{Network, Token};
-use crate::offer::PaymentOffer;
+use crate::network::Token;
 use crate::proto::{
-    Authorization, ExactEvmPayload, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2,
-    PaymentRequirementsV1, PaymentRequirementsV2, ResourceInfo, SCHEME_EXACT,
+    Authorization, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequirementsV2,
+    ResourceInfo,
 };
 
 #[allow(missing_docs, unreachable_pub)]
@@ -211,7 +212,7 @@ pub fn check_signature(
 }
 
 /// [`check_signature`], returning the authorization's EIP-712 digest (the payment's fingerprint).
-fn check_signature_digest(
+pub(crate) fn check_signature_digest(
     auth: &Authorization,
     signature: &[u8],
     domain_separator: &B256,
@@ -237,61 +238,6 @@ fn check_signature_digest(
     }
 }
 
-/// An offer with everything that can be computed once: its v2 requirements (also as JSON) and the token's
-/// EIP-712 domain separator.
-#[derive(Debug, Clone)]
-pub(crate) struct CompiledOffer {
-    pub(crate) offer: PaymentOffer,
-    pub(crate) v2: PaymentRequirementsV2,
-    /// `v2` serialised once (the 402 header and the payment records use it).
-    pub(crate) v2_json: std::sync::Arc<str>,
-    pub(crate) domain_separator: B256,
-}
-
-impl CompiledOffer {
-    pub(crate) fn new(offer: PaymentOffer, domain_separator: B256) -> Self {
-        let v2 = offer.requirements_v2();
-        let v2_json = serde_json::to_string(&v2).unwrap_or_default().into();
-        CompiledOffer {
-            offer,
-            v2,
-            v2_json,
-            domain_separator,
-        }
-    }
-}
-
-impl CompiledOffer {
-    /// v1 requirements of the offer, or `None` when legacy v1 clients do not know its network.
-    pub(crate) fn v1_requirements(&self, resource_url: &str) -> Option<PaymentRequirementsV1> {
-        let network = self.offer.network.legacy_v1_name()?;
-        Some(PaymentRequirementsV1 {
-            scheme: SCHEME_EXACT.to_owned(),
-            network: network.to_owned(),
-            max_amount_required: self.offer.amount.atomic_units(),
-            resource: resource_url.to_owned(),
-            description: self.offer.description.clone(),
-            mime_type: self.offer.mime_type.clone(),
-            output_schema: None,
-            pay_to: self.offer.pay_to,
-            max_timeout_seconds: self.offer.max_timeout_seconds,
-            asset: self.offer.token.address,
-            extra: self.v2.extra.clone(),
-        })
-    }
-}
-
-/// A payment that passed local verification.
-#[derive(Debug, Clone)]
-pub(crate) struct LocallyVerified {
-    /// The payment as decoded.
-    pub(crate) decoded: Decoded,
-    pub(crate) offer_index: usize,
-    pub(crate) signature: Bytes,
-    /// The authorization's EIP-712 digest: identical payments have the same one.
-    pub(crate) digest: B256,
-}
-
 /// Base64 decoder: standard alphabet, padding optional.
 const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
     &base64::alphabet::STANDARD,
@@ -306,47 +252,70 @@ pub struct Rejection {
     pub reason: RejectReason,
     /// What exactly failed, in words (for a payment that cannot be read: which step, and where in its JSON).
     pub detail: Cow<'static, str>,
+    /// A scheme's own error string, sent instead of the reason's ([`Rejection::with_code`]): the official
+    /// code of a check the reasons do not name. Counted under `reason`.
+    pub code: Option<&'static str>,
 }
 
 impl Rejection {
-    /// The `error` of the 402 that refuses it: the spec's string, and for a payment that cannot be read
-    /// (`invalid_payload`), why, after a colon: a client that compares the code reads up to the colon, a
-    /// person learns what to fix.
+    /// A refusal for `reason`, with what failed in words.
+    pub fn new(reason: RejectReason, detail: impl Into<Cow<'static, str>>) -> Self {
+        Rejection {
+            reason,
+            detail: detail.into(),
+            code: None,
+        }
+    }
+
+    /// An `invalid_payload` refusal: `what` failed, and the parser's `why` (which says where), capped at
+    /// 200 bytes (it may quote the client's input).
+    pub fn unreadable(what: &str, why: impl std::fmt::Display) -> Self {
+        let mut detail = format!("{what}: {why}");
+        if detail.len() > UNREADABLE_DETAIL_MAX {
+            let mut end = UNREADABLE_DETAIL_MAX;
+            while !detail.is_char_boundary(end) {
+                end -= 1;
+            }
+            detail.truncate(end);
+            detail.push('…');
+        }
+        Rejection::new(RejectReason::InvalidPayload, detail)
+    }
+
+    /// Sends `code` (a scheme's official error string) instead of the reason's.
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// The error string alone: the scheme's [`code`](Self::code), else the reason's.
+    pub fn error_code(&self) -> &'static str {
+        self.code.unwrap_or(self.reason.as_str())
+    }
+
+    /// The `error` of the 402 that refuses it: the spec's string (or the scheme's [`code`](Self::code)),
+    /// and for a payment that cannot be read (`invalid_payload`), why, after a colon: a client that
+    /// compares the code reads up to the colon, a person learns what to fix.
     pub fn client_error(&self) -> Cow<'static, str> {
-        match self.reason {
-            RejectReason::InvalidPayload => {
+        match (self.code, self.reason) {
+            (Some(code), _) => Cow::Borrowed(code),
+            (None, RejectReason::InvalidPayload) => {
                 Cow::Owned(format!("{}: {}", self.reason.as_str(), self.detail))
             }
-            reason => Cow::Borrowed(reason.as_str()),
+            (None, reason) => Cow::Borrowed(reason.as_str()),
         }
     }
 }
 
 fn reject(reason: RejectReason, detail: &'static str) -> Rejection {
-    Rejection {
-        reason,
-        detail: Cow::Borrowed(detail),
-    }
+    Rejection::new(reason, detail)
 }
 
 /// Most bytes of a parser's message kept in an `invalid_payload` detail (it may quote the client's input).
 const UNREADABLE_DETAIL_MAX: usize = 200;
 
-/// An `invalid_payload` rejection: `what` failed, and the parser's `why` (which says where), capped.
 fn unreadable(what: &str, why: impl std::fmt::Display) -> Rejection {
-    let mut detail = format!("{what}: {why}");
-    if detail.len() > UNREADABLE_DETAIL_MAX {
-        let mut end = UNREADABLE_DETAIL_MAX;
-        while !detail.is_char_boundary(end) {
-            end -= 1;
-        }
-        detail.truncate(end);
-        detail.push('…');
-    }
-    Rejection {
-        reason: RejectReason::InvalidPayload,
-        detail: Cow::Owned(detail),
-    }
+    Rejection::unreadable(what, why)
 }
 
 /// Decodes a payment header (already length-capped) into its typed form and its JSON text as sent.
@@ -415,7 +384,8 @@ pub(crate) fn payload_at(text: &str) -> Result<(PaymentPayload, Option<Range<usi
         #[serde(default)]
         resource: Option<ResourceInfo>,
         accepted: PaymentRequirementsV2,
-        payload: ExactEvmPayload,
+        #[serde(borrow)]
+        payload: &'a RawValue,
         #[serde(default, borrow)]
         extensions: Option<&'a RawValue>,
     }
@@ -428,7 +398,7 @@ pub(crate) fn payload_at(text: &str) -> Result<(PaymentPayload, Option<Range<usi
                 x402_version: self.x402_version,
                 resource: self.resource,
                 accepted: self.accepted,
-                payload: self.payload,
+                payload: self.payload.to_owned(),
                 extensions: self.extensions.map(RawValue::to_owned),
             };
             (PaymentPayload::V2(payload), at)
@@ -453,10 +423,10 @@ pub(crate) fn payload_at(text: &str) -> Result<(PaymentPayload, Option<Range<usi
     match version.version.as_u64() {
         Some(1) => serde_json::from_str::<PaymentPayloadV1>(text)
             .map(|p| (PaymentPayload::V1(p), None))
-            .map_err(|e| unreadable("not a v1 exact/EVM PaymentPayload", e)),
+            .map_err(|e| unreadable("not a v1 PaymentPayload", e)),
         Some(2) => serde_json::from_str::<V2<'_>>(text)
             .map(|p| p.into_payload(text))
-            .map_err(|e| unreadable("not a v2 exact/EVM PaymentPayload", e)),
+            .map_err(|e| unreadable("not a v2 PaymentPayload", e)),
         _ => Err(reject(
             RejectReason::InvalidX402Version,
             "x402Version must be 1 or 2",
@@ -490,16 +460,16 @@ pub fn parse_signature_hex(s: &str) -> Option<Vec<u8>> {
 
 /// The one rule for a payment past its `validBefore`, for every door: a check `refused` only because
 /// `validBefore` has passed (not because it is too far ahead) is run again as of the payment's last valid
-/// second (`validBefore - 6`; `valid_before` is the authorization's). `Ok`: the payment was valid then, and only its record may answer it (it is
-/// never settled again, only redelivered or told it is pending). `Err`: the first refusal.
+/// second (`validBefore - 6`; `valid_before` is the authorization's). `Ok`: the payment was valid then, and
+/// only its record may answer it (it is never settled again, only redelivered or told it is pending).
+/// `Err`: the first refusal.
 pub(crate) fn as_of_last_valid_second<T>(
     refused: Rejection,
-    valid_before: U256,
+    valid_before: u64,
     now: u64,
     check: impl FnOnce(u64) -> Result<T, Rejection>,
 ) -> Result<T, Rejection> {
-    let valid_before = u64::try_from(valid_before).ok();
-    let at = valid_before
+    let at = Some(valid_before)
         .filter(|vb| {
             refused.reason == RejectReason::ValidBefore
                 && *vb < now.saturating_add(VALID_BEFORE_MARGIN)
@@ -509,142 +479,6 @@ pub(crate) fn as_of_last_valid_second<T>(
         Some(at) => check(at).map_err(|_| refused),
         None => Err(refused),
     }
-}
-
-/// Verifies a decoded payment against the offers, in the spec's order. `now` is unix seconds.
-pub(crate) fn verify(
-    decoded: Decoded,
-    offers: &[CompiledOffer],
-    now: u64,
-) -> Result<LocallyVerified, Rejection> {
-    let payload = &decoded.payload;
-    // 1. scheme, network, offer match.
-    let offer_index = match payload {
-        PaymentPayload::V1(p) => {
-            if p.scheme != SCHEME_EXACT {
-                return Err(reject(RejectReason::InvalidScheme, "scheme is not exact"));
-            }
-            let network = Network::from_v1_name(&p.network)
-                .ok_or_else(|| reject(RejectReason::InvalidNetwork, "unknown v1 network"))?;
-            // Only the offers advertised to v1 clients (the legacy networks) can be paid in v1: an offer on a
-            // v2-only network has no v1 requirements to match or to hand a facilitator. A v1 payment names no
-            // offer, only its amount: among several offers on its network (two licenses of one resource at two
-            // prices), the one whose price it pays exactly, else the first (which it must then cover).
-            let payable = |o: &CompiledOffer| {
-                o.offer.network == network && network.legacy_v1_name().is_some()
-            };
-            let value = p.payload.authorization.value;
-            offers
-                .iter()
-                .position(|o| payable(o) && o.offer.amount.atomic_units() == value)
-                .or_else(|| offers.iter().position(payable))
-        }
-        PaymentPayload::V2(p) => {
-            if p.accepted.scheme != SCHEME_EXACT {
-                return Err(reject(RejectReason::InvalidScheme, "scheme is not exact"));
-            }
-            p.accepted
-                .network
-                .parse::<Network>()
-                .map_err(|_| reject(RejectReason::InvalidNetwork, "unknown CAIP-2 network"))?;
-            offers.iter().position(|o| o.v2 == p.accepted)
-        }
-    }
-    .ok_or_else(|| {
-        reject(
-            RejectReason::NoMatchingRequirements,
-            "the payment matches none of the offers",
-        )
-    })?;
-    let compiled = &offers[offer_index];
-    let (signature, digest) =
-        checked_authorization(payload, &compiled.offer, &compiled.domain_separator, now)?;
-    Ok(LocallyVerified {
-        decoded,
-        offer_index,
-        signature: Bytes::from(signature),
-        digest,
-    })
-}
-
-/// Steps 2 to 5 of the spec's verification of a payment against the offer it pays for: recipient, amount
-/// (v1 at least, v2 exactly), time window (`validAfter <= now`, `now + 6 <= validBefore <= now +
-/// maxTimeoutSeconds + 120`), then the signature under USDC's rules. Returns the signature's bytes.
-///
-/// The layer matches the payment to one of its own offers first; a facilitator builds the offer from the
-/// requirements it was sent. `domain_separator` is [`domain_separator`] of the offer's chain and token.
-pub fn check_authorization(
-    payload: &PaymentPayload,
-    offer: &PaymentOffer,
-    domain_separator: &B256,
-    now: u64,
-) -> Result<Vec<u8>, Rejection> {
-    checked_authorization(payload, offer, domain_separator, now).map(|(signature, _)| signature)
-}
-
-/// [`check_authorization`], also returning the authorization's EIP-712 digest.
-pub(crate) fn checked_authorization(
-    payload: &PaymentPayload,
-    offer: &PaymentOffer,
-    domain_separator: &B256,
-    now: u64,
-) -> Result<(Vec<u8>, B256), Rejection> {
-    let auth = &payload.exact().authorization;
-    // 2. recipient.
-    if auth.to != offer.pay_to {
-        return Err(reject(
-            RejectReason::RecipientMismatch,
-            "authorization.to is not payTo",
-        ));
-    }
-    // 3. amount.
-    let amount = offer.amount.atomic_units();
-    match *payload {
-        PaymentPayload::V1(_) if auth.value < amount => {
-            return Err(reject(
-                RejectReason::ValueTooLow,
-                "authorization.value is below the price",
-            ));
-        }
-        PaymentPayload::V2(_) if auth.value != amount => {
-            return Err(reject(
-                RejectReason::ValueMismatch,
-                "authorization.value differs from the price",
-            ));
-        }
-        _ => {}
-    }
-    // 4. time window.
-    if auth.valid_after > U256::from(now) {
-        return Err(reject(
-            RejectReason::ValidAfter,
-            "validAfter is in the future",
-        ));
-    }
-    if auth.valid_before < U256::from(now) + U256::from(VALID_BEFORE_MARGIN) {
-        return Err(reject(
-            RejectReason::ValidBefore,
-            "validBefore has passed or is too close",
-        ));
-    }
-    let horizon =
-        U256::from(now) + U256::from(offer.max_timeout_seconds) + U256::from(VALID_BEFORE_SKEW);
-    if auth.valid_before > horizon {
-        return Err(reject(
-            RejectReason::ValidBefore,
-            "validBefore is further ahead than the offer's maxTimeoutSeconds allows",
-        ));
-    }
-    // 5. signature.
-    let signature = parse_signature_hex(&payload.exact().signature)
-        .ok_or_else(|| reject(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
-    let digest = check_signature_digest(auth, &signature, domain_separator).map_err(|r| {
-        reject(
-            r,
-            "signature is not a canonical 65-byte signature by authorization.from",
-        )
-    })?;
-    Ok((signature, digest))
 }
 
 #[cfg(test)]

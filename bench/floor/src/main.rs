@@ -46,8 +46,9 @@ use x402_tower::network::{Network, Token};
 use x402_tower::PaymentOffer;
 use x402_tower::extensions::offer_receipt::OfferReceipt;
 use x402_tower::Price;
-use x402_tower::proto::{PaymentPayload, PaymentRequirementsV2};
-use x402_tower::verify::{check_authorization, domain_separator, payload_from_str};
+use x402_tower::proto::{ExactEvmPayload, PaymentPayload, PaymentRequirementsV2};
+use x402_tower::scheme::check_authorization;
+use x402_tower::verify::{domain_separator, payload_from_str};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -243,7 +244,10 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if check_authorization(&payload, &app.offer, &app.domain, now).is_err() {
         return refused(&app, "invalid_exact_evm_payload_signature");
     }
-    let auth = &payload.exact().authorization;
+    let Ok(exact) = serde_json::from_str::<ExactEvmPayload>(payload.scheme_payload().get()) else {
+        return refused(&app, "invalid_payload");
+    };
+    let auth = &exact.authorization;
     let payer = auth.from.to_checksum(None);
 
     // The receipt, signed by x402-tower's issuer as the reference server signs its receipts.
@@ -272,7 +276,7 @@ async fn article(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
 
     if let Some(store) = &app.store {
         let key = format!("{CHAIN_ID}:{USDC}:{payer}:{}", auth.nonce);
-        let Ok(payment) = serde_json::to_string(payload.exact()) else {
+        let Ok(payment) = serde_json::to_string(&exact) else {
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         };
         let receipt_row = |ordered: bool| ReceiptRow {

@@ -12,7 +12,7 @@ use x402_tower::pricing::PriceDecision;
 use x402_tower::proto::checksum;
 use x402_tower::settle::onchain::OnchainSettler;
 use x402_tower::settle::{SettlementObserver, Settler};
-use x402_tower::{PaymentEngine, ReplayStore, VerifiedPayment, X402Layer, settle::SettleTiming};
+use x402_tower::{PaymentEngine, PaymentStore, VerifiedPayment, X402Layer, settle::SettleTiming};
 
 use super::BuildError;
 use super::offers::{ArticleOffers, LicenseChoice};
@@ -141,7 +141,7 @@ pub(crate) fn engine(
     settings: &Settings,
     settler: Arc<dyn Settler>,
     observer: Arc<dyn SettlementObserver>,
-    store: Arc<dyn ReplayStore>,
+    store: Arc<dyn PaymentStore>,
 ) -> Result<Arc<PaymentEngine>, BuildError> {
     PaymentEngine::builder()
         .settler(settler)
@@ -152,7 +152,7 @@ pub(crate) fn engine(
             let agent = crate::licensing::bot_auth::current_agent();
             Box::pin(crate::licensing::bot_auth::in_agent_scope(agent, task))
         })
-        .replay_store(store)
+        .store(store)
         .stale_after(settings.payment_stale_after)
         .keep_after_expiry(settings.payment_keep_after_expiry)
         .build()

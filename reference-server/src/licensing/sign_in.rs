@@ -50,7 +50,7 @@ impl PaidCheck for BoughtArticles {
         &'a self,
         payer: alloy_primitives::Address,
         resource_url: &'a str,
-    ) -> x402_tower::pricing::BoxFuture<'a, Result<bool, x402_tower::StoreError>> {
+    ) -> x402_tower::pricing::BoxFuture<'a, Result<bool, x402_tower::store::StoreError>> {
         Box::pin(async move {
             let Some(article) = article_id_of(resource_url) else {
                 return Ok(false);
@@ -59,7 +59,7 @@ impl PaidCheck for BoughtArticles {
                 .receipt_of(&checksum(&payer), &article)
                 .await
                 .map(|r| r.is_some())
-                .map_err(|e| x402_tower::StoreError::Backend(Box::new(e)))
+                .map_err(|e| x402_tower::store::StoreError::Backend(Box::new(e)))
         })
     }
 }

@@ -15,7 +15,7 @@ use super::settings::LicensingSettings;
 use super::settlements::SettlementLog;
 use super::{handlers, offers, payment};
 use crate::metrics::Metrics;
-use crate::store::{LicensingStore, PaymentStore, Stores};
+use crate::store::{ExpiringPaymentStore, LicensingStore, Stores};
 
 /// State shared by interface A's handlers (`State<Arc<Licensing>>`).
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub struct Licensing {
     /// The settlement log the x402 layer reports every settlement attempt to (its store and counters).
     pub settlements: Arc<SettlementLog>,
     /// The payment engine's durable records (shared by the paid route and `/facilitator`).
-    pub payment_store: Arc<dyn PaymentStore>,
+    pub payment_store: Arc<dyn ExpiringPaymentStore>,
     /// Web Bot Auth: verifies signed crawler requests.
     pub bots: BotVerifier,
     /// The on-chain settler, when settlement is on chain (the engine's settler, sign-in-with-x's contract

@@ -8,7 +8,7 @@
 //! | [`LicensingStore`] | articles, license receipts, llms.txt interest (interface A) | [`SqliteLicensingStore`] | [`postgres::PgLicensingStore`] |
 //! | [`SettlementStore`] | the settlement log | [`SqliteSettlementStore`] | [`postgres::PgSettlementStore`] |
 //! | [`AssetStore`] | registry assets and uploaded files' metadata (interface B) | [`SqliteAssetStore`] | [`postgres::PgAssetStore`] |
-//! | [`PaymentStore`] (x402-tower's `ReplayStore`) | the payment engine's durable records and payment-identifier ids | [`SqlitePaymentStore`] | [`postgres::PgPaymentStore`] |
+//! | [`ExpiringPaymentStore`] (x402-tower's `PaymentStore`) | the payment engine's durable records and payment-identifier ids | [`SqlitePaymentStore`] | [`postgres::PgPaymentStore`] |
 //! | [`Backend`] | health, backend counters for `/metrics` | [`sqlite::Db`] | [`postgres::Pg`] |
 //!
 //! [`Stores::open`] takes a [`DatabaseUrl`] and builds the whole set over one database, migrations applied.
@@ -62,7 +62,7 @@ use std::sync::Arc;
 
 pub use assets::AssetStore;
 pub use licensing::LicensingStore;
-pub use payments::PaymentStore;
+pub use payments::ExpiringPaymentStore;
 pub use settlements::SettlementStore;
 pub use sqlite::{
     Db, SqliteAssetStore, SqliteLicensingStore, SqlitePaymentStore, SqliteSettlementStore,
@@ -280,7 +280,7 @@ pub struct Stores {
     /// Interface B: assets.
     pub assets: Arc<dyn AssetStore>,
     /// The payment engine's durable records.
-    pub payments: Arc<dyn PaymentStore>,
+    pub payments: Arc<dyn ExpiringPaymentStore>,
     /// Health and counters.
     pub backend: Arc<dyn Backend>,
 }

@@ -1,4 +1,4 @@
-//! The payment engine's durable state: [`PaymentStore`] is x402-tower's [`ReplayStore`] plus the
+//! The payment engine's durable state: [`ExpiringPaymentStore`] is x402-tower's [`PaymentStore`] plus the
 //! housekeeping the server does; [`SqlitePaymentStore`](super::SqlitePaymentStore) implements it over the `payment_states` and
 //! `payment_ids` tables of `migrations/sqlite/0004_payments.sql` (`payment_states` rebuilt by `0013`),
 //! `PgPaymentStore` over PostgreSQL's.
@@ -19,13 +19,14 @@ use x402_tower::proto::SettleResponse;
 use x402_tower::proto::checksum;
 
 use x402_tower::store::{
-    PaymentRecord, PaymentState, ReplayKey, ReplayStore, StoreError as ReplayError, StoredPayment,
+    PaymentKey, PaymentRecord, PaymentState, PaymentStore, StoreError as PaymentStoreError,
+    StoredPayment,
 };
 
 use super::{StoreError, StoreFuture};
 
 /// The payment engine's records, on the server's database.
-pub trait PaymentStore: ReplayStore + std::fmt::Debug {
+pub trait ExpiringPaymentStore: PaymentStore + std::fmt::Debug {
     /// Deletes records and ids that expired before `before` (unix seconds); returns how many.
     fn purge_expired(&self, before: u64) -> StoreFuture<'_, usize>;
 }
@@ -46,16 +47,16 @@ pub(crate) fn unresolved_sql(now: &str, stale_before: &str, limit: &str) -> Stri
     )
 }
 
-fn chain(key: &ReplayKey) -> Result<i64, StoreError> {
+fn chain(key: &PaymentKey) -> Result<i64, StoreError> {
     i64::try_from(key.chain_id)
         .map_err(|_| StoreError::Invalid(format!("chain id {} too large", key.chain_id)))
 }
 
 /// `key` as the four stored columns (chain_id, asset, payer, nonce), in that order.
-pub(crate) fn key_columns(key: &ReplayKey) -> Result<(i64, String, String, String), StoreError> {
+pub(crate) fn key_columns(key: &PaymentKey) -> Result<(i64, String, String, String), StoreError> {
     Ok((
         chain(key)?,
-        checksum(&key.asset),
+        checksum(&key.nonce_space),
         checksum(&key.from),
         key.nonce.to_string(),
     ))
@@ -109,10 +110,10 @@ pub(crate) fn decode_key(
     asset: &str,
     payer: &str,
     nonce: &str,
-) -> Result<ReplayKey, StoreError> {
-    Ok(ReplayKey {
+) -> Result<PaymentKey, StoreError> {
+    Ok(PaymentKey {
         chain_id: u64::try_from(chain_id).map_err(|_| invalid("chain id"))?,
-        asset: asset.parse::<Address>().map_err(|_| invalid("asset"))?,
+        nonce_space: asset.parse::<Address>().map_err(|_| invalid("asset"))?,
         from: payer.parse::<Address>().map_err(|_| invalid("payer"))?,
         nonce: nonce.parse::<B256>().map_err(|_| invalid("nonce"))?,
     })
@@ -136,6 +137,6 @@ pub(crate) fn settlement_json(record: &PaymentRecord) -> Result<Option<String>, 
         .transpose()
 }
 
-pub(crate) fn backend(e: StoreError) -> ReplayError {
-    ReplayError::Backend(Box::new(e))
+pub(crate) fn backend(e: StoreError) -> PaymentStoreError {
+    PaymentStoreError::Backend(Box::new(e))
 }

@@ -188,38 +188,38 @@ async fn the_paid_route_and_the_facilitator_door_racing_one_authorization_settle
 #[derive(Debug)]
 struct FaultyPayments {
     faults: Arc<FaultyStore>,
-    inner: Arc<dyn PaymentStore>,
+    inner: Arc<dyn ExpiringPaymentStore>,
 }
 
-impl ReplayStore for FaultyPayments {
+impl PaymentStore for FaultyPayments {
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
-    ) -> BoxFuture<'a, Result<Reservation, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Reservation, PaymentStoreError>> {
         self.faults.reserve(key, record, now)
     }
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
-    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, PaymentStoreError>> {
         self.faults.get(key, now)
     }
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
-    ) -> BoxFuture<'a, Result<bool, ReplayError>> {
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
         self.faults.update(key, expected, record)
     }
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
-    ) -> BoxFuture<'a, Result<bool, ReplayError>> {
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
         self.faults.release(key, expected)
     }
     fn unresolved<'a>(
@@ -227,7 +227,7 @@ impl ReplayStore for FaultyPayments {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, PaymentStoreError>> {
         self.faults.unresolved(now, stale_before, limit)
     }
     fn bind_id<'a>(
@@ -235,12 +235,12 @@ impl ReplayStore for FaultyPayments {
         id: &'a str,
         binding: &'a IdBinding,
         now: u64,
-    ) -> BoxFuture<'a, Result<IdClaim, ReplayError>> {
+    ) -> BoxFuture<'a, Result<IdClaim, PaymentStoreError>> {
         self.faults.bind_id(id, binding, now)
     }
 }
 
-impl PaymentStore for FaultyPayments {
+impl ExpiringPaymentStore for FaultyPayments {
     fn purge_expired(&self, before: u64) -> StoreFuture<'_, usize> {
         self.inner.purge_expired(before)
     }
@@ -248,12 +248,12 @@ impl PaymentStore for FaultyPayments {
 
 use std::sync::Arc;
 
-use reference_server::store::{PaymentStore, StoreFuture};
+use reference_server::store::{ExpiringPaymentStore, StoreFuture};
 use x402_tower::layer::faults::{Fault, FaultyStore, StoreOp};
 use x402_tower::pricing::BoxFuture;
 use x402_tower::store::{
-    IdBinding, IdClaim, PaymentRecord, ReplayKey, ReplayStore, Reservation,
-    StoreError as ReplayError,
+    IdBinding, IdClaim, PaymentKey, PaymentRecord, PaymentStore, Reservation,
+    StoreError as PaymentStoreError,
 };
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use reference_server::store::settlements::{SettlementOutcome, SettlementRecord};
 use reference_server::store::{StoreError, Stores};
 use x402_tower::proto::SettleResponse;
 use x402_tower::store::{
-    IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, Reservation, StoredPayment,
+    IdBinding, IdClaim, PaymentKey, PaymentRecord, PaymentState, Reservation, StoredPayment,
 };
 
 use crate::common::*;
@@ -388,10 +388,10 @@ async fn the_settlement_log_filters_counts_and_resolves_unknown_outcomes() {
     assert_eq!(rows[0].resolved_from.as_deref(), Some("in_flight"));
 }
 
-fn key(n: u8) -> ReplayKey {
-    ReplayKey {
+fn key(n: u8) -> PaymentKey {
+    PaymentKey {
         chain_id: 84532,
-        asset: Address::repeat_byte(1),
+        nonce_space: Address::repeat_byte(1),
         from: Address::repeat_byte(2),
         nonce: B256::repeat_byte(n),
     }
@@ -447,6 +447,7 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
         network: "eip155:84532".into(),
         payer: None,
         extensions: None,
+        amount: None,
     });
     assert!(
         !s.update(&key(1), 5, &settled).await.unwrap(),
@@ -471,7 +472,7 @@ async fn payment_records_reserve_once_change_by_revision_survive_a_reopen_and_ex
     s.reserve(&key(3), &record(PaymentState::InFlight, 10), 10)
         .await
         .unwrap();
-    let nonces = |v: Vec<(ReplayKey, PaymentRecord)>| {
+    let nonces = |v: Vec<(PaymentKey, PaymentRecord)>| {
         let mut n: Vec<u8> = v.into_iter().map(|(k, _)| k.nonce[0]).collect();
         n.sort();
         n

@@ -4,20 +4,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{B256, keccak256};
-use tracing::{debug, debug_span, info};
+use tracing::{debug, debug_span, error, info};
 
 use super::{
-    Admitted, Answer, Attempt, Begin, PaymentEngine, Route, Settled, SettledHook, replay_key,
+    Admitted, Answer, Attempt, Begin, PaymentEngine, Route, Settled, SettledHook, payment_key,
 };
 use crate::extensions::payment_identifier::{self as identifier, PaymentIdentifier};
 use crate::payment::{SettleTiming, VerifiedPayment};
 use crate::proto::{PaymentPayload, PaymentRequirements, SettleResponse};
+use crate::scheme::CompiledOffer;
 use crate::settle::{SettleOutcome, SettleRequest};
 use crate::store::{
-    Event, IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
+    Event, IdBinding, IdClaim, PaymentKey, PaymentRecord, PaymentState, PaymentStore, Reservation,
     StoreError, StoredPayment,
 };
-use crate::verify::{self, CompiledOffer, RejectReason, Rejection};
+use crate::verify::{self, RejectReason, Rejection};
 
 impl PaymentEngine {
     /// A payment header for `resource_url` sold with `offers`: decode, verify, remember, maybe settle.
@@ -29,43 +30,68 @@ impl PaymentEngine {
         header: &[u8],
     ) -> Begin {
         let now = self.now();
-        let local = {
+        let matched = {
             let _span = debug_span!("x402.verify", header_len = header.len()).entered();
             if header.len() > self.max_header_len {
-                Err(Rejection {
-                    reason: RejectReason::InvalidPayload,
-                    detail: format!(
+                Err(Rejection::new(
+                    RejectReason::InvalidPayload,
+                    format!(
                         "the payment header is {} bytes, more than this server reads ({})",
                         header.len(),
                         self.max_header_len
-                    )
-                    .into(),
-                })
+                    ),
+                ))
             } else {
                 let decoded = {
                     let _d = debug_span!("x402.decode").entered();
                     verify::decode(header)
                 };
-                decoded.and_then(|decoded| verify::verify(decoded, offers, now))
+                decoded
+                    .and_then(|decoded| crate::scheme::matched(decoded, offers))
+                    .and_then(|m| {
+                        let compiled = &offers[m.offer_index];
+                        let version = m.decoded.payload.x402_version();
+                        // Past its validBefore, checked as of its last valid second: only its record
+                        // may answer it.
+                        let check = |at| compiled.check(&m.authorized, version, at);
+                        match check(now) {
+                            Ok(fingerprint) => Ok((m, fingerprint, None)),
+                            Err(r) => verify::as_of_last_valid_second(
+                                r.clone(),
+                                m.authorized.valid_before,
+                                now,
+                                check,
+                            )
+                            .map(|fingerprint| (m, fingerprint, Some(r))),
+                        }
+                    })
             }
         };
-        let (local, expired) = match local {
-            Ok(v) => (v, false),
-            Err(r) => match Self::verify_expired(r, offers, header, now) {
-                Ok(v) => (v, true),
-                Err(r) => {
-                    info!(
-                        reason = r.reason.as_str(),
-                        detail = %r.detail,
-                        resource = resource_url,
-                        "payment refused"
-                    );
-                    return Begin::Answer(self.refuse_with(&r, 2));
-                }
-            },
+        let (local, fingerprint, expired) = match matched {
+            Ok(v) => v,
+            Err(r) => {
+                info!(
+                    reason = r.reason.as_str(),
+                    detail = %r.detail,
+                    resource = resource_url,
+                    "payment refused"
+                );
+                return Begin::Answer(self.refuse_with(&r, 2));
+            }
         };
         let offer_index = local.offer_index;
         let compiled = &offers[offer_index];
+        if route.timing == SettleTiming::BeforeHandler && compiled.scheme.charges_what_was_used() {
+            // A price source's offer: the route's build could not check it.
+            error!(
+                scheme = compiled.scheme.name(),
+                "an offer of a scheme that settles what was used, on a route that settles before its handler"
+            );
+            return Begin::Answer(Answer::Unavailable {
+                status: 500,
+                message: "this route cannot sell a scheme that settles what was used",
+            });
+        }
         let decoded = local.decoded;
         let (requirements, requirements_json) = match &decoded.payload {
             PaymentPayload::V1(_) => match compiled.v1_requirements(resource_url) {
@@ -83,7 +109,6 @@ impl PaymentEngine {
                 compiled.v2_json.clone(),
             ),
         };
-        let fingerprint = local.digest;
         let stored = Arc::new(StoredPayment::kept(
             &decoded.text,
             decoded.extensions_at,
@@ -95,10 +120,11 @@ impl PaymentEngine {
             payload_text: decoded.text,
             requirements,
             offer: compiled.offer.clone(),
-            signature: local.signature,
+            authorized: local.authorized,
+            charge: None,
         };
         if let Some(policy) = &route.identifier
-            && !expired
+            && expired.is_none()
             && let Err(answer) = self
                 .bind_identifier(policy, &request, fingerprint, resource_url, now)
                 .await
@@ -113,7 +139,7 @@ impl PaymentEngine {
                 resource_url,
                 Some(route.timing),
                 route.on_settled.as_ref(),
-                expired,
+                expired.as_ref(),
             )
             .await
         {
@@ -158,27 +184,6 @@ impl PaymentEngine {
         Begin::Serve(attempt, recording)
     }
 
-    /// A payment refused only because its `validBefore` has passed, checked again as of its last valid
-    /// second ([`verify::as_of_last_valid_second`]): `Ok` to be looked up (never settled), else the first
-    /// refusal. Decoded again: the first check consumed the decoding, and only this rare path needs it twice.
-    pub(super) fn verify_expired(
-        refused: Rejection,
-        offers: &[CompiledOffer],
-        header: &[u8],
-        now: u64,
-    ) -> Result<verify::LocallyVerified, Rejection> {
-        if refused.reason != RejectReason::ValidBefore {
-            return Err(refused);
-        }
-        let Ok(decoded) = verify::decode(header) else {
-            return Err(refused);
-        };
-        let valid_before = decoded.payload.exact().authorization.valid_before;
-        verify::as_of_last_valid_second(refused, valid_before, now, |at| {
-            verify::verify(decoded, offers, at)
-        })
-    }
-
     pub(super) async fn bind_identifier(
         &self,
         policy: &PaymentIdentifier,
@@ -207,14 +212,11 @@ impl PaymentEngine {
         let mut bound = Vec::with_capacity(32 + resource.len());
         bound.extend_from_slice(fingerprint.as_slice());
         bound.extend_from_slice(resource.as_bytes());
-        let key = replay_key(request);
+        let key = payment_key(request);
         let binding = IdBinding {
             fingerprint: keccak256(&bound),
             key,
-            expires_at: self.kept_until(
-                u64::try_from(request.payload.exact().authorization.valid_before)
-                    .unwrap_or(u64::MAX),
-            ),
+            expires_at: self.kept_until(request.authorized.valid_before),
         };
         match self.store.bind_id(&id, &binding, now).await {
             Ok(IdClaim::New | IdClaim::Same) => Ok(()),
@@ -228,6 +230,7 @@ impl PaymentEngine {
     }
 
     /// Reserves the payment's record, or decides from the record another request left. An `expired`
+    /// payment (its refusal as of now given)
     /// payment (past its `validBefore`) reserves nothing and is never settled: only its record (settled:
     /// redelivered; unresolved: reconciled, or pending) answers it, else it is refused as expired.
     #[allow(clippy::too_many_arguments)]
@@ -239,9 +242,9 @@ impl PaymentEngine {
         resource: &str,
         timing: Option<SettleTiming>,
         on_settled: Option<&SettledHook>,
-        expired: bool,
+        expired: Option<&Rejection>,
     ) -> Admitted {
-        let key = replay_key(&request);
+        let key = payment_key(&request);
         let mut verified = VerifiedPayment::from_request(&request);
         let now = self.now();
         let record = PaymentRecord {
@@ -257,9 +260,12 @@ impl PaymentEngine {
         let deadline = Instant::now() + self.in_flight_wait;
         let mut pause = Duration::from_millis(10);
         let version = verified.x402_version;
-        let expired_refusal = || self.refuse(RejectReason::ValidBefore, version);
+        let expired_refusal = || match expired {
+            Some(refused) => self.refuse_with(refused, version),
+            None => self.refuse(RejectReason::ValidBefore, version),
+        };
         loop {
-            let reserved = if expired {
+            let reserved = if expired.is_some() {
                 match self.store.get(&key, self.now()).await {
                     Err(e) => Err(e),
                     Ok(Some(existing)) => Ok(Reservation::Taken(Box::new(existing))),
@@ -312,7 +318,7 @@ impl PaymentEngine {
                     });
                     return match self.reconcile_claimed(attempt, timing).await {
                         // Nothing moved, and the authorization can no longer be used: released, refused.
-                        Admitted::Fresh(mut attempt) if expired => {
+                        Admitted::Fresh(mut attempt) if expired.is_some() => {
                             let event = Event::SettlementFailed { still_usable: true };
                             self.dispose(&mut attempt, event, None).await;
                             Admitted::Answer(expired_refusal())
@@ -334,7 +340,7 @@ impl PaymentEngine {
     /// The one function that reads a record another request left for this payment.
     pub(super) async fn on_taken(
         &self,
-        key: &ReplayKey,
+        key: &PaymentKey,
         mine: &PaymentRecord,
         existing: PaymentRecord,
         now: u64,
@@ -368,7 +374,7 @@ impl PaymentEngine {
     /// caller, with compare-and-set. `None` when another request or instance changed it first.
     pub(super) async fn claim(
         &self,
-        key: &ReplayKey,
+        key: &PaymentKey,
         record: &PaymentRecord,
         now: u64,
     ) -> Result<Option<PaymentRecord>, StoreError> {

@@ -10,9 +10,10 @@ use super::{
     system_now,
 };
 use crate::boxed::BoxFuture;
+use crate::scheme::{Scheme, Schemes};
 use crate::settle::{SettlementObserver, Settler};
 use crate::store::{
-    IdBinding, IdClaim, InMemoryReplayStore, PaymentRecord, ReplayKey, ReplayStore, Reservation,
+    IdBinding, IdClaim, InMemoryPaymentStore, PaymentKey, PaymentRecord, PaymentStore, Reservation,
     StoreError,
 };
 
@@ -36,11 +37,11 @@ pub enum EngineConfigError {
 /// ```
 /// use std::sync::Arc;
 /// use x402_tower::engine::PaymentEngine;
-/// use x402_tower::{settle::VerifyOnlySettler, store::InMemoryReplayStore};
+/// use x402_tower::{settle::VerifyOnlySettler, store::InMemoryPaymentStore};
 ///
 /// let engine = PaymentEngine::builder()
 ///     .settler(Arc::new(VerifyOnlySettler))
-///     .replay_store(Arc::new(InMemoryReplayStore::default()))
+///     .store(Arc::new(InMemoryPaymentStore::default()))
 ///     .build()
 ///     .unwrap();
 /// ```
@@ -49,13 +50,14 @@ pub struct PaymentEngineBuilder {
     settler: Option<Arc<dyn Settler>>,
     verify_only: bool,
     observer: Option<Arc<dyn SettlementObserver>>,
-    store: Option<Arc<dyn ReplayStore>>,
+    store: Option<Arc<dyn PaymentStore>>,
     max_header_len: usize,
     in_flight_wait: Duration,
     stale_after: Duration,
     keep_after_expiry: Duration,
     store_timeout: Duration,
     clock: Option<Clock>,
+    schemes: Vec<Arc<dyn Scheme>>,
     task_context: Option<Arc<super::TaskContext>>,
 }
 
@@ -70,6 +72,15 @@ impl std::fmt::Debug for PaymentEngineBuilder {
 }
 
 impl PaymentEngineBuilder {
+    /// Sells with `scheme` too (`exact` over EIP-3009 is built in): an offer whose
+    /// [`PaymentOffer::scheme`](crate::PaymentOffer::scheme) it [sells](Scheme::sells) is read and checked
+    /// by it, under every money rule of the engine. Schemes are asked in the order added, the built-in
+    /// ones last. See [`crate::scheme`].
+    pub fn scheme(mut self, scheme: Arc<dyn Scheme>) -> Self {
+        self.schemes.push(scheme);
+        self
+    }
+
     /// The settler (required).
     pub fn settler(mut self, settler: Arc<dyn Settler>) -> Self {
         self.settler = Some(settler);
@@ -91,9 +102,9 @@ impl PaymentEngineBuilder {
         self
     }
 
-    /// Where payments are remembered (default: an [`InMemoryReplayStore`] of 100 000 entries, for one
+    /// Where payments are remembered (default: an [`InMemoryPaymentStore`] of 100 000 entries, for one
     /// process). Several instances of a service need a shared store.
-    pub fn replay_store(mut self, store: Arc<dyn ReplayStore>) -> Self {
+    pub fn store(mut self, store: Arc<dyn PaymentStore>) -> Self {
         self.store = Some(store);
         self
     }
@@ -132,7 +143,7 @@ impl PaymentEngineBuilder {
     ///
     /// Records (and payment identifiers) live `validBefore` plus this (the engine's default in-memory store
     /// gives up settled ones past `validBefore` when it is full:
-    /// [`InMemoryReplayStore::evicting_settled_after`]). As before `validBefore`, whoever holds the identical payment is served
+    /// [`InMemoryPaymentStore::evicting_settled_after`]). As before `validBefore`, whoever holds the identical payment is served
     /// its resource again; a payment settled on chain is public (its calldata), so this is also how long a
     /// chain observer who rebuilds it could be served that one resource again.
     pub fn keep_after_expiry(mut self, keep: Duration) -> Self {
@@ -142,7 +153,7 @@ impl PaymentEngineBuilder {
 
     /// How long one call of the store may take before it counts as failed (default 10 s): a store that
     /// hangs refuses payments (503) instead of holding requests open, and a write after a settlement is
-    /// tried again ([`ReplayStore`] calls are compare-and-set, so a late write is never applied twice).
+    /// tried again ([`PaymentStore`] calls are compare-and-set, so a late write is never applied twice).
     /// Inside a Tokio runtime the bound is Tokio's timer, so that runtime needs its time driver
     /// (`enable_time`, or `enable_all` as `#[tokio::main]` does); outside one, store calls are not bounded.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
@@ -200,7 +211,7 @@ impl PaymentEngineBuilder {
             store: Arc::new(Bounded {
                 store: self.store.unwrap_or_else(|| {
                     Arc::new(
-                        InMemoryReplayStore::default().evicting_settled_after(keep_after_expiry),
+                        InMemoryPaymentStore::default().evicting_settled_after(keep_after_expiry),
                     )
                 }),
                 timeout: self.store_timeout,
@@ -213,7 +224,7 @@ impl PaymentEngineBuilder {
             verify_only_warned: std::sync::atomic::AtomicBool::new(false),
             metrics: Arc::new(X402Metrics::default()),
             clock: self.clock.unwrap_or_else(|| Arc::new(system_now)),
-            domains: Mutex::new(HashMap::new()),
+            schemes: Schemes::new(self.schemes),
             compiled: Mutex::new(HashMap::new()),
             task_context: self.task_context,
         })
@@ -234,6 +245,7 @@ impl PaymentEngine {
             keep_after_expiry: DEFAULT_KEEP_AFTER_EXPIRY,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             clock: None,
+            schemes: Vec::new(),
             task_context: None,
         }
     }
@@ -241,7 +253,7 @@ impl PaymentEngine {
 
 /// The engine's store: each call bounded by [`PaymentEngineBuilder::store_timeout`].
 struct Bounded {
-    store: Arc<dyn ReplayStore>,
+    store: Arc<dyn PaymentStore>,
     timeout: Duration,
 }
 
@@ -264,10 +276,10 @@ impl Bounded {
     }
 }
 
-impl ReplayStore for Bounded {
+impl PaymentStore for Bounded {
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
@@ -275,14 +287,14 @@ impl ReplayStore for Bounded {
     }
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
         self.bound(self.store.get(key, now))
     }
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
@@ -290,7 +302,7 @@ impl ReplayStore for Bounded {
     }
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.bound(self.store.release(key, expected))
@@ -300,7 +312,7 @@ impl ReplayStore for Bounded {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, StoreError>> {
         self.bound(self.store.unresolved(now, stale_before, limit))
     }
     fn bind_id<'a>(

@@ -31,22 +31,23 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use alloy_primitives::{Address, B256, Bytes, U256};
+use alloy_primitives::{Address, B256, U256};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Admitted, Answer, PaymentEngine, replay_key};
+use super::{Admitted, Answer, PaymentEngine, payment_key};
 use crate::network::{Network, Token, USDC_DECIMALS};
 use crate::offer::PaymentOffer;
 use crate::price::Price;
 use crate::proto::{
     PaymentPayload, PaymentRequirements, PaymentRequirementsV1, PaymentRequirementsV2,
-    SCHEME_EXACT, SettleResponse, VerifyResponse,
+    SettleResponse, VerifyResponse,
 };
+use crate::scheme::{Check, Prepared, Scheme, SchemeOffer, Schemes};
 use crate::settle::{SettleRequest, VerifyOutcome};
 use crate::store::{PaymentState, StoredPayment};
-use crate::verify::{RejectReason, checked_authorization, parse_signature_hex, payload_at};
+use crate::verify::{RejectReason, payload_at};
 
 /// Default of [`FacilitatorPolicy::max_timeout_seconds`].
 pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 600;
@@ -118,53 +119,67 @@ struct Terms<'a> {
 }
 
 impl Terms<'_> {
-    /// The offer these terms describe on `network`; the token's EIP-712 name and version come from `extra`.
-    fn offer(&self, network: Network) -> Result<PaymentOffer, (&'static str, &'static str)> {
-        if self.scheme != SCHEME_EXACT {
-            return Err((RejectReason::InvalidScheme.as_str(), "scheme is not exact"));
-        }
+    /// The offer these terms describe on `network`: the token's EIP-712 name and version from `extra` (empty
+    /// when absent: a scheme that needs them refuses to prepare the offer), every other string member of
+    /// `extra` in the offer's (so that `assetTransferMethod` chooses the scheme).
+    fn offer(&self, network: Network) -> PaymentOffer {
         let field = |k: &str| self.extra.and_then(|e| e.get(k)).and_then(Value::as_str);
-        let (Some(name), Some(version)) = (field("name"), field("version")) else {
-            return Err((
-                "invalid_payment_requirements",
-                "extra.name and extra.version are required",
-            ));
-        };
-        let token = Token::new(self.asset, name, version, USDC_DECIMALS);
-        Ok(
-            PaymentOffer::new(network, token, self.pay_to, Price::from(self.amount))
-                .max_timeout_seconds(self.max_timeout_seconds),
-        )
+        let token = Token::new(
+            self.asset,
+            field("name").unwrap_or_default(),
+            field("version").unwrap_or_default(),
+            USDC_DECIMALS,
+        );
+        let mut offer = PaymentOffer::new(network, token, self.pay_to, Price::from(self.amount))
+            .max_timeout_seconds(self.max_timeout_seconds)
+            .scheme(self.scheme.to_owned());
+        let members = self.extra.and_then(Value::as_object).into_iter().flatten();
+        for (key, value) in members {
+            if let (false, Some(value)) = (key == "name" || key == "version", value.as_str()) {
+                offer.extra.insert(key.clone(), value.to_owned());
+            }
+        }
+        offer
     }
 }
 
-/// A settle request from a payload and the requirements it claims to pay, both as JSON text: the payload's
-/// version decides the requirements' version; they must agree (v1: scheme and network; v2: `accepted` equals
-/// the requirements). Nothing about time or signature validity is checked here.
+/// A settle request from a payload and the requirements it claims to pay, both as JSON text, read by the
+/// built-in schemes: the payload's version decides the requirements' version; they must agree (v1: scheme
+/// and network; v2: `accepted` equals the requirements). Nothing about time or signature validity is
+/// checked here.
 pub fn settle_request(
     payload_text: Arc<str>,
     requirements_json: &str,
 ) -> Result<SettleRequest, Invalid> {
-    settle_request_at(payload_text, requirements_json).map(|(request, _)| request)
+    read_request(&Schemes::default(), payload_text, requirements_json).map(|read| read.request)
 }
 
-/// [`settle_request`], and where the value of the payload's `extensions` member is in its text
-/// ([`payload_at`]).
-fn settle_request_at(
+/// A settle request read by its scheme, and what the checks need.
+struct Read {
+    request: SettleRequest,
+    /// Where the value of the payload's `extensions` member is in its text ([`payload_at`]).
+    extensions_at: Option<Range<usize>>,
+    scheme: Arc<dyn Scheme>,
+    prepared: Prepared,
+}
+
+/// [`settle_request`] with `schemes`.
+fn read_request(
+    schemes: &Schemes,
     payload_text: Arc<str>,
     requirements_json: &str,
-) -> Result<(SettleRequest, Option<Range<usize>>), Invalid> {
+) -> Result<Read, Invalid> {
     let (payload, extensions_at) =
         payload_at(&payload_text).map_err(|r| Invalid::new(r.reason.as_str(), r.detail, None))?;
-    let payer = Some(payload.exact().authorization.from);
-    let invalid = |r: RejectReason, m: &str| Invalid::new(r.as_str(), m, payer);
+    let invalid = |r: RejectReason, m: &str| Invalid::new(r.as_str(), m, None);
     let bad_requirements = |e: serde_json::Error| {
         Invalid::new(
             "invalid_payment_requirements",
             format!("paymentRequirements: {e}"),
-            payer,
+            None,
         )
     };
+    let mut charge = None;
     let (requirements, offer) = match &payload {
         PaymentPayload::V1(p) => {
             let r: PaymentRequirementsV1 =
@@ -177,61 +192,95 @@ fn settle_request_at(
             }
             let network = Network::from_v1_name(&r.network)
                 .ok_or_else(|| invalid(RejectReason::InvalidNetwork, "unknown v1 network"))?;
-            let terms = Terms {
+            let offer = Terms {
                 scheme: &r.scheme,
                 asset: r.asset,
                 pay_to: r.pay_to,
                 amount: r.max_amount_required,
                 max_timeout_seconds: r.max_timeout_seconds,
                 extra: r.extra.as_ref(),
-            };
-            let offer = terms
-                .offer(network)
-                .map_err(|(reason, m)| Invalid::new(reason, m, payer))?;
+            }
+            .offer(network);
             (PaymentRequirements::V1(r), offer)
         }
         PaymentPayload::V2(p) => {
             let r: PaymentRequirementsV2 =
                 serde_json::from_str(requirements_json).map_err(bad_requirements)?;
-            if p.accepted != r {
+            // A scheme that settles what was used is sent the charge as the requirements' amount, the
+            // maximum staying in `accepted` (as the official servers send it): the rest must be equal.
+            let differs_in_amount_only = r.amount < p.accepted.amount && {
+                let mut at_maximum = r.clone();
+                at_maximum.amount = p.accepted.amount;
+                at_maximum == p.accepted
+            };
+            if p.accepted != r && !differs_in_amount_only {
                 return Err(invalid(
                     RejectReason::NoMatchingRequirements,
                     "accepted differs from the requirements",
                 ));
             }
+            charge = differs_in_amount_only.then_some(r.amount);
             let network: Network = r
                 .network
                 .parse()
                 .map_err(|_| invalid(RejectReason::InvalidNetwork, "unknown CAIP-2 network"))?;
-            let terms = Terms {
+            let offer = Terms {
                 scheme: &r.scheme,
                 asset: r.asset,
                 pay_to: r.pay_to,
-                amount: r.amount,
+                amount: p.accepted.amount,
                 max_timeout_seconds: r.max_timeout_seconds,
                 extra: r.extra.as_ref(),
-            };
-            let offer = terms
-                .offer(network)
-                .map_err(|(reason, m)| Invalid::new(reason, m, payer))?;
+            }
+            .offer(network);
             (PaymentRequirements::V2(r), offer)
         }
     };
-    let signature = parse_signature_hex(&payload.exact().signature)
-        .ok_or_else(|| invalid(RejectReason::Signature, "signature is not 0x-prefixed hex"))?;
+    let Some(scheme) = schemes.for_offer(&offer).cloned() else {
+        return Err(invalid(
+            RejectReason::InvalidScheme,
+            "no scheme of this facilitator settles these requirements",
+        ));
+    };
+    if charge.is_some() && !scheme.charges_what_was_used() {
+        return Err(invalid(
+            RejectReason::NoMatchingRequirements,
+            "accepted differs from the requirements",
+        ));
+    }
+    let prepared = scheme
+        .prepare(SchemeOffer {
+            offer: &offer,
+            operator: false,
+        })
+        .map_err(|why| Invalid::new("invalid_payment_requirements", why, None))?;
+    let authorized = scheme
+        .read(payload.scheme_payload(), &offer)
+        .map_err(|r| Invalid::new(r.error_code(), r.detail, None))?;
+    // What a scheme that settles what was used settles: the charge sent, else the maximum.
+    let charge = charge.or(scheme.charges_what_was_used().then_some(authorized.amount));
     let request = SettleRequest {
         payload,
         payload_text,
         requirements,
         offer,
-        signature: Bytes::from(signature),
+        authorized,
+        charge,
     };
-    Ok((request, extensions_at))
+    Ok(Read {
+        request,
+        extensions_at,
+        scheme,
+        prepared,
+    })
 }
 
-/// The settle request of a stored payment (for reconciliation).
-pub(crate) fn stored_request(stored: &StoredPayment) -> Result<SettleRequest, Invalid> {
-    settle_request(stored.payload.clone(), &stored.requirements)
+/// The settle request of a stored payment (for reconciliation), read by `schemes`.
+pub(crate) fn stored_request(
+    schemes: &Schemes,
+    stored: &StoredPayment,
+) -> Result<SettleRequest, Invalid> {
+    read_request(schemes, stored.payload.clone(), &stored.requirements).map(|read| read.request)
 }
 
 /// The members of a facilitator request body the door reads, kept as text until they are read.
@@ -274,8 +323,9 @@ struct Checked {
     stored: Arc<StoredPayment>,
     fingerprint: B256,
     resource: String,
-    /// Past its `validBefore` (checked as of its last valid second): answered from its record only.
-    expired: bool,
+    /// Past its `validBefore` (checked as of its last valid second): answered from its record only, else
+    /// with this refusal.
+    expired: Option<crate::verify::Rejection>,
 }
 
 impl PaymentEngine {
@@ -286,7 +336,13 @@ impl PaymentEngine {
     ) -> Result<Checked, Invalid> {
         let payload: Arc<str> = body.payload.map_or("null", RawValue::get).into();
         let requirements = body.requirements.map_or("null", RawValue::get);
-        settle_request_at(payload, requirements).and_then(|(mut request, extensions_at)| {
+        read_request(&self.schemes, payload, requirements).and_then(|read| {
+            let Read {
+                mut request,
+                extensions_at,
+                scheme,
+                prepared,
+            } = read;
             let payer = Some(request.payer());
             if let Some(allowed) = &policy.pay_to
                 && !allowed.contains(&request.offer.pay_to)
@@ -299,24 +355,31 @@ impl PaymentEngine {
             }
             // The facilitator's horizon, not the caller's maxTimeoutSeconds.
             request.offer.max_timeout_seconds = policy.max_timeout_seconds;
-            // USDC of a known network is remembered; any other token the caller names is not.
-            let known = request.offer.token.is_usdc_on(&request.offer.network);
-            let separator = self.separator(
-                request.offer.network.chain_id(),
-                &request.offer.token,
-                known,
-            );
-            let check =
-                |at| checked_authorization(&request.payload, &request.offer, &separator, at);
+            let check = |at| {
+                scheme.check(
+                    &request.authorized,
+                    Check {
+                        offer: &request.offer,
+                        prepared: &prepared,
+                        x402_version: request.payload.x402_version(),
+                        now: at,
+                    },
+                )
+            };
             let now = self.now();
             // Past its validBefore, checked as of its last valid second: only its record may answer it.
             let (fingerprint, expired) = match check(now) {
-                Ok((_, fingerprint)) => (fingerprint, false),
+                Ok(fingerprint) => (fingerprint, None),
                 Err(r) => {
-                    let valid_before = request.payload.exact().authorization.valid_before;
-                    match crate::verify::as_of_last_valid_second(r, valid_before, now, check) {
-                        Ok((_, fingerprint)) => (fingerprint, true),
-                        Err(r) => return Err(Invalid::new(r.reason.as_str(), r.detail, payer)),
+                    let valid_before = request.authorized.valid_before;
+                    match crate::verify::as_of_last_valid_second(
+                        r.clone(),
+                        valid_before,
+                        now,
+                        check,
+                    ) {
+                        Ok(fingerprint) => (fingerprint, Some(r)),
+                        Err(r) => return Err(Invalid::new(r.error_code(), r.detail, payer)),
                     }
                 }
             };
@@ -358,7 +421,7 @@ impl PaymentEngine {
             Err(invalid) => return Ok(verify_response(Some(invalid), None)),
         };
         let payer = Some(checked.request.payer());
-        let key = replay_key(&checked.request);
+        let key = payment_key(&checked.request);
         match self.store.get(&key, self.now()).await {
             Err(e) => {
                 self.store_failed(&e);
@@ -376,9 +439,9 @@ impl PaymentEngine {
                 });
                 return Ok(verify_response(invalid, payer));
             }
-            Ok(None) if checked.expired => {
+            Ok(None) if let Some(refused) = &checked.expired => {
                 let invalid = Invalid::new(
-                    RejectReason::ValidBefore.as_str(),
+                    refused.error_code(),
                     "validBefore has passed, and this facilitator holds no record of the payment",
                     payer,
                 );
@@ -425,7 +488,7 @@ impl PaymentEngine {
                 &checked.resource,
                 None,
                 None,
-                checked.expired,
+                checked.expired.as_ref(),
             )
             .await
         {
@@ -511,6 +574,7 @@ fn failure(
         transaction: String::new(),
         network,
         payer: payer.map(|p| p.to_string()),
+        amount: None,
         extensions: None,
     }
 }

@@ -1,7 +1,7 @@
 //! The payment engine: every decision about one payment, in one place, without Tower or HTTP requests.
 //!
 //! [`PaymentEngine`] owns the whole life of a payment: decode, match an offer, verify, remember
-//! ([`ReplayStore`]), ask the settler, settle (before or after the protected service runs), keep or release
+//! ([`PaymentStore`]), ask the settler, settle (before or after the protected service runs), keep or release
 //! the authorization, report to the [`SettlementObserver`], and say what to answer. Its doors are thin
 //! adapters:
 //!
@@ -56,20 +56,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use alloy_primitives::B256;
 use tracing::{Instrument, debug_span, error, warn};
 
 pub(crate) use crate::extensions::Settled;
 use crate::extensions::payment_identifier::PaymentIdentifier;
-use crate::network::Token;
 use crate::offer::PaymentOffer;
 use crate::payment::{SettleTiming, VerifiedPayment};
 use crate::proto::SettleResponse;
+use crate::scheme::CompiledOffer;
+use crate::scheme::Schemes;
 use crate::settle::{
     ObservedOutcome, SettleOutcome, SettleRequest, SettlementEvent, SettlementObserver, Settler,
 };
-use crate::store::{PaymentRecord, ReplayKey, ReplayStore, StoreError};
-use crate::verify::{CompiledOffer, RejectReason, domain_separator};
+use crate::store::{PaymentKey, PaymentRecord, PaymentStore, StoreError};
+use crate::verify::RejectReason;
 
 pub use builder::{EngineConfigError, PaymentEngineBuilder};
 pub use metrics::{MetricsSnapshot, X402Metrics};
@@ -160,7 +160,7 @@ impl std::fmt::Debug for SettledHook {
 #[derive(Debug)]
 pub(crate) struct Attempt {
     pub(crate) request: SettleRequest,
-    pub(crate) key: ReplayKey,
+    pub(crate) key: PaymentKey,
     /// The record as this attempt last wrote it (its `revision` is the compare-and-set token).
     pub(crate) record: PaymentRecord,
     pub(crate) verified: VerifiedPayment,
@@ -224,15 +224,11 @@ enum Admitted {
     Answer(Answer),
 }
 
-/// A cached domain separator of a (chain, token contract): the token's EIP-712 name and version it was
-/// computed for, and the separator.
-type DomainEntry = (String, String, B256);
-
 /// The one engine behind every door. Build it with [`PaymentEngine::builder`]; share it with `Arc`.
 pub struct PaymentEngine {
     settler: Arc<dyn Settler>,
     observer: Option<Arc<dyn SettlementObserver>>,
-    store: Arc<dyn ReplayStore>,
+    store: Arc<dyn PaymentStore>,
     max_header_len: usize,
     in_flight_wait: Duration,
     stale_after: u64,
@@ -241,7 +237,7 @@ pub struct PaymentEngine {
     verify_only_warned: std::sync::atomic::AtomicBool,
     pub(crate) metrics: Arc<X402Metrics>,
     clock: Clock,
-    domains: Mutex<HashMap<(u64, alloy_primitives::Address), DomainEntry>>,
+    schemes: Schemes,
     /// Offers compiled once per distinct list (a price source returns the same few lists again and again).
     compiled: Mutex<HashMap<Vec<PaymentOffer>, Arc<[CompiledOffer]>>>,
     task_context: Option<Arc<TaskContext>>,
@@ -257,7 +253,6 @@ impl std::fmt::Debug for PaymentEngine {
     }
 }
 
-const DOMAIN_CACHE: usize = 256;
 /// Distinct offer lists kept compiled; past it the cache starts over (a bounded memory, whatever prices do).
 const COMPILED_CACHE: usize = 4096;
 
@@ -279,7 +274,7 @@ impl PaymentEngine {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<dyn ReplayStore> {
+    pub fn store(&self) -> &Arc<dyn PaymentStore> {
         &self.store
     }
 
@@ -318,37 +313,31 @@ impl PaymentEngine {
         compiled
     }
 
-    /// Compiles offers, reusing cached domain separators.
-    fn compile_uncached(&self, offers: Vec<PaymentOffer>) -> Arc<[CompiledOffer]> {
-        offers
-            .into_iter()
-            .map(|o| {
-                let sep = self.separator(o.network.chain_id(), &o.token, true);
-                CompiledOffer::new(o, sep)
-            })
-            .collect()
+    /// Why `offer` cannot be sold on a route settling at `timing`, if it cannot: no scheme of this engine
+    /// sells it, its scheme cannot prepare it, or its scheme settles what was used and the route settles
+    /// before its handler knows what that is.
+    pub(crate) fn offer_problem(
+        &self,
+        offer: &PaymentOffer,
+        timing: SettleTiming,
+    ) -> Option<&'static str> {
+        let Some(scheme) = self.schemes.for_offer(offer) else {
+            return Some("no scheme of the payment engine sells it (PaymentEngineBuilder::scheme)");
+        };
+        if let Err(why) = scheme.prepare(crate::scheme::SchemeOffer {
+            offer,
+            operator: true,
+        }) {
+            return Some(why);
+        }
+        (scheme.charges_what_was_used() && timing == SettleTiming::BeforeHandler).then_some(
+            "a scheme that settles what was used (upto) cannot be sold on a route that settles before its handler",
+        )
     }
 
-    /// The EIP-712 domain separator of `token` on `chain_id`, from the cache when it is there. A new one is
-    /// remembered (up to [`DOMAIN_CACHE`]) when `remember`: the offers of the protected routes (the
-    /// operator's), not the terms a facilitator caller chooses, so that callers cannot fill the cache.
-    pub(crate) fn separator(&self, chain_id: u64, token: &Token, remember: bool) -> B256 {
-        let key = (chain_id, token.address);
-        let lock = || self.domains.lock().unwrap_or_else(|e| e.into_inner());
-        // Looked up by reference: nothing is cloned or allocated for a separator already there.
-        let cached = lock().get(&key).and_then(|(name, version, s)| {
-            (*name == token.name && *version == token.version).then_some(*s)
-        });
-        cached.unwrap_or_else(|| {
-            let s = domain_separator(chain_id, token);
-            let mut cache = lock();
-            if remember && cache.len() < DOMAIN_CACHE {
-                cache
-                    .entry(key)
-                    .or_insert_with(|| (token.name.clone(), token.version.clone(), s));
-            }
-            s
-        })
+    /// Compiles offers ([`Schemes::compile`]).
+    fn compile_uncached(&self, offers: Vec<PaymentOffer>) -> Arc<[CompiledOffer]> {
+        self.schemes.compile(offers).into()
     }
 
     /// [`Self::refuse`] with the rejection's own words for the client ([`Rejection::client_error`]).
@@ -380,15 +369,9 @@ impl PaymentEngine {
     }
 }
 
-/// The replay key of a payment.
-pub(crate) fn replay_key(request: &SettleRequest) -> ReplayKey {
-    let auth = &request.payload.exact().authorization;
-    ReplayKey {
-        chain_id: request.offer.network.chain_id(),
-        asset: request.offer.token.address,
-        from: auth.from,
-        nonce: auth.nonce,
-    }
+/// The payment key of a payment (its scheme's).
+pub(crate) fn payment_key(request: &SettleRequest) -> PaymentKey {
+    request.authorized.key
 }
 
 fn system_now() -> u64 {
@@ -463,8 +446,8 @@ const WRITE_RETRIES: [Duration; 2] = [Duration::from_millis(50), Duration::from_
 /// Writes `record` over revision `revision`, retried on a store error ([`WRITE_RETRIES`]); `false` (logged
 /// loudly) if it was not written: the record stays as it was, and the reconciler or a resend resolves it.
 async fn write_record(
-    store: &dyn ReplayStore,
-    key: &ReplayKey,
+    store: &dyn PaymentStore,
+    key: &PaymentKey,
     revision: u64,
     record: &PaymentRecord,
 ) -> bool {
@@ -513,8 +496,8 @@ async fn pause_for(pause: Duration) {
 
 /// Whether the stored record of `key` is `record` written over `revision` (by a try whose answer was lost).
 async fn written(
-    store: &dyn ReplayStore,
-    key: &ReplayKey,
+    store: &dyn PaymentStore,
+    key: &PaymentKey,
     revision: u64,
     record: &PaymentRecord,
 ) -> bool {
@@ -529,7 +512,7 @@ async fn written(
 
 /// Releases the record at `revision` (the authorization may be presented again), retried on a store error
 /// like [`write_record`].
-async fn release_record(store: &dyn ReplayStore, key: &ReplayKey, revision: u64) {
+async fn release_record(store: &dyn PaymentStore, key: &PaymentKey, revision: u64) {
     let mut pauses = WRITE_RETRIES.iter();
     loop {
         match store.release(key, revision).await {
@@ -580,54 +563,5 @@ impl PaymentEngine {
             None => task,
         });
         Box::pin(async move { rx.await.ok() })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn domain_separators_are_remembered_only_when_asked() {
-        let engine = PaymentEngine::builder()
-            .settler(Arc::new(crate::settle::VerifyOnlySettler))
-            .build()
-            .unwrap();
-        let network: crate::network::Network = "base-sepolia".parse().unwrap();
-        let chain = network.chain_id();
-        let usdc = Token::usdc(&network).unwrap();
-        let junk = Token::new(alloy_primitives::Address::repeat_byte(7), "Junk", "1", 6);
-        let cached = || engine.domains.lock().unwrap().len();
-        // A token a facilitator caller chose: computed, not remembered.
-        assert_eq!(
-            engine.separator(chain, &junk, false),
-            domain_separator(chain, &junk)
-        );
-        assert_eq!(cached(), 0);
-        // An offer's token: remembered, then found whoever asks.
-        assert_eq!(
-            engine.separator(chain, &usdc, true),
-            domain_separator(chain, &usdc)
-        );
-        assert_eq!(cached(), 1);
-        assert_eq!(
-            engine.separator(chain, &usdc, false),
-            domain_separator(chain, &usdc)
-        );
-        assert_eq!(cached(), 1);
-        // The same contract under another name is another domain: not the cached separator.
-        let renamed = Token::new(usdc.address, "Renamed Coin", usdc.version.clone(), 6);
-        assert_eq!(
-            engine.separator(chain, &renamed, true),
-            domain_separator(chain, &renamed)
-        );
-        assert_ne!(
-            domain_separator(chain, &renamed),
-            domain_separator(chain, &usdc)
-        );
-        assert_eq!(
-            engine.separator(chain, &usdc, false),
-            domain_separator(chain, &usdc)
-        );
     }
 }

@@ -5,7 +5,7 @@ use tracing::{Instrument, debug_span, error};
 use crate::payment::{SettleTiming, VerifiedPayment};
 use crate::proto::SettleResponse;
 use crate::settle::{SETTLEMENT_PENDING, SettleOutcome};
-use crate::store::{Event, ReplayStore, StoreError};
+use crate::store::{Event, PaymentStore, StoreError};
 
 use super::admit::pending_transaction;
 use super::{Admitted, Answer, Attempt, PaymentEngine, facilitator};
@@ -98,7 +98,7 @@ impl PaymentEngine {
         let mut report = ReconcileReport::default();
         for (key, record) in list {
             report.examined += 1;
-            let request = match facilitator::stored_request(&record.payment) {
+            let request = match facilitator::stored_request(&self.schemes, &record.payment) {
                 Ok(r) => r,
                 Err(e) => {
                     error!(payer = %key.from, nonce = %key.nonce, error = %e.message, "stored payment unreadable");

@@ -10,6 +10,7 @@ use super::{
 };
 use crate::payment::{SettleTiming, VerifiedPayment};
 use crate::proto::SettleResponse;
+use crate::scheme::{Charge, ChargeError};
 use crate::settle::{SETTLEMENT_PENDING, SettleOutcome, SettleRequest, VerifyOutcome};
 use crate::store::{Disposition, Event, PaymentRecord, PaymentState, StoredPayment, disposition};
 use crate::verify::RejectReason;
@@ -31,11 +32,13 @@ impl PaymentEngine {
     }
 
     /// After the protected service answered (`served`: below 400): settle (settle-after), or release.
+    /// `charge`: what the service reported it used ([`Charge`]), for a scheme that settles that.
     pub(crate) async fn finish(
         &self,
         route: &Route,
         mut attempt: Box<Attempt>,
         served: bool,
+        charge: Option<Result<Charge, ChargeError>>,
     ) -> Finish {
         let version = attempt.verified.x402_version;
         if let Some(receipt) = PaymentEngine::finish_now(route, &mut attempt) {
@@ -45,6 +48,9 @@ impl PaymentEngine {
             // Nothing was charged: the authorization may be presented again.
             self.dispose(&mut attempt, Event::NotServed, None).await;
             return Finish::Pass(None, version);
+        }
+        if let Err(answer) = self.charge(&mut attempt, charge).await {
+            return Finish::Replace(answer);
         }
         match self.settle(&mut attempt, Some(route.timing)).await {
             Ok(sr) => Finish::Pass(Some(sr), version),
@@ -98,12 +104,72 @@ impl PaymentEngine {
         }
     }
 
-    /// Settles, reports, and applies the outcome.
+    /// For a scheme that settles what was used: resolves the service's `charge` against the signed
+    /// maximum (none reported: the maximum) and makes it the amount to settle, in the request and in the
+    /// payment record (so a reconciliation settles the same). A charge that cannot be settled (above the
+    /// maximum, unreadable) charges nothing: the record is released, the answer is a 500. Other schemes
+    /// settle their amount, whatever was reported.
+    pub(super) async fn charge(
+        &self,
+        attempt: &mut Attempt,
+        charge: Option<Result<Charge, ChargeError>>,
+    ) -> Result<(), Answer> {
+        let metered = self
+            .schemes
+            .for_offer(&attempt.request.offer)
+            .is_some_and(|s| s.charges_what_was_used());
+        if !metered {
+            if charge.is_some() {
+                debug!(
+                    scheme = attempt.request.authorized.scheme,
+                    "a charge reported for a scheme that settles its amount: ignored"
+                );
+            }
+            return Ok(());
+        }
+        let maximum = attempt.request.authorized.amount;
+        let decimals = attempt.request.offer.token.decimals;
+        let amount = match charge.unwrap_or(Ok(Charge::Atomic(maximum))) {
+            Ok(c) => c.resolve(maximum, decimals),
+            Err(e) => Err(e),
+        };
+        let amount = match amount {
+            Ok(amount) => amount,
+            Err(e) => {
+                error!(error = %e, payer = %attempt.verified.payer, "the service's charge cannot be settled: nothing charged");
+                self.dispose(attempt, Event::NotServed, None).await;
+                return Err(Answer::Unavailable {
+                    status: 500,
+                    message: "the charge this service reported cannot be settled; nothing was charged",
+                });
+            }
+        };
+        attempt.request.set_charge(amount);
+        attempt.verified.charge = Some(amount);
+        if let Ok(requirements) = serde_json::to_string(&attempt.request.requirements) {
+            attempt.record.payment = std::sync::Arc::new(StoredPayment {
+                payload: attempt.record.payment.payload.clone(),
+                requirements: requirements.into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Settles, reports, and applies the outcome. A charge of zero settles nothing: the payment is
+    /// recorded as settled with no transaction (`amount: "0"`), the settler is not asked.
     pub(super) async fn settle(
         &self,
         attempt: &mut Attempt,
         timing: Option<SettleTiming>,
     ) -> Result<SettleResponse, Answer> {
+        if attempt.request.charge.is_some_and(|c| c.is_zero()) {
+            let nothing = SettleOutcome::Settled {
+                transaction: String::new(),
+                payer: attempt.request.payer(),
+                network: attempt.request.wire_network(),
+            };
+            return self.conclude(attempt, nothing, timing).await;
+        }
         self.mark_settling(attempt).await?;
         let outcome = self.settle_outcome(attempt).await;
         self.conclude(attempt, outcome, timing).await
@@ -242,6 +308,7 @@ impl PaymentEngine {
             transaction,
             network,
             payer: Some(crate::address::checksum(&payer)),
+            amount: attempt.request.charge.map(|c| c.to_string()),
             extensions: None,
         };
         if let Some(hook) = &attempt.on_settled {
@@ -317,6 +384,7 @@ impl PaymentEngine {
             transaction: String::new(),
             network: attempt.request.wire_network(),
             payer: Some(crate::address::checksum(&attempt.verified.payer)),
+            amount: None,
             extensions: None,
         }
     }
@@ -343,6 +411,7 @@ impl PaymentEngine {
             transaction: transaction.unwrap_or_default(),
             network: request.wire_network(),
             payer: Some(crate::address::checksum(&request.payer())),
+            amount: None,
             extensions: None,
         }
     }

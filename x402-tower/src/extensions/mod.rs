@@ -68,7 +68,7 @@ use std::sync::Arc;
 
 use crate::pricing::PaymentOffer;
 use crate::proto::{PaymentRequirementsV2, SettleResponse};
-use crate::verify::CompiledOffer;
+use crate::scheme::CompiledOffer;
 
 pub mod bazaar;
 pub mod offer_receipt;

@@ -532,7 +532,7 @@ mod issuer {
     use serde_json::json;
 
     use super::*;
-    use crate::verify::CompiledOffer;
+    use crate::scheme::CompiledOffer;
 
     /// The signed offers of one resource and offer list, serialised, and when to sign them anew.
     struct SignedEntry {
@@ -969,6 +969,7 @@ mod tests {
             network: "eip155:8453".into(),
             payer: Some("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into()),
             extensions: extensions.map(|e| serde_json::from_str(e).unwrap()),
+            amount: None,
         }
     }
 

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::boxed::BoxFuture;
-use crate::store::{IdBinding, IdClaim, ReplayKey, ReplayStore, StoreError};
+use crate::store::{IdBinding, IdClaim, PaymentKey, PaymentStore, StoreError};
 
 /// The extension's key in `extensions`.
 pub const KEY: &str = "sign-in-with-x";
@@ -408,7 +408,7 @@ impl SignInWithX {
         header: &[u8],
         resource_url: &str,
         networks: &[&str],
-        store: &dyn ReplayStore,
+        store: &dyn PaymentStore,
         now: u64,
     ) -> Result<SignedIn, Refusal> {
         if header.len() > MAX_PROOF_BYTES {
@@ -470,9 +470,9 @@ impl SignInWithX {
         let id = format!("siwx_{}", proof.nonce.to_ascii_lowercase());
         let binding = IdBinding {
             fingerprint: keccak256(id.as_bytes()),
-            key: ReplayKey {
+            key: PaymentKey {
                 chain_id: 0,
-                asset: Address::ZERO,
+                nonce_space: Address::ZERO,
                 from: address,
                 nonce: keccak256(&nonce),
             },

@@ -13,7 +13,7 @@ use crate::extensions::{Extension, Fixed, Offered, Settled};
 use crate::offer::PaymentOffer;
 use crate::payment::SettleTiming;
 use crate::pricing::{PriceSource, offer_problem};
-use crate::verify::CompiledOffer;
+use crate::scheme::CompiledOffer;
 
 pub use crate::engine::DEFAULT_MAX_HEADER_LEN;
 
@@ -151,7 +151,7 @@ impl Shared {
 
 /// Sells the wrapped service's responses for x402 payments. Build it with [`X402Layer::builder`].
 ///
-/// Cloning is cheap (an `Arc`); every clone shares the engine (replay store, settler, metrics).
+/// Cloning is cheap (an `Arc`); every clone shares the engine (payment store, settler, metrics).
 #[derive(Clone)]
 pub struct X402Layer {
     pub(crate) shared: Arc<Shared>,
@@ -433,6 +433,11 @@ impl X402Config {
             Some(e) => e,
             None => Arc::new(PaymentEngine::builder().verify_only_default().build()?),
         };
+        for (index, o) in self.offers.iter().enumerate() {
+            if let Some(why) = engine.offer_problem(o, self.timing) {
+                return Err(ConfigError::BadOffer { index, why });
+            }
+        }
         if engine.defaulted_to_verify_only() {
             tracing::warn!(
                 base_url,

@@ -7,16 +7,16 @@
 //! ```
 //! use std::sync::Arc;
 //! use x402_tower::layer::faults::{Fault, FaultyStore, LedgerSettler, StoreOp};
-//! use x402_tower::store::InMemoryReplayStore;
+//! use x402_tower::store::InMemoryPaymentStore;
 //! use x402_tower::PaymentEngine;
 //!
-//! let store = FaultyStore::new(Arc::new(InMemoryReplayStore::default()));
+//! let store = FaultyStore::new(Arc::new(InMemoryPaymentStore::default()));
 //! // The second `update` (the write after a settle-after settlement) fails; every later one works.
 //! store.inject(StoreOp::Update, 2, Fault::Fail);
 //! let ledger = LedgerSettler::new();
 //! let engine = PaymentEngine::builder()
 //!     .settler(ledger.clone())
-//!     .replay_store(store.clone())
+//!     .store(store.clone())
 //!     .build()
 //!     .unwrap();
 //! # let _ = engine;
@@ -38,27 +38,27 @@ use crate::boxed::BoxFuture;
 use crate::proto::SupportedResponse;
 use crate::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use crate::store::{
-    IdBinding, IdClaim, PaymentRecord, ReplayKey, ReplayStore, Reservation, StoreError,
+    IdBinding, IdClaim, PaymentKey, PaymentRecord, PaymentStore, Reservation, StoreError,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A method of [`ReplayStore`].
+/// A method of [`PaymentStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreOp {
-    /// [`ReplayStore::reserve`].
+    /// [`PaymentStore::reserve`].
     Reserve,
-    /// [`ReplayStore::get`].
+    /// [`PaymentStore::get`].
     Get,
-    /// [`ReplayStore::update`].
+    /// [`PaymentStore::update`].
     Update,
-    /// [`ReplayStore::release`].
+    /// [`PaymentStore::release`].
     Release,
-    /// [`ReplayStore::unresolved`].
+    /// [`PaymentStore::unresolved`].
     Unresolved,
-    /// [`ReplayStore::bind_id`].
+    /// [`PaymentStore::bind_id`].
     BindId,
 }
 
@@ -96,10 +96,10 @@ enum When {
     From(usize),
 }
 
-/// A [`ReplayStore`] around another that fails, loses the answer of, or hangs on chosen calls of chosen
+/// A [`PaymentStore`] around another that fails, loses the answer of, or hangs on chosen calls of chosen
 /// methods; counts every call. Calls are numbered per method from 1, from the store's creation.
 pub struct FaultyStore {
-    inner: Arc<dyn ReplayStore>,
+    inner: Arc<dyn PaymentStore>,
     calls: [AtomicUsize; 6],
     plan: Mutex<Vec<(StoreOp, When, Fault)>>,
 }
@@ -114,7 +114,7 @@ impl std::fmt::Debug for FaultyStore {
 
 impl FaultyStore {
     /// `inner`, without faults until some are injected.
-    pub fn new(inner: Arc<dyn ReplayStore>) -> Arc<Self> {
+    pub fn new(inner: Arc<dyn PaymentStore>) -> Arc<Self> {
         Arc::new(FaultyStore {
             inner,
             calls: Default::default(),
@@ -199,10 +199,10 @@ fn injected(op: StoreOp, what: &'static str) -> StoreError {
     StoreError::Backend(Box::new(Injected { op, what }))
 }
 
-impl ReplayStore for FaultyStore {
+impl PaymentStore for FaultyStore {
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
@@ -212,14 +212,14 @@ impl ReplayStore for FaultyStore {
     }
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
         self.run(StoreOp::Get, move || self.inner.get(key, now))
     }
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
@@ -229,7 +229,7 @@ impl ReplayStore for FaultyStore {
     }
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.run(StoreOp::Release, move || self.inner.release(key, expected))
@@ -239,7 +239,7 @@ impl ReplayStore for FaultyStore {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, StoreError>> {
         self.run(StoreOp::Unresolved, move || {
             self.inner.unresolved(now, stale_before, limit)
         })
@@ -324,8 +324,7 @@ impl LedgerSettler {
     }
 
     fn key(request: &SettleRequest) -> (Address, B256) {
-        let auth = &request.payload.exact().authorization;
-        (auth.from, auth.nonce)
+        (request.authorized.key.from, request.authorized.key.nonce)
     }
 }
 

@@ -22,7 +22,8 @@ use crate::extensions::siwx::{Refusal, SignedIn};
 use crate::extensions::terms::Terms;
 use crate::header::{PAYMENT_SIGNATURE, X_PAYMENT};
 use crate::pricing::{BoxFuture, PriceDecision};
-use crate::verify::CompiledOffer;
+use crate::scheme::CompiledOffer;
+use crate::scheme::{Charge, ChargeError, SETTLEMENT_OVERRIDES};
 
 pin_project! {
     #[project = StateProj]
@@ -301,7 +302,9 @@ where
                     }
                 },
                 StateProj::Inner { fut } => {
-                    let res = ready!(fut.poll(cx));
+                    let mut res = ready!(fut.poll(cx));
+                    // What the service used (for a scheme that settles that); never sent on.
+                    let charge = res.as_mut().ok().and_then(take_charge);
                     let Some(mut attempt) = this.paid.take().and_then(Unanswered::disarm) else {
                         return Poll::Ready(res.map(|r| r.map(ResponseBody::inner)));
                     };
@@ -324,7 +327,10 @@ where
                         // A task of its own: a client that goes away mid-settlement cannot stop it before
                         // its outcome is written.
                         let finish = this.shared.engine.run_to_end(async move {
-                            shared.engine.finish(&shared.route, attempt, served).await
+                            shared
+                                .engine
+                                .finish(&shared.route, attempt, served, charge)
+                                .await
                         });
                         Some(State::Post {
                             fut: Box::pin(async move {
@@ -435,12 +441,27 @@ impl Drop for Unanswered {
         let shared = self.shared.clone();
         // Spawned at once; nobody waits for it.
         drop(self.shared.engine.run_to_end(async move {
-            shared.engine.finish(&shared.route, attempt, false).await;
+            shared
+                .engine
+                .finish(&shared.route, attempt, false, None)
+                .await;
         }));
     }
 }
 
 /// The CAIP-2 networks of `offers`.
+/// The charge a response reports ([`Charge`] in its extensions, else the `Settlement-Overrides` header),
+/// taken out of it: the header never leaves.
+fn take_charge<B>(response: &mut Response<B>) -> Option<Result<Charge, ChargeError>> {
+    let header = Charge::from_overrides(response.headers());
+    response.headers_mut().remove(SETTLEMENT_OVERRIDES);
+    response
+        .extensions_mut()
+        .remove::<Charge>()
+        .map(Ok)
+        .or(header)
+}
+
 fn networks(offers: &[CompiledOffer]) -> Vec<String> {
     let mut n: Vec<String> = offers
         .iter()

@@ -12,7 +12,7 @@ use crate::header::*;
 use crate::layer::paywall::{Paywall, PaywallPage};
 use crate::offer::PaymentOffer;
 use crate::proto::{ResourceInfo, SettleResponse};
-use crate::verify::{CompiledOffer, domain_separator};
+use crate::scheme::CompiledOffer;
 
 /// Which optional headers a 402 carries.
 #[derive(Debug, Clone, Copy, Default)]
@@ -461,13 +461,7 @@ pub fn payment_required_response(
     resource_url: &str,
     error: &str,
 ) -> Response<Full<Bytes>> {
-    let compiled: Vec<CompiledOffer> = offers
-        .iter()
-        .map(|o| {
-            let sep = domain_separator(o.network.chain_id(), &o.token);
-            CompiledOffer::new(o.clone(), sep)
-        })
-        .collect();
+    let compiled = crate::scheme::Schemes::default().compile(offers.to_vec());
     let info = RequestInfo {
         resource_url: resource_url.to_owned(),
         wants_html: false,
@@ -618,7 +612,7 @@ pub(crate) fn make_private(h: &mut HeaderMap) {
 }
 
 /// A problem document whose code is the status's (502 `bad_gateway` when the settler failed, 503
-/// `service_unavailable` when the replay store failed, 500 `internal_server_error` for a pricing bug).
+/// `service_unavailable` when the payment store failed, 500 `internal_server_error` for a pricing bug).
 pub(crate) fn plain_error(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
     let code = match status {
         StatusCode::BAD_GATEWAY => "bad_gateway",
@@ -702,10 +696,7 @@ mod tests {
         assert_eq!(h[CONTENT_TYPE], "application/json");
         assert_eq!(h[CACHE_CONTROL], "no-store");
         assert!(!h.contains_key(X_PAYMENT_REQUIRED));
-        let compiled = [CompiledOffer::new(
-            offer.clone(),
-            domain_separator(network.chain_id(), &offer.token),
-        )];
+        let compiled = crate::scheme::Schemes::default().compile(vec![offer.clone()]);
         let info = RequestInfo {
             resource_url: "https://example.org/a?id=1".into(),
             wants_html: false,

@@ -54,7 +54,7 @@ type HeadersHook = Arc<dyn Fn(FacilitatorEndpoint) -> HeaderMap + Send + Sync>;
 /// `GET {base}/supported`).
 ///
 /// A timeout or an answer that is not the protocol's makes the layer answer 502; a settle call that times
-/// out is [`SettleOutcome::Unknown`] (it may have been broadcast), so the replay key stays reserved.
+/// out is [`SettleOutcome::Unknown`] (it may have been broadcast), so the payment key stays reserved.
 ///
 /// TLS uses rustls with the `ring` provider, installed as the process default if none is installed yet.
 ///

@@ -109,7 +109,7 @@ pub enum SettleError {
 /// Verifies (with the chain) and settles payments. Dyn-compatible: the layer holds an `Arc<dyn Settler>`.
 pub trait Settler: Send + Sync + 'static {
     /// Checks that need the chain (balance, nonce state, smart wallets). Called after the layer's local
-    /// verification passed and the replay key was reserved.
+    /// verification passed and the payment key was reserved.
     fn verify<'a>(
         &'a self,
         request: &'a SettleRequest,

@@ -43,9 +43,9 @@
 //! Keep the lookback longer than a payment record's life (its window plus `keep_after_expiry`: 20 minutes by
 //! default; the default 10,000 blocks are, on chains with blocks of 0.12 s or more), so that a use by this
 //! settler, or by anybody within a payment's window, is always within reach. So settling an authorization
-//! twice reports the one transfer twice: refusing it for a second resource is the replay store's job
+//! twice reports the one transfer twice: refusing it for a second resource is the payment store's job
 //! ([`PaymentEngine`](crate::engine::PaymentEngine)), not the chain's. It follows that a transfer to `payTo`
-//! made through another deployment (another replay store) is accepted here, once, as payment for the offer it
+//! made through another deployment (another payment store) is accepted here, once, as payment for the offer it
 //! signs (its exact amount and `payTo`, still unexpired): deployments that share a `payTo` must share one
 //! store.
 //!
@@ -110,11 +110,13 @@ use self::nonce::NonceManager;
 use self::revert::Revert;
 use self::shared::Shared;
 use self::token::{
-    AuthorizationCanceled, AuthorizationUsed, Receipt, authorizationStateCall, isValidSignatureCall,
+    AuthorizationCanceled, AuthorizationUsed, NOT_EIP3009, Receipt, authorizationStateCall,
+    eip3009, isValidSignatureCall, not_eip3009,
 };
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use crate::boxed::BoxFuture;
 use crate::proto::{SCHEME_EXACT, SupportedKind, SupportedResponse};
+use crate::scheme::Eip3009Payment;
 use crate::secp::SecretSigner;
 use crate::verify::RejectReason;
 
@@ -321,7 +323,7 @@ impl Inner {
         request: &SettleRequest,
         block: BlockId,
     ) -> Result<bool, RpcError> {
-        let auth = &request.payload.exact().authorization;
+        let auth = &eip3009(request).authorization;
         let data: Bytes = authorizationStateCall {
             authorizer: auth.from,
             nonce: auth.nonce,
@@ -573,7 +575,7 @@ impl Inner {
     fn settled(request: &SettleRequest, hash: B256) -> SettleOutcome {
         SettleOutcome::Settled {
             transaction: format!("{hash}"),
-            payer: request.payload.exact().authorization.from,
+            payer: request.payer(),
             network: request.wire_network(),
         }
     }
@@ -697,7 +699,7 @@ impl Inner {
         &self,
         request: &SettleRequest,
     ) -> Result<(Option<(B256, B256)>, u64), RpcError> {
-        let auth = &request.payload.exact().authorization;
+        let auth = &eip3009(request).authorization;
         let latest = self.rpc.block_number().await?;
         let filter = json!({
             "address": request.offer.token.address,
@@ -817,6 +819,12 @@ impl Settler for OnchainSettler {
         let span = debug_span!("x402.onchain.simulate", payer = %request.payer());
         Box::pin(
             async move {
+                if request.authorized.details::<Eip3009Payment>().is_none() {
+                    return Ok(VerifyOutcome::Invalid {
+                        reason: RejectReason::InvalidScheme.as_str().to_owned(),
+                        message: Some(NOT_EIP3009.to_owned()),
+                    });
+                }
                 if let Err(message) = self
                     .inner
                     .check_network(request)
@@ -849,6 +857,9 @@ impl Settler for OnchainSettler {
 
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
         let span = debug_span!("x402.onchain.settle", payer = %request.payer());
+        if request.authorized.details::<Eip3009Payment>().is_none() {
+            return Box::pin(std::future::ready(not_eip3009()));
+        }
         Box::pin(self.inner.settle(request).instrument(span))
     }
 
@@ -865,6 +876,9 @@ impl Settler for OnchainSettler {
         transaction: Option<&'a str>,
     ) -> BoxFuture<'a, SettleOutcome> {
         let span = debug_span!("x402.onchain.reconcile", payer = %request.payer(), ?transaction);
+        if request.authorized.details::<Eip3009Payment>().is_none() {
+            return Box::pin(std::future::ready(not_eip3009()));
+        }
         Box::pin(self.inner.reconcile(request, transaction).instrument(span))
     }
 

@@ -1,4 +1,4 @@
-//! The [`ReplayStore`] contract as checks a store must pass (feature `test-util`), for this crate's stores
+//! The [`PaymentStore`] contract as checks a store must pass (feature `test-util`), for this crate's stores
 //! and for anyone who writes one: [`sequential`] (reserve and taken, compare-and-set update and release,
 //! expiry, unresolved records, payment identifiers) and [`contention`] (one winner per key, per revision, per
 //! identifier, under concurrent calls). They panic, like assertions, on the first broken rule. Run
@@ -6,12 +6,12 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use x402_tower::store::{InMemoryReplayStore, conformance};
+//! use x402_tower::store::{InMemoryPaymentStore, conformance};
 //!
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() {
-//! conformance::sequential(Arc::new(InMemoryReplayStore::default())).await;
-//! conformance::contention(Arc::new(InMemoryReplayStore::default())).await;
+//! conformance::sequential(Arc::new(InMemoryPaymentStore::default())).await;
+//! conformance::contention(Arc::new(InMemoryPaymentStore::default())).await;
 //! # }
 //! ```
 
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use alloy_primitives::{Address, B256};
 
 use super::{
-    IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
+    IdBinding, IdClaim, PaymentKey, PaymentRecord, PaymentState, PaymentStore, Reservation,
     StoredPayment,
 };
 use crate::proto::SettleResponse;
@@ -32,10 +32,10 @@ fn now() -> u64 {
 }
 
 /// The key with nonce byte `n` (one chain, asset and payer).
-pub fn key(n: u8) -> ReplayKey {
-    ReplayKey {
+pub fn key(n: u8) -> PaymentKey {
+    PaymentKey {
         chain_id: 84532,
-        asset: Address::repeat_byte(0xa5),
+        nonce_space: Address::repeat_byte(0xa5),
         from: Address::repeat_byte(0xf0),
         nonce: B256::repeat_byte(n),
     }
@@ -61,7 +61,7 @@ pub fn record(state: PaymentState, expires_at: u64, updated_at: u64) -> PaymentR
 /// The contract, call after call: reserve and taken, compare-and-set update and release, expiry, unresolved
 /// records, payment identifiers.
 #[allow(clippy::missing_panics_doc)]
-pub async fn sequential(s: Arc<dyn ReplayStore>) {
+pub async fn sequential(s: Arc<dyn PaymentStore>) {
     let now = now();
     let r = record(PaymentState::InFlight, now + 60, now);
     assert_eq!(
@@ -87,6 +87,7 @@ pub async fn sequential(s: Arc<dyn ReplayStore>) {
         network: "eip155:84532".into(),
         payer: None,
         extensions: None,
+        amount: None,
     });
     assert!(
         !s.update(&key(1), 7, &settled).await.unwrap(),
@@ -135,7 +136,7 @@ pub async fn sequential(s: Arc<dyn ReplayStore>) {
     )
     .await
     .unwrap();
-    let nonces = |v: Vec<(ReplayKey, PaymentRecord)>| {
+    let nonces = |v: Vec<(PaymentKey, PaymentRecord)>| {
         let mut n: Vec<u8> = v.into_iter().map(|(k, _)| k.nonce[0]).collect();
         n.sort();
         n
@@ -153,7 +154,7 @@ pub async fn sequential(s: Arc<dyn ReplayStore>) {
     assert!(
         found
             .iter()
-            .all(|(k, r)| r.expires_at == now + 60 && k.asset == key(2).asset)
+            .all(|(k, r)| r.expires_at == now + 60 && k.nonce_space == key(2).nonce_space)
     );
     assert_eq!(
         s.unresolved(now, now - 8, 1).await.unwrap().len(),
@@ -202,7 +203,7 @@ pub async fn sequential(s: Arc<dyn ReplayStore>) {
 /// The contract under contention: one winner of 64 concurrent reservations of a key, of 32 updates of one
 /// revision, of 16 releases, of 32 bindings of one identifier to different payments.
 #[allow(clippy::missing_panics_doc)]
-pub async fn contention(s: Arc<dyn ReplayStore>) {
+pub async fn contention(s: Arc<dyn PaymentStore>) {
     let now = now();
     let r = record(PaymentState::InFlight, now + 60, now);
     let reserves: Vec<_> = (0..64)

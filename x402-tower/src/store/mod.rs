@@ -37,15 +37,15 @@
 //! reserve in one step): at once when the payment was marked, after its handler on a settle-after route
 //! when it was not.
 //!
-//! The engine moves records only with compare-and-set updates ([`ReplayStore::update`],
-//! [`ReplayStore::release`] on the record's `revision`), so two requests or two instances can never both act
+//! The engine moves records only with compare-and-set updates ([`PaymentStore::update`],
+//! [`PaymentStore::release`] on the record's `revision`), so two requests or two instances can never both act
 //! on one record. What it answers for a record another request left is decided in
 //! `engine::PaymentEngine::on_taken`.
 //!
 //! # Payment identifiers
 //!
 //! The `payment-identifier` extension binds a client-chosen id to a fingerprint of the payment and the
-//! request ([`ReplayStore::bind_id`]): the same id with another payment is a conflict (409). Ids expire with
+//! request ([`PaymentStore::bind_id`]): the same id with another payment is a conflict (409). Ids expire with
 //! their payment.
 //!
 //! # Implementing a store
@@ -53,7 +53,7 @@
 //! Every method must be atomic with respect to the others on the same key: two concurrent `reserve` of one
 //! key give one [`Reservation::Reserved`] and one [`Reservation::Taken`]; `update` and `release` succeed only
 //! when the stored revision is the expected one. Records whose `expires_at` is before `now` count as absent.
-//! [`InMemoryReplayStore`] is the reference implementation for one process; `conformance` (feature
+//! [`InMemoryPaymentStore`] is the reference implementation for one process; `conformance` (feature
 //! `test-util`) checks a store against this contract, call after call and under contention.
 
 #[cfg(feature = "test-util")]
@@ -75,11 +75,11 @@ use crate::proto::SettleResponse;
 
 /// The identity of one EIP-3009 authorization on chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ReplayKey {
+pub struct PaymentKey {
     /// Chain id.
     pub chain_id: u64,
     /// Token contract.
-    pub asset: Address,
+    pub nonce_space: Address,
     /// Payer.
     pub from: Address,
     /// Authorization nonce.
@@ -321,7 +321,7 @@ impl PaymentRecord {
     }
 }
 
-/// Result of [`ReplayStore::reserve`].
+/// Result of [`PaymentStore::reserve`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reservation {
     /// The key was free and is now `InFlight` for this request, at this revision.
@@ -388,18 +388,18 @@ pub const fn disposition(event: Event) -> Disposition {
     }
 }
 
-/// A payment identifier's binding ([`ReplayStore::bind_id`]).
+/// A payment identifier's binding ([`PaymentStore::bind_id`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdBinding {
     /// Fingerprint of the payment and the request it came with.
     pub fingerprint: B256,
     /// The payment.
-    pub key: ReplayKey,
+    pub key: PaymentKey,
     /// When the binding may be forgotten.
     pub expires_at: u64,
 }
 
-/// Result of [`ReplayStore::bind_id`].
+/// Result of [`PaymentStore::bind_id`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdClaim {
     /// The id was unknown and is now bound.
@@ -414,30 +414,30 @@ pub enum IdClaim {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store is full of unexpired entries.
-    #[error("replay store is full ({0} unexpired entries)")]
+    #[error("payment store is full ({0} unexpired entries)")]
     Full(usize),
     /// The store did not answer within the engine's bound
     /// ([`store_timeout`](crate::engine::PaymentEngineBuilder::store_timeout)).
-    #[error("replay store did not answer within {0:?}")]
+    #[error("payment store did not answer within {0:?}")]
     TimedOut(std::time::Duration),
     /// Any other failure of a custom store (database down, ...).
-    #[error("replay store failed: {0}")]
+    #[error("payment store failed: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Where payments and their outcomes are remembered. See the [module docs](self) for the contract.
-pub trait ReplayStore: Send + Sync + 'static {
+pub trait PaymentStore: Send + Sync + 'static {
     /// Inserts `record` (state `InFlight`) for `key` unless an unexpired record exists; returns that record.
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>>;
     /// The unexpired record of `key`.
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>>;
     /// Replaces the record of `key` if its revision is `expected`; the stored revision becomes `expected + 1`.
@@ -445,14 +445,14 @@ pub trait ReplayStore: Send + Sync + 'static {
     /// too: the engine writes a final record with the payment [forgotten](StoredPayment::forgotten).
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// Deletes the record of `key` if its revision is `expected`: the authorization may be presented again.
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// Up to `limit` unexpired records that need reconciling: `Pending` ones, and `InFlight` ones last
@@ -462,7 +462,7 @@ pub trait ReplayStore: Send + Sync + 'static {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, StoreError>>;
     /// Binds a payment identifier, or tells how it is bound already.
     fn bind_id<'a>(
         &'a self,
@@ -472,10 +472,10 @@ pub trait ReplayStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>>;
 }
 
-impl<T: ReplayStore + ?Sized> ReplayStore for Arc<T> {
+impl<T: PaymentStore + ?Sized> PaymentStore for Arc<T> {
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
@@ -483,14 +483,14 @@ impl<T: ReplayStore + ?Sized> ReplayStore for Arc<T> {
     }
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
         (**self).get(key, now)
     }
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
@@ -498,7 +498,7 @@ impl<T: ReplayStore + ?Sized> ReplayStore for Arc<T> {
     }
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         (**self).release(key, expected)
@@ -508,7 +508,7 @@ impl<T: ReplayStore + ?Sized> ReplayStore for Arc<T> {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, StoreError>> {
         (**self).unresolved(now, stale_before, limit)
     }
     fn bind_id<'a>(
@@ -521,48 +521,48 @@ impl<T: ReplayStore + ?Sized> ReplayStore for Arc<T> {
     }
 }
 
-/// Default capacity of [`InMemoryReplayStore::default`].
+/// Default capacity of [`InMemoryPaymentStore::default`].
 pub const DEFAULT_CAPACITY: usize = 100_000;
 
 #[derive(Debug, Default)]
 struct Maps {
-    payments: HashMap<ReplayKey, PaymentRecord>,
+    payments: HashMap<PaymentKey, PaymentRecord>,
     ids: HashMap<String, IdBinding>,
 }
 
-/// A bounded in-memory [`ReplayStore`] for one process. When full, expired entries are purged; if none
+/// A bounded in-memory [`PaymentStore`] for one process. When full, expired entries are purged; if none
 /// expired, `reserve` fails with [`StoreError::Full`] (the layer answers 503) rather than forget a live key.
 ///
 /// A record lives until its payment's `validBefore` plus the engine's
 /// [`keep_after_expiry`](crate::engine::PaymentEngineBuilder::keep_after_expiry) (15 minutes by default).
 /// That extra time serves only a late resend or a late reconciliation, so a store told about it
-/// ([`InMemoryReplayStore::evicting_settled_after`]; the engine's own default store is) gives up, when
+/// ([`InMemoryPaymentStore::evicting_settled_after`]; the engine's own default store is) gives up, when
 /// full, the `Settled` records (and payment identifiers) already past their payment's `validBefore` before
 /// it refuses anything: its sustained rate stays about `capacity / maxTimeoutSeconds` (333 payments a
 /// second for the default 100,000 entries and 300 s). Records still needed against replays, and unresolved
 /// ones, are never given up.
 #[derive(Debug)]
-pub struct InMemoryReplayStore {
+pub struct InMemoryPaymentStore {
     capacity: usize,
     maps: Mutex<Maps>,
     /// `now + 1` of the last full purge (0: never), written under the lock. A second purge within the same
     /// second would find nothing more to drop (new entries expire at `validBefore >= now + 6`), so a store
     /// full of live keys scans its entries at most once per second instead of on every request.
     purged_at: AtomicU64,
-    /// [`InMemoryReplayStore::evicting_settled_after`], in seconds (0: never).
+    /// [`InMemoryPaymentStore::evicting_settled_after`], in seconds (0: never).
     grace: u64,
 }
 
-impl Default for InMemoryReplayStore {
+impl Default for InMemoryPaymentStore {
     fn default() -> Self {
         Self::with_capacity(DEFAULT_CAPACITY)
     }
 }
 
-impl InMemoryReplayStore {
+impl InMemoryPaymentStore {
     /// A store holding at most `capacity` unexpired payments (and as many payment identifiers).
     pub fn with_capacity(capacity: usize) -> Self {
-        InMemoryReplayStore {
+        InMemoryPaymentStore {
             capacity: capacity.max(1),
             maps: Mutex::new(Maps::default()),
             purged_at: AtomicU64::new(0),
@@ -591,7 +591,7 @@ impl InMemoryReplayStore {
     }
 
     /// Whether `key` is held (and not expired at `now`).
-    pub fn contains(&self, key: &ReplayKey, now: u64) -> bool {
+    pub fn contains(&self, key: &PaymentKey, now: u64) -> bool {
         self.lock()
             .payments
             .get(key)
@@ -632,7 +632,7 @@ impl InMemoryReplayStore {
 
     fn reserve_now(
         &self,
-        key: &ReplayKey,
+        key: &PaymentKey,
         record: &PaymentRecord,
         now: u64,
     ) -> Result<Reservation, StoreError> {
@@ -650,7 +650,7 @@ impl InMemoryReplayStore {
         Ok(Reservation::Reserved { revision: 1 })
     }
 
-    fn update_now(&self, key: &ReplayKey, expected: u64, record: &PaymentRecord) -> bool {
+    fn update_now(&self, key: &PaymentKey, expected: u64, record: &PaymentRecord) -> bool {
         let mut maps = self.lock();
         match maps.payments.get_mut(key) {
             Some(e) if e.revision == expected => {
@@ -662,7 +662,7 @@ impl InMemoryReplayStore {
         }
     }
 
-    fn release_now(&self, key: &ReplayKey, expected: u64) -> bool {
+    fn release_now(&self, key: &PaymentKey, expected: u64) -> bool {
         let mut maps = self.lock();
         if maps
             .payments
@@ -696,10 +696,10 @@ impl InMemoryReplayStore {
     }
 }
 
-impl ReplayStore for InMemoryReplayStore {
+impl PaymentStore for InMemoryPaymentStore {
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
@@ -708,7 +708,7 @@ impl ReplayStore for InMemoryReplayStore {
 
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
         let r = self
@@ -722,7 +722,7 @@ impl ReplayStore for InMemoryReplayStore {
 
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
@@ -733,7 +733,7 @@ impl ReplayStore for InMemoryReplayStore {
 
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(std::future::ready(Ok(self.release_now(key, expected))))
@@ -744,7 +744,7 @@ impl ReplayStore for InMemoryReplayStore {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, StoreError>> {
         let found = self
             .lock()
             .payments
@@ -831,10 +831,10 @@ mod tests {
         }
     }
 
-    fn key(n: u8) -> ReplayKey {
-        ReplayKey {
+    fn key(n: u8) -> PaymentKey {
+        PaymentKey {
             chain_id: 1,
-            asset: Address::ZERO,
+            nonce_space: Address::ZERO,
             from: Address::ZERO,
             nonce: B256::repeat_byte(n),
         }
@@ -872,7 +872,7 @@ mod tests {
             ..record(valid_before + 900)
         };
         for (evicting, room) in [(true, true), (false, false)] {
-            let s = InMemoryReplayStore::with_capacity(3);
+            let s = InMemoryPaymentStore::with_capacity(3);
             let s = if evicting {
                 s.evicting_settled_after(grace)
             } else {
@@ -895,7 +895,7 @@ mod tests {
 
     #[test]
     fn reserve_release_update_expire_capacity() {
-        let s = InMemoryReplayStore::with_capacity(2);
+        let s = InMemoryPaymentStore::with_capacity(2);
         assert!(reserved(s.reserve_now(&key(1), &record(100), 10)));
         assert!(matches!(
             s.reserve_now(&key(1), &record(100), 10),
@@ -940,7 +940,7 @@ mod tests {
 
     #[test]
     fn unresolved_lists_pending_and_stale_in_flight() {
-        let s = InMemoryReplayStore::default();
+        let s = InMemoryPaymentStore::default();
         assert!(reserved(s.reserve_now(&key(1), &record(100), 10)));
         let mut pending = record(100);
         pending.state = PaymentState::Pending;
@@ -988,7 +988,7 @@ mod tests {
 
     #[test]
     fn ids_bind_once_and_expire() {
-        let s = InMemoryReplayStore::default();
+        let s = InMemoryPaymentStore::default();
         let b = IdBinding {
             fingerprint: B256::repeat_byte(1),
             key: key(1),

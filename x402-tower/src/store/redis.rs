@@ -1,4 +1,4 @@
-//! [`RedisReplayStore`]: the payment records of any number of processes in one Redis (feature `redis`).
+//! [`RedisPaymentStore`]: the payment records of any number of processes in one Redis (feature `redis`).
 //!
 //! For tower services that scale out without a SQL database: every instance given the same Redis (and
 //! prefix) shares one record per authorization, so one authorization settles at most once whichever
@@ -19,14 +19,14 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use x402_tower::store::redis::RedisReplayStore;
+//! use x402_tower::store::redis::RedisPaymentStore;
 //! use x402_tower::{settle::VerifyOnlySettler, PaymentEngine};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = RedisReplayStore::connect("redis://127.0.0.1:6379", "shop").await?;
+//! let store = RedisPaymentStore::connect("redis://127.0.0.1:6379", "shop").await?;
 //! let engine = PaymentEngine::builder()
 //!     .settler(Arc::new(VerifyOnlySettler::default()))
-//!     .replay_store(Arc::new(store))
+//!     .store(Arc::new(store))
 //!     .build();
 //! # Ok(()) }
 //! ```
@@ -39,7 +39,7 @@ use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    IdBinding, IdClaim, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
+    IdBinding, IdClaim, PaymentKey, PaymentRecord, PaymentState, PaymentStore, Reservation,
     StoreError, StoredPayment,
 };
 use crate::boxed::BoxFuture;
@@ -115,16 +115,16 @@ return 0",
     )
 });
 
-/// A [`ReplayStore`] in Redis, shared by every process given the same server and prefix.
+/// A [`PaymentStore`] in Redis, shared by every process given the same server and prefix.
 #[derive(Clone)]
-pub struct RedisReplayStore {
+pub struct RedisPaymentStore {
     conn: ConnectionManager,
     prefix: Arc<str>,
 }
 
-impl std::fmt::Debug for RedisReplayStore {
+impl std::fmt::Debug for RedisPaymentStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisReplayStore")
+        f.debug_struct("RedisPaymentStore")
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -148,7 +148,7 @@ fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("redis replay store: {0}")]
+#[error("redis payment store: {0}")]
 struct Corrupt(String);
 
 fn encode(record: &PaymentRecord) -> Result<String, StoreError> {
@@ -185,7 +185,7 @@ fn decode(rev: &str, rec: &str) -> Result<PaymentRecord, StoreError> {
     })
 }
 
-impl RedisReplayStore {
+impl RedisPaymentStore {
     /// Connects to `url` (`redis://[user:pass@]host:port[/db]`, `rediss://` is not built in); keys start
     /// with `{prefix}:`. The connection reconnects by itself after a failure.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
@@ -202,10 +202,10 @@ impl RedisReplayStore {
         }
     }
 
-    fn record_key(&self, key: &ReplayKey) -> String {
+    fn record_key(&self, key: &PaymentKey) -> String {
         format!(
             "{{{}}}:pay:{}:{}:{}:{}",
-            self.prefix, key.chain_id, key.asset, key.from, key.nonce
+            self.prefix, key.chain_id, key.nonce_space, key.from, key.nonce
         )
     }
 
@@ -216,15 +216,15 @@ impl RedisReplayStore {
         )
     }
 
-    fn parse_record_key(member: &str) -> Option<ReplayKey> {
+    fn parse_record_key(member: &str) -> Option<PaymentKey> {
         let mut parts = member.rsplitn(5, ':');
         let nonce = parts.next()?.parse::<B256>().ok()?;
         let from = parts.next()?.parse::<Address>().ok()?;
         let asset = parts.next()?.parse::<Address>().ok()?;
         let chain_id = parts.next()?.parse::<u64>().ok()?;
-        Some(ReplayKey {
+        Some(PaymentKey {
             chain_id,
-            asset,
+            nonce_space: asset,
             from,
             nonce,
         })
@@ -248,7 +248,7 @@ impl RedisReplayStore {
     async fn run_change(
         &self,
         script: &Script,
-        key: &ReplayKey,
+        key: &PaymentKey,
         args: &[String],
     ) -> Result<redis::Value, StoreError> {
         let (pending, in_flight) = self.index_keys();
@@ -269,10 +269,10 @@ fn as_int(v: &redis::Value) -> Result<i64, StoreError> {
     redis::from_redis_value_ref(v).map_err(backend)
 }
 
-impl ReplayStore for RedisReplayStore {
+impl PaymentStore for RedisPaymentStore {
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
@@ -297,7 +297,7 @@ impl ReplayStore for RedisReplayStore {
 
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PaymentRecord>, StoreError>> {
         Box::pin(async move {
@@ -310,7 +310,7 @@ impl ReplayStore for RedisReplayStore {
 
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
@@ -328,7 +328,7 @@ impl ReplayStore for RedisReplayStore {
 
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
@@ -344,7 +344,7 @@ impl ReplayStore for RedisReplayStore {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, StoreError>> {
         Box::pin(async move {
             let (pending, in_flight) = self.index_keys();
             let mut conn = self.conn.clone();
@@ -395,7 +395,7 @@ impl ReplayStore for RedisReplayStore {
                 "{}|{}:{}:{}:{}",
                 binding.fingerprint,
                 binding.key.chain_id,
-                binding.key.asset,
+                binding.key.nonce_space,
                 binding.key.from,
                 binding.key.nonce
             );

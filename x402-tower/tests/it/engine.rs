@@ -11,16 +11,16 @@ use x402_tower::pricing::BoxFuture;
 use x402_tower::proto::{SettleResponse, SupportedResponse};
 use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use x402_tower::{
-    ReplayStore,
-    store::{InMemoryReplayStore, PaymentState},
+    PaymentStore,
+    store::{InMemoryPaymentStore, PaymentState},
 };
 
 use crate::support::*;
 
-fn engine(settler: Arc<dyn Settler>, store: Arc<InMemoryReplayStore>) -> PaymentEngine {
+fn engine(settler: Arc<dyn Settler>, store: Arc<InMemoryPaymentStore>) -> PaymentEngine {
     PaymentEngine::builder()
         .settler(settler)
-        .replay_store(store)
+        .store(store)
         .build()
         .unwrap()
 }
@@ -51,7 +51,7 @@ fn body(nonce: u8) -> Value {
         .clone()
 }
 
-fn state(store: &InMemoryReplayStore) -> Option<PaymentState> {
+fn state(store: &InMemoryPaymentStore) -> Option<PaymentState> {
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
     let now = now();
@@ -78,7 +78,7 @@ fn failed(reason: &str, usable: bool) -> SettleOutcome {
 #[tokio::test]
 async fn settled_is_kept_and_the_identical_request_is_answered_from_the_record() {
     let s = Scripted::new(settled_outcome());
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
     let first = e
@@ -104,7 +104,7 @@ async fn settled_is_kept_and_the_identical_request_is_answered_from_the_record()
 #[tokio::test]
 async fn failed_and_still_usable_is_released() {
     let s = Scripted::new(failed("insufficient_funds", true));
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
     for _ in 0..2 {
@@ -121,7 +121,7 @@ async fn failed_and_still_usable_is_released() {
 #[tokio::test]
 async fn failed_for_good_is_spent() {
     let s = Scripted::new(failed("invalid_transaction_state", false));
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
     let r = e
@@ -130,7 +130,7 @@ async fn failed_for_good_is_spent() {
         .unwrap();
     assert_eq!(r.error_reason.as_deref(), Some("invalid_transaction_state"));
     // Spent is final: the record keeps no payment, and what follows is answered from its state alone.
-    let record = store.get(&replay_key(3), now()).await.unwrap().unwrap();
+    let record = store.get(&payment_key(3), now()).await.unwrap().unwrap();
     assert_eq!(record.state, PaymentState::Spent);
     assert!(record.payment.is_forgotten(), "{:?}", record.payment);
     let r = e
@@ -196,7 +196,7 @@ async fn settler_verify_invalid_or_unreachable_releases_and_nonce_used_is_spent(
             settles: AtomicUsize::new(0),
             verifies: AtomicUsize::new(0),
         });
-        let store = Arc::new(InMemoryReplayStore::default());
+        let store = Arc::new(InMemoryPaymentStore::default());
         let e = engine(s.clone(), store.clone());
         let first = e
             .facilitator_settle(&p, body(4).to_string().as_bytes())
@@ -237,7 +237,7 @@ async fn unknown_is_pending_and_a_resend_reconciles_to_settled_without_settling_
         message: "no receipt".into(),
         transaction: Some(format!("0x{}", "cd".repeat(32))),
     });
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
     let pending = e
@@ -272,7 +272,7 @@ async fn a_pending_payment_found_unsettled_and_usable_is_settled_anew() {
         message: "lost".into(),
         transaction: None,
     });
-    let e = engine(s.clone(), Arc::new(InMemoryReplayStore::default()));
+    let e = engine(s.clone(), Arc::new(InMemoryPaymentStore::default()));
     let p = FacilitatorPolicy::default();
     e.facilitator_settle(&p, body(6).to_string().as_bytes())
         .await
@@ -298,7 +298,7 @@ async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
         (0x34, payload_v2_echoing_only(0x34)),
     ] {
         let s = unknown_outcome();
-        let store = Arc::new(InMemoryReplayStore::default());
+        let store = Arc::new(InMemoryPaymentStore::default());
         let e = engine(s.clone(), store.clone());
         let body = json!({"x402Version": 2, "paymentRequirements": payload["accepted"].clone(), "paymentPayload": payload});
         let r = e
@@ -306,7 +306,7 @@ async fn a_payment_recorded_without_its_echoes_is_reconciled_from_the_record() {
             .await
             .unwrap();
         assert_eq!(r.error_reason.as_deref(), Some("settlement_pending"));
-        let key = replay_key(nonce);
+        let key = payment_key(nonce);
         let record = store.get(&key, now()).await.unwrap().unwrap();
         let kept: Value = serde_json::from_str(&record.payment.payload).unwrap();
         assert_eq!(kept, without_echoed(&payload));
@@ -339,15 +339,15 @@ fn clocked_engine(
     settler: Arc<Scripted>,
 ) -> (
     PaymentEngine,
-    Arc<InMemoryReplayStore>,
+    Arc<InMemoryPaymentStore>,
     Arc<std::sync::atomic::AtomicU64>,
 ) {
     let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
     let c = clock.clone();
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let engine = PaymentEngine::builder()
         .settler(settler)
-        .replay_store(store.clone())
+        .store(store.clone())
         .stale_after(std::time::Duration::from_secs(60))
         .clock(move || c.load(Ordering::SeqCst))
         .build()
@@ -358,7 +358,7 @@ fn clocked_engine(
 #[tokio::test]
 async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records() {
     let s = unknown_outcome();
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let e = engine(s.clone(), store.clone());
     e.facilitator_settle(
         &FacilitatorPolicy::default(),
@@ -386,11 +386,11 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
             &payload["accepted"].to_string(),
         )
         .unwrap();
-        let key = x402_tower::store::ReplayKey {
+        let key = x402_tower::store::PaymentKey {
             chain_id: 84532,
-            asset: USDC_BASE_SEPOLIA,
+            nonce_space: USDC_BASE_SEPOLIA,
             from: ACCOUNT0,
-            nonce: request.payload.exact().authorization.nonce,
+            nonce: request.authorized.key.nonce,
         };
         let mark = SettleResponse {
             success: false,
@@ -400,6 +400,7 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
             network: "eip155:84532".into(),
             payer: None,
             extensions: None,
+            amount: None,
         };
         let record = x402_tower::store::PaymentRecord {
             state: PaymentState::InFlight,
@@ -438,7 +439,7 @@ async fn the_background_reconciler_resolves_pending_and_stale_in_flight_records(
 #[tokio::test]
 async fn the_facilitator_caps_valid_before_with_its_own_limit_and_checks_pay_to() {
     let s = Scripted::new(settled_outcome());
-    let e = engine(s.clone(), Arc::new(InMemoryReplayStore::default()));
+    let e = engine(s.clone(), Arc::new(InMemoryPaymentStore::default()));
     // The caller claims a huge maxTimeoutSeconds for an authorization valid for a year.
     let mut a = Auth::v2(9);
     a.valid_before = now() + 365 * 24 * 3600;
@@ -478,12 +479,12 @@ async fn the_facilitator_caps_valid_before_with_its_own_limit_and_checks_pay_to(
 #[tokio::test]
 async fn a_flood_of_caller_chosen_terms_stores_nothing_and_a_real_payment_still_settles() {
     // Facilitator requests whose caller sets maxTimeoutSeconds and validBefore as far out as it likes (the
-    // attack that once filled the replay store with 250,000 entries): all refused by the facilitator's own
+    // attack that once filled the payment store with 250,000 entries): all refused by the facilitator's own
     // horizon before any record is written. The store holds only 100 entries, so 10,000 requests (100x its
     // capacity; the count that matters) would have filled it a hundred times over if any of them stored
     // anything; a real payment then still settles.
     let s = Scripted::new(settled_outcome());
-    let store = Arc::new(InMemoryReplayStore::with_capacity(100));
+    let store = Arc::new(InMemoryPaymentStore::with_capacity(100));
     let e = engine(s.clone(), store.clone());
     let p = FacilitatorPolicy::default();
     let template = body(11);
@@ -535,9 +536,9 @@ async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_set
         updated_at: now(),
         revision: 0,
     };
-    let key = x402_tower::store::ReplayKey {
+    let key = x402_tower::store::PaymentKey {
         chain_id: 84532,
-        asset: USDC_BASE_SEPOLIA,
+        nonce_space: USDC_BASE_SEPOLIA,
         from: ACCOUNT0,
         nonce: alloy_primitives::B256::repeat_byte(13),
     };
@@ -551,7 +552,7 @@ async fn a_payment_still_being_settled_is_not_taken_for_abandoned_before_the_set
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_copies_through_the_facilitator_door_settle_once() {
     let s = Scripted::new(settled_outcome());
-    let e = Arc::new(engine(s.clone(), Arc::new(InMemoryReplayStore::default())));
+    let e = Arc::new(engine(s.clone(), Arc::new(InMemoryPaymentStore::default())));
     // Copies of one payment, signed once (see the next test).
     let payment = body(20);
     let tasks: Vec<_> = (0..16)
@@ -588,7 +589,7 @@ async fn concurrent_copies_through_the_facilitator_door_settle_once() {
 async fn two_engines_on_one_store_settle_an_authorization_once_whichever_door() {
     // Two instances (two engines, each with its own settler) sharing one store: the same payment presented
     // to both at once settles once; afterwards each instance answers the identical request from the record.
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let (s1, s2) = (
         Scripted::new(settled_outcome()),
         Scripted::new(settled_outcome()),
@@ -635,7 +636,7 @@ async fn two_engines_on_one_store_settle_an_authorization_once_whichever_door() 
 async fn the_background_reconciler_and_a_resend_never_both_act_on_one_pending_payment() {
     for round in 0..8u8 {
         let s = unknown_outcome();
-        let e = Arc::new(engine(s.clone(), Arc::new(InMemoryReplayStore::default())));
+        let e = Arc::new(engine(s.clone(), Arc::new(InMemoryPaymentStore::default())));
         let p = FacilitatorPolicy::default();
         let b = body(30 + round);
         let first = e
@@ -684,11 +685,11 @@ async fn settle(e: &PaymentEngine, body: &Value) -> x402_tower::proto::SettleRes
 #[tokio::test]
 async fn past_valid_before_a_pending_payment_is_still_reconciled_and_never_settled_again() {
     let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
-    let engine_on = |s: &Arc<Scripted>, store: &Arc<InMemoryReplayStore>| {
+    let engine_on = |s: &Arc<Scripted>, store: &Arc<InMemoryPaymentStore>| {
         let c = clock.clone();
         PaymentEngine::builder()
             .settler(s.clone())
-            .replay_store(store.clone())
+            .store(store.clone())
             .clock(move || c.load(Ordering::SeqCst))
             .build()
             .unwrap()
@@ -698,7 +699,7 @@ async fn past_valid_before_a_pending_payment_is_still_reconciled_and_never_settl
     let (settled, unsettled, unseen) = (body(0x60), body(0x61), body(0x62));
 
     let s = unknown_outcome();
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let e = engine_on(&s, &store);
     let first = settle(&e, &settled).await;
     assert_eq!(first.error_reason.as_deref(), Some("settlement_pending"));
@@ -722,7 +723,7 @@ async fn past_valid_before_a_pending_payment_is_still_reconciled_and_never_settl
     // Found unsettled and usable past validBefore: released and refused, not settled anew.
     clock.store(now(), Ordering::SeqCst);
     let s = unknown_outcome();
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let e = engine_on(&s, &store);
     settle(&e, &unsettled).await;
     clock.store(now() + 400, Ordering::SeqCst);
@@ -750,12 +751,12 @@ async fn past_valid_before_a_pending_payment_is_still_reconciled_and_never_settl
 async fn past_valid_before_every_instance_and_every_concurrent_copy_gets_the_one_settlement() {
     let clock = Arc::new(std::sync::atomic::AtomicU64::new(now()));
     let s = Scripted::new(settled_outcome());
-    let store = Arc::new(InMemoryReplayStore::default());
+    let store = Arc::new(InMemoryPaymentStore::default());
     let instance = || {
         let c = clock.clone();
         PaymentEngine::builder()
             .settler(s.clone())
-            .replay_store(store.clone())
+            .store(store.clone())
             .keep_after_expiry(std::time::Duration::ZERO)
             .clock(move || c.load(Ordering::SeqCst))
             .build()

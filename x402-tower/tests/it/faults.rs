@@ -17,7 +17,7 @@ use x402_tower::layer::faults::{
     Behavior, Fault, FaultyService, FaultyStore, LedgerSettler, SettleFault, StoreOp,
 };
 use x402_tower::settle::SettleTiming;
-use x402_tower::store::{InMemoryReplayStore, PaymentState, ReplayStore};
+use x402_tower::store::{InMemoryPaymentStore, PaymentState, PaymentStore};
 
 use crate::support::*;
 
@@ -79,12 +79,12 @@ impl Rig {
             x402_tower::engine::PaymentEngineBuilder,
         ) -> x402_tower::engine::PaymentEngineBuilder,
     ) -> Rig {
-        let store = FaultyStore::new(Arc::new(InMemoryReplayStore::default()));
+        let store = FaultyStore::new(Arc::new(InMemoryPaymentStore::default()));
         let skew = Arc::new(AtomicU64::new(0));
         let clock = skew.clone();
         let builder = PaymentEngine::builder()
             .settler(ledger.clone())
-            .replay_store(store.clone())
+            .store(store.clone())
             .in_flight_wait(Duration::from_millis(300))
             .clock(move || now() + clock.load(Ordering::SeqCst));
         let engine = Arc::new(adjust(builder).build().unwrap());
@@ -141,7 +141,7 @@ impl Rig {
     async fn state(&self, nonce: u8) -> Option<PaymentState> {
         let now = now() + self.skew.load(Ordering::SeqCst);
         self.store
-            .get(&replay_key(nonce), now)
+            .get(&payment_key(nonce), now)
             .await
             .unwrap()
             .map(|r| r.state)

@@ -13,7 +13,7 @@ use x402_tower::settle::{
     ObservedOutcome, ObserverError, SettleError, SettleOutcome, SettleRequest, SettlementEvent,
     SettlementObserver, Settler, VerifyOutcome,
 };
-use x402_tower::{ReplayStore, VerifiedPayment, settle::SettleTiming};
+use x402_tower::{PaymentStore, VerifiedPayment, settle::SettleTiming};
 
 use crate::support::*;
 
@@ -363,14 +363,14 @@ use std::sync::atomic::Ordering::SeqCst;
 #[tokio::test]
 async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_after() {
     let observer = Arc::new(Gated::default());
-    let store = Arc::new(x402_tower::store::InMemoryReplayStore::default());
+    let store = Arc::new(x402_tower::store::InMemoryPaymentStore::default());
     let layer = config()
         .settle_timing(SettleTiming::BeforeHandler)
         .engine(std::sync::Arc::new(
             x402_tower::PaymentEngine::builder()
                 .settler(Arc::new(Fixed(settled())))
                 .settlement_observer(observer.clone())
-                .replay_store(store.clone())
+                .store(store.clone())
                 .build()
                 .unwrap(),
         ))
@@ -415,7 +415,7 @@ async fn a_settlement_before_the_handler_is_written_while_it_runs_and_answered_a
     assert_eq!(&a.body[..], b"content");
     assert!(a.receipt("payment-response").success);
     // The payment record was written as settled before the answer too.
-    let key = replay_key(0x90);
+    let key = payment_key(0x90);
     let record = store.get(&key, now()).await.unwrap().unwrap();
     assert_eq!(record.state, x402_tower::store::PaymentState::Settled);
     assert_eq!(record.settlement.unwrap().transaction, TX);

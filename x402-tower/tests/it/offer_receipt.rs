@@ -324,8 +324,8 @@ fn now_of(clock: &std::sync::atomic::AtomicU64) -> u64 {
 async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by_every_instance() {
     use std::sync::atomic::{AtomicU64, Ordering};
     let clock = Arc::new(AtomicU64::new(now()));
-    let store: Arc<dyn x402_tower::ReplayStore> =
-        Arc::new(x402_tower::store::InMemoryReplayStore::default());
+    let store: Arc<dyn x402_tower::PaymentStore> =
+        Arc::new(x402_tower::store::InMemoryPaymentStore::default());
     let settler = pending_settler();
     let instance = || {
         let c = clock.clone();
@@ -334,7 +334,7 @@ async fn a_settlement_recorded_without_a_receipt_is_answered_the_same_receipt_by
             .engine(std::sync::Arc::new(
                 x402_tower::PaymentEngine::builder()
                     .settler(settler.clone())
-                    .replay_store(store.clone())
+                    .store(store.clone())
                     .clock(move || c.load(Ordering::SeqCst))
                     .build()
                     .unwrap(),

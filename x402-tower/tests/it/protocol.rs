@@ -356,11 +356,11 @@ async fn an_unreadable_payment_is_told_why() {
         (&*b64s("[2]"), "not a JSON object"),
         (
             &*b64(&missing),
-            "not a v2 exact/EVM PaymentPayload: missing field `authorization`",
+            "not an exact/EVM payload: missing field `authorization`",
         ),
         (
             &*b64s(r#"{"x402Version":1,"scheme":"exact"}"#),
-            "not a v1 exact/EVM PaymentPayload: missing field",
+            "not a v1 PaymentPayload: missing field",
         ),
     ];
     for (header, why) in cases {

@@ -474,7 +474,7 @@ async fn time_window_boundaries_with_a_fixed_clock() {
             T,
             Some("invalid_exact_evm_payload_authorization_valid_before"),
         ),
-        // At most maxTimeoutSeconds (300 here) + 120 s of clock skew ahead: the replay store keeps a
+        // At most maxTimeoutSeconds (300 here) + 120 s of clock skew ahead: the payment store keeps a
         // key until validBefore, so a far-future authorization must not hold a slot for ever.
         (0, T + 300 + 120, None),
         (

@@ -204,12 +204,12 @@ async fn failing_handler_releases_the_reservation() {
 #[tokio::test]
 async fn full_store_answers_503_not_500() {
     let inner = Inner::new();
-    let store = std::sync::Arc::new(x402_tower::store::InMemoryReplayStore::with_capacity(1));
+    let store = std::sync::Arc::new(x402_tower::store::InMemoryPaymentStore::with_capacity(1));
     let svc = config()
         .engine(std::sync::Arc::new(
             x402_tower::PaymentEngine::builder()
                 .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
-                .replay_store(store)
+                .store(store)
                 .build()
                 .unwrap(),
         ))
@@ -274,7 +274,7 @@ async fn a_request_dropped_mid_flight_releases_its_reservation() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while engine
         .store()
-        .get(&replay_key(30), now())
+        .get(&payment_key(30), now())
         .await
         .unwrap()
         .is_some()
@@ -296,7 +296,7 @@ async fn a_request_dropped_mid_flight_releases_its_reservation() {
 /// the record stays pending, for the reconciler, which reads the payment.)
 #[tokio::test]
 async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402() {
-    let store = std::sync::Arc::new(x402_tower::store::InMemoryReplayStore::default());
+    let store = std::sync::Arc::new(x402_tower::store::InMemoryPaymentStore::default());
     let inner = Inner::new();
     let svc = config()
         .engine(std::sync::Arc::new(
@@ -305,7 +305,7 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
                     message: "no receipt".into(),
                     transaction: None,
                 }))
-                .replay_store(store.clone())
+                .store(store.clone())
                 .build()
                 .unwrap(),
         ))
@@ -315,8 +315,8 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
     let payload = payload_v2_echoing(0x31);
     let a = send(svc, req("/r", &[("payment-signature", &b64(&payload))])).await;
     assert_eq!(a.error(), "settlement_pending");
-    let key = replay_key(0x31);
-    let record = x402_tower::ReplayStore::get(&*store, &key, now())
+    let key = payment_key(0x31);
+    let record = x402_tower::PaymentStore::get(&*store, &key, now())
         .await
         .unwrap()
         .unwrap();
@@ -336,14 +336,14 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
 async fn an_echoing_payment_copied_resent_and_sent_to_another_instance_settles_once() {
     // With other extensions kept, and with nothing but echoes (recorded as `"extensions":{}`).
     for payload in [payload_v2_echoing(0x33), payload_v2_echoing_only(0x35)] {
-        let store = std::sync::Arc::new(x402_tower::store::InMemoryReplayStore::default());
+        let store = std::sync::Arc::new(x402_tower::store::InMemoryPaymentStore::default());
         let settler = Scripted::new(settled_outcome());
         let instance = || {
             config()
                 .engine(std::sync::Arc::new(
                     x402_tower::PaymentEngine::builder()
                         .settler(settler.clone())
-                        .replay_store(store.clone())
+                        .store(store.clone())
                         .build()
                         .unwrap(),
                 ))
@@ -378,15 +378,15 @@ async fn the_engines_default_store_when_full_makes_room_from_settled_records_pas
     use x402_tower::PaymentEngine;
     use x402_tower::settle::VerifyOnlySettler;
     use x402_tower::store::{
-        InMemoryReplayStore, PaymentRecord, PaymentState, ReplayKey, ReplayStore, Reservation,
+        InMemoryPaymentStore, PaymentKey, PaymentRecord, PaymentState, PaymentStore, Reservation,
         StoreError, StoredPayment,
     };
 
-    const CAPACITY: u64 = 100_000; // InMemoryReplayStore::default()
+    const CAPACITY: u64 = 100_000; // InMemoryPaymentStore::default()
     let now = 1_700_000_000;
-    let key = |n: u64| ReplayKey {
+    let key = |n: u64| PaymentKey {
         chain_id: 84532,
-        asset: Address::ZERO,
+        nonce_space: Address::ZERO,
         from: Address::ZERO,
         nonce: B256::from(U256::from(n)),
     };
@@ -407,7 +407,7 @@ async fn the_engines_default_store_when_full_makes_room_from_settled_records_pas
     let keep = default.keep_after_expiry().as_secs();
     let plain = PaymentEngine::builder()
         .settler(Arc::new(VerifyOnlySettler))
-        .replay_store(Arc::new(InMemoryReplayStore::default()))
+        .store(Arc::new(InMemoryPaymentStore::default()))
         .build()
         .unwrap();
     for (engine, room) in [(&default, true), (&plain, false)] {

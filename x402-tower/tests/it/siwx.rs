@@ -27,7 +27,7 @@ impl PaidCheck for Receipts {
         &'a self,
         payer: Address,
         resource_url: &'a str,
-    ) -> BoxFuture<'a, Result<bool, x402_tower::StoreError>> {
+    ) -> BoxFuture<'a, Result<bool, x402_tower::store::StoreError>> {
         let paid = self
             .0
             .lock()

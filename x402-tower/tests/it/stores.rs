@@ -1,4 +1,4 @@
-//! The `ReplayStore` contract, checked the same way on every implementation this crate ships: the in-memory
+//! The `PaymentStore` contract, checked the same way on every implementation this crate ships: the in-memory
 //! store always, the Redis store (feature `redis`) against a real `redis-server` named by `X402_TEST_REDIS`
 //! (the test command starts one; without it the Redis tests fail, they never skip).
 
@@ -7,13 +7,13 @@ use std::sync::Arc;
 use x402_tower::engine::PaymentEngine;
 use x402_tower::engine::facilitator::FacilitatorPolicy;
 use x402_tower::store::conformance::{self, key, record};
-use x402_tower::store::{PaymentState, ReplayStore, Reservation};
-use x402_tower::{settle::Settler, store::InMemoryReplayStore};
+use x402_tower::store::{PaymentState, PaymentStore, Reservation};
+use x402_tower::{settle::Settler, store::InMemoryPaymentStore};
 
 use crate::support::*;
 
 /// Two engines (two instances) on `store`: the same payment through both settles once.
-async fn two_engines_settle_once(store: Arc<dyn ReplayStore>, nonce: u8) {
+async fn two_engines_settle_once(store: Arc<dyn PaymentStore>, nonce: u8) {
     let (s1, s2) = (
         Scripted::new(settled_outcome()),
         Scripted::new(settled_outcome()),
@@ -22,7 +22,7 @@ async fn two_engines_settle_once(store: Arc<dyn ReplayStore>, nonce: u8) {
         Arc::new(
             PaymentEngine::builder()
                 .settler(settler)
-                .replay_store(store.clone())
+                .store(store.clone())
                 .build()
                 .unwrap(),
         )
@@ -61,14 +61,14 @@ async fn two_engines_settle_once(store: Arc<dyn ReplayStore>, nonce: u8) {
 /// The paid route (the layer) and the facilitator door of one engine on `store`, each presented the same
 /// authorization at the same moment, for 12 authorizations: exactly one door takes each, and each moves
 /// money once.
-async fn route_and_door_race(store: Arc<dyn ReplayStore>) {
+async fn route_and_door_race(store: Arc<dyn PaymentStore>) {
     use tower::Layer;
     use x402_tower::layer::faults::{FaultyService, LedgerSettler};
     let ledger = LedgerSettler::new();
     let engine = Arc::new(
         PaymentEngine::builder()
             .settler(ledger.clone())
-            .replay_store(store)
+            .store(store)
             .build()
             .unwrap(),
     );
@@ -107,19 +107,19 @@ async fn route_and_door_race(store: Arc<dyn ReplayStore>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_store_keeps_the_contract() {
-    conformance::sequential(Arc::new(InMemoryReplayStore::default())).await;
-    conformance::contention(Arc::new(InMemoryReplayStore::default())).await;
-    two_engines_settle_once(Arc::new(InMemoryReplayStore::default()), 61).await;
-    route_and_door_race(Arc::new(InMemoryReplayStore::default())).await;
+    conformance::sequential(Arc::new(InMemoryPaymentStore::default())).await;
+    conformance::contention(Arc::new(InMemoryPaymentStore::default())).await;
+    two_engines_settle_once(Arc::new(InMemoryPaymentStore::default()), 61).await;
+    route_and_door_race(Arc::new(InMemoryPaymentStore::default())).await;
 }
 
 #[cfg(feature = "redis")]
 mod redis {
     use super::*;
-    use x402_tower::store::redis::RedisReplayStore;
+    use x402_tower::store::redis::RedisPaymentStore;
 
     /// A store on the test server under a fresh prefix (tests share the server, never keys).
-    async fn store() -> Arc<dyn ReplayStore> {
+    async fn store() -> Arc<dyn PaymentStore> {
         let url = std::env::var("X402_TEST_REDIS").unwrap_or_else(|_| {
             panic!(
                 "X402_TEST_REDIS is not set: the Redis store's tests need a redis-server \
@@ -127,7 +127,7 @@ mod redis {
             )
         });
         let prefix = format!("test-{}-{}", std::process::id(), now_nanos());
-        Arc::new(RedisReplayStore::connect(&url, &prefix).await.unwrap())
+        Arc::new(RedisPaymentStore::connect(&url, &prefix).await.unwrap())
     }
 
     fn now_nanos() -> u128 {
@@ -149,9 +149,9 @@ mod redis {
         // Two stores with their own connections and one prefix: what two processes would have.
         let url = std::env::var("X402_TEST_REDIS").expect("X402_TEST_REDIS");
         let prefix = format!("shared-{}", now_nanos());
-        let a = Arc::new(RedisReplayStore::connect(&url, &prefix).await.unwrap());
-        let b: Arc<dyn ReplayStore> =
-            Arc::new(RedisReplayStore::connect(&url, &prefix).await.unwrap());
+        let a = Arc::new(RedisPaymentStore::connect(&url, &prefix).await.unwrap());
+        let b: Arc<dyn PaymentStore> =
+            Arc::new(RedisPaymentStore::connect(&url, &prefix).await.unwrap());
         let now = now();
         let r = record(PaymentState::InFlight, now + 60, now);
         assert!(matches!(
@@ -251,7 +251,7 @@ async fn redis_away_restarted_or_lost_never_admits_blindly_or_settles_twice() {
         .port();
     let mut redis = OwnRedis::start(&dir, port);
     let store = Arc::new(
-        x402_tower::store::redis::RedisReplayStore::connect(&redis.url(), "away")
+        x402_tower::store::redis::RedisPaymentStore::connect(&redis.url(), "away")
             .await
             .unwrap(),
     );
@@ -259,7 +259,7 @@ async fn redis_away_restarted_or_lost_never_admits_blindly_or_settles_twice() {
     let engine = Arc::new(
         PaymentEngine::builder()
             .settler(ledger.clone())
-            .replay_store(store)
+            .store(store)
             .store_timeout(std::time::Duration::from_secs(10))
             .build()
             .unwrap(),

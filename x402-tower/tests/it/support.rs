@@ -453,10 +453,10 @@ pub fn without_echoed(payload: &Value) -> Value {
 
 /// The record key of the payment [`Auth::v2`]/[`Auth::v1`] sign with nonce byte `nonce` (USDC on Base
 /// Sepolia, from account 0).
-pub fn replay_key(nonce: u8) -> x402_tower::store::ReplayKey {
-    x402_tower::store::ReplayKey {
+pub fn payment_key(nonce: u8) -> x402_tower::store::PaymentKey {
+    x402_tower::store::PaymentKey {
         chain_id: 84532,
-        asset: USDC_BASE_SEPOLIA,
+        nonce_space: USDC_BASE_SEPOLIA,
         from: ACCOUNT0,
         nonce: B256::repeat_byte(nonce),
     }

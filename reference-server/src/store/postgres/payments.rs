@@ -1,4 +1,4 @@
-//! [`PaymentStore`] (x402-tower's `ReplayStore`) on PostgreSQL.
+//! [`ExpiringPaymentStore`] (x402-tower's `PaymentStore`) on PostgreSQL.
 //!
 //! A reservation is one statement, `INSERT … ON CONFLICT DO UPDATE … WHERE the stored record expired
 //! RETURNING`: PostgreSQL takes the row lock, so of any number of concurrent reservations of one
@@ -11,18 +11,18 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use x402_tower::pricing::BoxFuture;
 use x402_tower::store::{
-    IdBinding, IdClaim, PaymentRecord, ReplayKey, ReplayStore, Reservation,
-    StoreError as ReplayError,
+    IdBinding, IdClaim, PaymentKey, PaymentRecord, PaymentStore, Reservation,
+    StoreError as PaymentStoreError,
 };
 
 use super::{Param, Pg, Statement, changed, param};
 use crate::store::payments::{
-    COLUMNS, PaymentStore, RawRecord, backend, decode_key, key_columns, secs, settlement_json,
-    unresolved_sql,
+    COLUMNS, ExpiringPaymentStore, RawRecord, backend, decode_key, key_columns, secs,
+    settlement_json, unresolved_sql,
 };
 use crate::store::{StoreError, StoreFuture};
 
-/// [`PaymentStore`] on PostgreSQL.
+/// [`ExpiringPaymentStore`] on PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PgPaymentStore {
     pg: Pg,
@@ -54,7 +54,7 @@ static DELETE: LazyLock<String> = LazyLock::new(|| {
 /// The parameters `$1` to `$8` of a record's insert and update (its key, state, resource, fingerprint and
 /// settlement), then `rest`.
 fn with_record(
-    key: &ReplayKey,
+    key: &PaymentKey,
     record: &PaymentRecord,
     rest: impl IntoIterator<Item = Param>,
 ) -> Result<Vec<Param>, StoreError> {
@@ -91,7 +91,7 @@ fn raw_at(r: &Row, at: usize) -> Result<RawRecord, StoreError> {
 impl PgPaymentStore {
     async fn reserve_once(
         &self,
-        key: &ReplayKey,
+        key: &PaymentKey,
         record: &PaymentRecord,
         now: u64,
     ) -> Result<Option<Reservation>, StoreError> {
@@ -129,7 +129,7 @@ impl PgPaymentStore {
     }
 
     /// The unexpired record of `key`.
-    async fn read(&self, key: &ReplayKey, now: i64) -> Result<Option<PaymentRecord>, StoreError> {
+    async fn read(&self, key: &PaymentKey, now: i64) -> Result<Option<PaymentRecord>, StoreError> {
         let (chain_id, asset, payer, nonce) = key_columns(key)?;
         let c = self.pg.client().await?;
         let stmt = c
@@ -148,13 +148,13 @@ impl PgPaymentStore {
 /// again this many times before it reports the churn.
 const RESERVE_ATTEMPTS: usize = 8;
 
-impl ReplayStore for PgPaymentStore {
+impl PaymentStore for PgPaymentStore {
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
-    ) -> BoxFuture<'a, Result<Reservation, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Reservation, PaymentStoreError>> {
         Box::pin(async move {
             for _ in 0..RESERVE_ATTEMPTS {
                 if let Some(r) = self.reserve_once(key, record, now).await.map_err(backend)? {
@@ -169,18 +169,18 @@ impl ReplayStore for PgPaymentStore {
 
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
-    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, PaymentStoreError>> {
         Box::pin(async move { self.read(key, secs(now)).await.map_err(backend) })
     }
 
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
-    ) -> BoxFuture<'a, Result<bool, ReplayError>> {
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
         Box::pin(async move {
             let updated = async {
                 let update = Statement::new(
@@ -205,9 +205,9 @@ impl ReplayStore for PgPaymentStore {
 
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
-    ) -> BoxFuture<'a, Result<bool, ReplayError>> {
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
         Box::pin(async move {
             let released = async {
                 let (chain_id, asset, payer, nonce) = key_columns(key)?;
@@ -232,7 +232,7 @@ impl ReplayStore for PgPaymentStore {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, PaymentStoreError>> {
         Box::pin(async move {
             let found = async {
                 let c = self.pg.client().await?;
@@ -259,7 +259,7 @@ impl ReplayStore for PgPaymentStore {
         id: &'a str,
         binding: &'a IdBinding,
         now: u64,
-    ) -> BoxFuture<'a, Result<IdClaim, ReplayError>> {
+    ) -> BoxFuture<'a, Result<IdClaim, PaymentStoreError>> {
         Box::pin(async move {
             let claimed = async {
                 let (chain_id, asset, payer, nonce) = key_columns(&binding.key)?;
@@ -320,7 +320,7 @@ impl ReplayStore for PgPaymentStore {
     }
 }
 
-impl PaymentStore for PgPaymentStore {
+impl ExpiringPaymentStore for PgPaymentStore {
     fn purge_expired(&self, before: u64) -> StoreFuture<'_, usize> {
         Box::pin(async move {
             let c = self.pg.client().await?;

@@ -1,18 +1,18 @@
 //! The payment engine's records on SQLite: [`SqlitePaymentStore`].
 
 use crate::store::payments::{
-    COLUMNS, PaymentStore, RawRecord, backend, decode_key, key_columns, secs, settlement_json,
-    unresolved_sql,
+    COLUMNS, ExpiringPaymentStore, RawRecord, backend, decode_key, key_columns, secs,
+    settlement_json, unresolved_sql,
 };
 use crate::store::{Db, StoreError, StoreFuture};
 use rusqlite::{OptionalExtension, Row, params};
 use x402_tower::pricing::BoxFuture;
 use x402_tower::store::{
-    IdBinding, IdClaim, PaymentRecord, ReplayKey, ReplayStore, Reservation,
-    StoreError as ReplayError,
+    IdBinding, IdClaim, PaymentKey, PaymentRecord, PaymentStore, Reservation,
+    StoreError as PaymentStoreError,
 };
 
-/// [`PaymentStore`] on SQLite.
+/// [`ExpiringPaymentStore`] on SQLite.
 #[derive(Debug, Clone)]
 pub struct SqlitePaymentStore {
     db: Db,
@@ -40,7 +40,7 @@ impl SqlitePaymentStore {
     }
 }
 
-impl PaymentStore for SqlitePaymentStore {
+impl ExpiringPaymentStore for SqlitePaymentStore {
     fn purge_expired(&self, before: u64) -> StoreFuture<'_, usize> {
         Box::pin(self.db.write(move |c| {
             let n = c.execute(
@@ -56,13 +56,13 @@ impl PaymentStore for SqlitePaymentStore {
     }
 }
 
-impl ReplayStore for SqlitePaymentStore {
+impl PaymentStore for SqlitePaymentStore {
     fn reserve<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         record: &'a PaymentRecord,
         now: u64,
-    ) -> BoxFuture<'a, Result<Reservation, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Reservation, PaymentStoreError>> {
         let key = *key;
         let record = record.clone();
         Box::pin(async move {
@@ -109,9 +109,9 @@ impl ReplayStore for SqlitePaymentStore {
 
     fn get<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         now: u64,
-    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Option<PaymentRecord>, PaymentStoreError>> {
         let key = *key;
         Box::pin(async move {
             self.db
@@ -132,10 +132,10 @@ impl ReplayStore for SqlitePaymentStore {
 
     fn update<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
         record: &'a PaymentRecord,
-    ) -> BoxFuture<'a, Result<bool, ReplayError>> {
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
         let key = *key;
         let record = record.clone();
         Box::pin(async move {
@@ -174,9 +174,9 @@ impl ReplayStore for SqlitePaymentStore {
 
     fn release<'a>(
         &'a self,
-        key: &'a ReplayKey,
+        key: &'a PaymentKey,
         expected: u64,
-    ) -> BoxFuture<'a, Result<bool, ReplayError>> {
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
         let key = *key;
         Box::pin(async move {
             self.db
@@ -200,7 +200,7 @@ impl ReplayStore for SqlitePaymentStore {
         now: u64,
         stale_before: u64,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ReplayKey, PaymentRecord)>, ReplayError>> {
+    ) -> BoxFuture<'a, Result<Vec<(PaymentKey, PaymentRecord)>, PaymentStoreError>> {
         Box::pin(async move {
             self.db
                 .read(move |c| {
@@ -234,7 +234,7 @@ impl ReplayStore for SqlitePaymentStore {
         id: &'a str,
         binding: &'a IdBinding,
         now: u64,
-    ) -> BoxFuture<'a, Result<IdClaim, ReplayError>> {
+    ) -> BoxFuture<'a, Result<IdClaim, PaymentStoreError>> {
         let id = id.to_owned();
         let b = *binding;
         Box::pin(async move {

@@ -20,6 +20,7 @@ use crate::proto::{
     Authorization, ExactEvmPayload, PaymentPayload, PaymentPayloadV2, PaymentRequirements,
     PaymentRequirementsV2,
 };
+use crate::scheme::Scheme as _;
 
 const TOKEN: Address = address!("0x5FbDB2315678afecb367f032d93F642f64180aa3");
 const FROM: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
@@ -285,21 +286,26 @@ fn request(nonce: u8) -> SettleRequest {
     };
     let mut signature = vec![0x11u8; 64];
     signature.push(27);
+    let exact = ExactEvmPayload {
+        signature: format!("0x{}", alloy_primitives::hex::encode(&signature)),
+        authorization: Authorization {
+            from: FROM,
+            to: PAY_TO,
+            value: U256::from(10_000u64),
+            valid_after: U256::ZERO,
+            valid_before: U256::from(u64::MAX),
+            nonce: B256::repeat_byte(nonce),
+        },
+    };
+    let raw = serde_json::value::to_raw_value(&exact).unwrap();
+    let authorized = crate::scheme::ExactEip3009::default()
+        .read(&raw, &offer)
+        .unwrap();
     let payload = PaymentPayloadV2 {
         x402_version: 2,
         resource: None,
         accepted: requirements.clone(),
-        payload: ExactEvmPayload {
-            signature: format!("0x{}", alloy_primitives::hex::encode(&signature)),
-            authorization: Authorization {
-                from: FROM,
-                to: PAY_TO,
-                value: U256::from(10_000u64),
-                valid_after: U256::ZERO,
-                valid_before: U256::from(u64::MAX),
-                nonce: B256::repeat_byte(nonce),
-            },
-        },
+        payload: raw,
         extensions: None,
     };
     SettleRequest {
@@ -307,7 +313,8 @@ fn request(nonce: u8) -> SettleRequest {
         payload_text: Arc::from("null"),
         requirements: PaymentRequirements::V2(requirements),
         offer,
-        signature: signature.into(),
+        authorized,
+        charge: None,
     }
 }
 

@@ -5,7 +5,9 @@ use alloy_primitives::{Address, B256, Bytes, U256};
 use alloy_sol_types::{SolCall, SolEvent, sol};
 use serde::Deserialize;
 
-use crate::settle::SettleRequest;
+use crate::scheme::Eip3009Payment;
+use crate::settle::{SettleOutcome, SettleRequest};
+use crate::verify::RejectReason;
 
 sol! {
     /// FiatToken's EIP-3009 entry point for ECDSA signatures (`0xe3ee160e`).
@@ -33,8 +35,9 @@ sol! {
 /// The calldata of `transferWithAuthorization` for this payment: the `(v,r,s)` overload for 65 bytes, the
 /// `bytes` overload otherwise.
 pub fn transfer_calldata(request: &SettleRequest) -> Bytes {
-    let auth = &request.payload.exact().authorization;
-    let sig = &request.signature;
+    let payment = eip3009(request);
+    let auth = &payment.authorization;
+    let sig = &payment.signature;
     if sig.len() == 65 {
         transferWithAuthorization_0Call {
             from: auth.from,
@@ -93,7 +96,7 @@ impl Receipt {
 
     /// Whether the token logged the payment's `Transfer(from, to, value)` in this transaction.
     pub(super) fn pays(&self, request: &SettleRequest) -> bool {
-        let auth = &request.payload.exact().authorization;
+        let auth = &eip3009(request).authorization;
         self.logs.iter().any(|log| {
             log.address == request.offer.token.address
                 && log.topics.len() == 3
@@ -103,5 +106,35 @@ impl Receipt {
                 && log.data.len() == 32
                 && U256::from_be_slice(&log.data) == auth.value
         })
+    }
+}
+
+/// What this settler answers a payment of a scheme it does not settle.
+pub(super) const NOT_EIP3009: &str = "this settler settles exact payments over EIP-3009 only";
+
+/// The EIP-3009 payment of `request`. Every entry point ([`Settler::verify`], [`Settler::settle`],
+/// [`Settler::reconcile`]) refuses a payment of another scheme first, so what is inside sees only these;
+/// were one to slip through, it would read as an authorization by nobody, which no token honours.
+pub(crate) fn eip3009(request: &SettleRequest) -> &Eip3009Payment {
+    static NOBODY: Eip3009Payment = Eip3009Payment {
+        authorization: crate::proto::Authorization {
+            from: Address::ZERO,
+            to: Address::ZERO,
+            value: U256::ZERO,
+            valid_after: U256::ZERO,
+            valid_before: U256::ZERO,
+            nonce: B256::ZERO,
+        },
+        signature: Bytes::new(),
+    };
+    request.authorized.details().unwrap_or(&NOBODY)
+}
+
+/// A settlement refused because the payment is of another scheme: nothing was sent.
+pub(super) fn not_eip3009() -> SettleOutcome {
+    SettleOutcome::Failed {
+        reason: RejectReason::InvalidScheme.as_str().to_owned(),
+        message: Some(NOT_EIP3009.to_owned()),
+        authorization_still_usable: true,
     }
 }

@@ -16,4 +16,5 @@ mod onchain_settler;
 mod openapi;
 mod purchases_onchain;
 mod rust_client;
+mod schemes;
 mod snippets;

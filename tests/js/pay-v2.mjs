@@ -1,4 +1,5 @@
-// Buys a resource with the current official x402 client (`@x402/fetch` + `@x402/evm` 2.x).
+// Buys a resource with the current official x402 client (`@x402/fetch` + `@x402/evm` 2.x): `exact` (over
+// EIP-3009 or Permit2, as the offer says) and `upto`.
 //
 //     node pay-v2.mjs <url> <private key>
 //
@@ -7,6 +8,7 @@
 // test can replay it). Exits 0 whenever an HTTP answer came back; 1 on a client error (printed on stderr).
 import { x402Client, wrapFetchWithPayment, decodePaymentResponseHeader } from "@x402/fetch";
 import { registerExactEvmScheme } from "@x402/evm/exact/client";
+import { UptoEvmScheme } from "@x402/evm/upto/client";
 import { privateKeyToAccount } from "viem/accounts";
 
 const [url, key] = process.argv.slice(2);
@@ -24,6 +26,8 @@ const recordingFetch = async (input, init) => {
 
 const client = new x402Client();
 registerExactEvmScheme(client, { signer: privateKeyToAccount(key) });
+// `upto` (Permit2): signs the offer's maximum; the server settles what the request used.
+client.register("eip155:*", new UptoEvmScheme(privateKeyToAccount(key)));
 // The test token lives on a local chain the client does not know: allow it (the default $1 cap still applies
 // to the assets the client knows).
 client.setSpendControls({ allowedAssets: true });

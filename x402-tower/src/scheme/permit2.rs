@@ -48,8 +48,7 @@ mod typed {
             uint256 validAfter;
         }
         /// Permit2's `PermitWitnessTransferFrom` with the `exact` witness: what the payer signs.
-        #[sol(rename = "PermitWitnessTransferFrom")]
-        struct ExactPermitWitnessTransferFrom {
+        struct PermitWitnessTransferFrom {
             TokenPermissions permitted;
             address spender;
             uint256 nonce;
@@ -74,8 +73,7 @@ mod typed_upto {
             uint256 validAfter;
         }
         /// Permit2's `PermitWitnessTransferFrom` with the `upto` witness: what the payer signs.
-        #[sol(rename = "PermitWitnessTransferFrom")]
-        struct UptoPermitWitnessTransferFrom {
+        struct PermitWitnessTransferFrom {
             TokenPermissions permitted;
             address spender;
             uint256 nonce;
@@ -85,8 +83,9 @@ mod typed_upto {
     }
 }
 
-pub use typed::ExactPermitWitnessTransferFrom;
-pub use typed_upto::UptoPermitWitnessTransferFrom;
+// One EIP-712 type name, two witnesses: each in a module of its own, named apart here.
+pub use typed::PermitWitnessTransferFrom as ExactPermitWitnessTransferFrom;
+pub use typed_upto::PermitWitnessTransferFrom as UptoPermitWitnessTransferFrom;
 
 /// Permit2's EIP-712 domain on `chain_id`: `{name: "Permit2", chainId, verifyingContract}`, no version.
 pub fn permit2_domain(chain_id: u64) -> Eip712Domain {
@@ -527,5 +526,23 @@ impl Scheme for UptoPermit2 {
 
     fn charges_what_was_used(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_sol_types::SolStruct;
+
+    #[test]
+    fn the_signed_types_are_the_official_ones() {
+        assert_eq!(
+            ExactPermitWitnessTransferFrom::eip712_encode_type(),
+            "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,uint256 deadline,Witness witness)TokenPermissions(address token,uint256 amount)Witness(address to,uint256 validAfter)"
+        );
+        assert_eq!(
+            UptoPermitWitnessTransferFrom::eip712_encode_type(),
+            "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,uint256 deadline,Witness witness)TokenPermissions(address token,uint256 amount)Witness(address to,address facilitator,uint256 validAfter)"
+        );
     }
 }

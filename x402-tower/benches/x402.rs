@@ -145,6 +145,67 @@ fn signed_header(requirements: &Requirements) -> String {
         .header_value
 }
 
+/// A Permit2 payment (`exact` or `upto`, as `svc`'s 402 offers) for its first offer, signed as the official
+/// `@x402/evm` client signs it (fixed nonce).
+fn permit2_header<S>(svc: &S) -> String
+where
+    S: Service<
+            Request<Full<Bytes>>,
+            Response = Response<x402_tower::layer::ResponseBody<Full<Bytes>>>,
+            Error = Infallible,
+        > + Clone,
+{
+    use alloy_signer::SignerSync;
+    use base64::Engine as _;
+    use x402_tower::scheme::{EXACT_PERMIT2_PROXY, Permit2Payment, UPTO_PERMIT2_PROXY};
+    let res = block_on(svc.clone().oneshot(request(None))).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let required: serde_json::Value =
+        serde_json::from_slice(&b64.decode(res.headers()["payment-required"].as_bytes()).unwrap())
+            .unwrap();
+    let accepted = required["accepts"][0].clone();
+    let facilitator = accepted["extra"]["facilitatorAddress"]
+        .as_str()
+        .map(|a| a.parse::<Address>().unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let p = Permit2Payment {
+        signature: Default::default(),
+        from: payer().address(),
+        token: accepted["asset"].as_str().unwrap().parse().unwrap(),
+        amount: accepted["amount"].as_str().unwrap().parse().unwrap(),
+        spender: if facilitator.is_some() { UPTO_PERMIT2_PROXY } else { EXACT_PERMIT2_PROXY },
+        nonce: U256::from(7u64),
+        deadline: U256::from(now + 300),
+        to: accepted["payTo"].as_str().unwrap().parse().unwrap(),
+        facilitator,
+        valid_after: U256::ZERO,
+    };
+    let signature = payer().sign_hash_sync(&p.signing_hash(84532)).unwrap();
+    let mut witness = serde_json::json!({"to": p.to, "validAfter": "0"});
+    if let Some(f) = facilitator {
+        witness["facilitator"] = serde_json::json!(f);
+    }
+    let payment = serde_json::json!({
+        "x402Version": 2,
+        "accepted": accepted,
+        "payload": {
+            "signature": format!("0x{}", alloy_primitives::hex::encode(signature.as_bytes())),
+            "permit2Authorization": {
+                "from": p.from,
+                "permitted": {"token": p.token, "amount": p.amount.to_string()},
+                "spender": p.spender,
+                "nonce": p.nonce.to_string(),
+                "deadline": p.deadline.to_string(),
+                "witness": witness,
+            },
+        },
+    });
+    b64.encode(payment.to_string())
+}
+
 fn request(header: Option<&str>) -> Request<Full<Bytes>> {
     let mut b = Request::get("/report?id=1");
     if let Some(h) = header {
@@ -214,6 +275,38 @@ fn benches(c: &mut Criterion) {
     g.bench_function("paid_request_local_verification", |b| {
         b.iter(|| run(&verify_only, request(Some(&header))))
     });
+
+    // The same purchase over Permit2: `exact`, and `upto` (settling the maximum: the inner service reports
+    // no charge), each through its own verify-only layer.
+    for (name, offer) in [
+        (
+            "paid_request_permit2_local_verification",
+            offer().extra("assetTransferMethod", "permit2"),
+        ),
+        (
+            "paid_request_upto_local_verification",
+            offer().scheme("upto").extra(
+                x402_tower::scheme::FACILITATOR_ADDRESS,
+                "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
+            ),
+        ),
+    ] {
+        let layer = X402Layer::builder("https://shop.example")
+            .offer(offer)
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(std::sync::Arc::new(x402_tower::settle::VerifyOnlySettler))
+                    .store(Arc::new(AlwaysFree))
+                    .build()
+                    .unwrap(),
+            ))
+            .build()
+            .unwrap()
+            .layer(inner());
+        let header = permit2_header(&layer);
+        assert_eq!(run(&layer, request(Some(&header))), StatusCode::OK, "{name}");
+        g.bench_function(name, |b| b.iter(|| run(&layer, request(Some(&header)))));
+    }
 
     // The same purchase driven inside a Tokio runtime: the settlement and its writes then run in a task of
     // their own (`PaymentEngine::run_to_end`: spawned, awaited through a oneshot), as in every server. The

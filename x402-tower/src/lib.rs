@@ -1,8 +1,9 @@
 //! Sell HTTP resources for USDC with [x402](https://x402.org) payments: a Tower middleware.
 //!
 //! Put an [`X402Layer`] in front of any Tower HTTP service (axum, a bare hyper service, tonic's HTTP side).
-//! A request without a payment gets `402 Payment Required` with the offers; a request with a valid
-//! EIP-3009 payment (`X-PAYMENT` or `PAYMENT-SIGNATURE`, x402 v1 or v2) reaches the inner service, which finds
+//! A request without a payment gets `402 Payment Required` with the offers; a request with a valid payment
+//! (`X-PAYMENT` or `PAYMENT-SIGNATURE`, x402 v1 or v2; `exact` over EIP-3009 or Permit2, `upto`, or a
+//! [`scheme`] of your own) reaches the inner service, which finds
 //! the [`VerifiedPayment`] in its request extensions; the payment is then settled and a receipt
 //! (`X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE`) added.
 //!
@@ -101,11 +102,12 @@
 //!    base URL + the request's path and query (never the client's `Host`).
 //! 3. **Payment header** (`PAYMENT-SIGNATURE`, else `X-PAYMENT`; length capped before decoding; version taken
 //!    from the decoded `x402Version`): verified in the spec's order — scheme, network, offer match (v2:
-//!    semantic equality of `accepted`), recipient, amount (v1 `>=`, v2 `==`), time window (`validAfter <=
-//!    now`, `validBefore >= now + 6`), then the signature as USDC checks it (65 bytes, `v` 27/28, low `s`,
-//!    recovered address == `from`, domain separator precomputed per offer). Any failure: 402 with the spec's
-//!    error string. See [`verify`].
-//! 4. **Payment record**: `(chainId, asset, from, nonce)` is reserved atomically in the [`PaymentStore`] before
+//!    semantic equality of `accepted`), then the checks of the offer's [`scheme`]; for `exact` over
+//!    EIP-3009: recipient, amount (v1 `>=`, v2 `==`), time window (`validAfter <= now`, `validBefore >= now +
+//!    6`), then the signature as USDC checks it (65 bytes, `v` 27/28, low `s`, recovered address == `from`,
+//!    domain separator precomputed per offer). Any failure: 402 with the spec's error string. See [`verify`].
+//! 4. **Payment record**: the nonce the payment spends, `(chainId, nonce space, from, nonce)` (the nonce space
+//!    is the token for EIP-3009, Permit2 for Permit2), is reserved atomically in the [`PaymentStore`] before
 //!    the inner service runs. The identical payment resent for the same resource is served again with the
 //!    stored settlement (a buyer who lost the answer), never settled twice; the same authorization for another
 //!    resource gets 402 `invalid_exact_evm_nonce_already_used`. The rules are in [`engine`] and [`store`].

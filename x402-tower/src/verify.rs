@@ -84,7 +84,7 @@ pub enum RejectReason {
     ValidBefore,
     /// The signature is malformed, not canonical, or not by `from`.
     Signature,
-    /// The `(chainId, asset, from, nonce)` was already presented.
+    /// The `(chainId, nonce space, from, nonce)` was already presented.
     NonceAlreadyUsed,
     /// The settler (facilitator) said invalid; the client gets the settler's own string.
     SettlerRejected,

@@ -1,4 +1,4 @@
-//! The payment state store: one record per authorization `(chainId, asset, from, nonce)`, shared by every
+//! The payment state store: one record per authorization, keyed by the nonce it spends ([`PaymentKey`]: `(chainId, nonce space, from, nonce)`), shared by every
 //! door into the [`PaymentEngine`](crate::engine::PaymentEngine) (the layer's routes, a facilitator API) and,
 //! with a shared implementation (a database table, Redis), by every instance of a service.
 //!

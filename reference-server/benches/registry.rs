@@ -50,6 +50,7 @@ fn bench(c: &mut Criterion) {
     let app = registry::router(
         stores.assets.clone(),
         RegistryConfig::new("http://127.0.0.1:8080", dir.join("media")),
+        None,
     );
     let store = stores.assets;
     let deepest = n.saturating_sub(200);

@@ -160,9 +160,11 @@ where
     use x402_tower::scheme::{EXACT_PERMIT2_PROXY, Permit2Payment, UPTO_PERMIT2_PROXY};
     let res = block_on(svc.clone().oneshot(request(None))).unwrap();
     let b64 = base64::engine::general_purpose::STANDARD;
-    let required: serde_json::Value =
-        serde_json::from_slice(&b64.decode(res.headers()["payment-required"].as_bytes()).unwrap())
-            .unwrap();
+    let required: serde_json::Value = serde_json::from_slice(
+        &b64.decode(res.headers()["payment-required"].as_bytes())
+            .unwrap(),
+    )
+    .unwrap();
     let accepted = required["accepts"][0].clone();
     let facilitator = accepted["extra"]["facilitatorAddress"]
         .as_str()
@@ -176,7 +178,11 @@ where
         from: payer().address(),
         token: accepted["asset"].as_str().unwrap().parse().unwrap(),
         amount: accepted["amount"].as_str().unwrap().parse().unwrap(),
-        spender: if facilitator.is_some() { UPTO_PERMIT2_PROXY } else { EXACT_PERMIT2_PROXY },
+        spender: if facilitator.is_some() {
+            UPTO_PERMIT2_PROXY
+        } else {
+            EXACT_PERMIT2_PROXY
+        },
         nonce: U256::from(7u64),
         deadline: U256::from(now + 300),
         to: accepted["payTo"].as_str().unwrap().parse().unwrap(),
@@ -304,7 +310,11 @@ fn benches(c: &mut Criterion) {
             .unwrap()
             .layer(inner());
         let header = permit2_header(&layer);
-        assert_eq!(run(&layer, request(Some(&header))), StatusCode::OK, "{name}");
+        assert_eq!(
+            run(&layer, request(Some(&header))),
+            StatusCode::OK,
+            "{name}"
+        );
         g.bench_function(name, |b| b.iter(|| run(&layer, request(Some(&header)))));
     }
 

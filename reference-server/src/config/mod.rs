@@ -141,6 +141,13 @@ pub struct RegistryArgs {
     /// Lifetime of signed media URLs, in seconds.
     #[arg(long, env = "REFERENCE_SERVER_URL_TTL_SECS", default_value_t = 3600)]
     pub url_ttl_secs: u64,
+
+    /// Price of one record of the paid bulk export `/api/v3/assets/export/`, in the token's atomic units
+    /// (default 100: 0.0001 USDC). The buyer signs `limit` x this with x402 `upto` and is charged for the
+    /// records returned. 0 turns the export off. Not offered with on-chain settlement (`--rpc-url`), which
+    /// settles `exact` over EIP-3009 only.
+    #[arg(long, env = "REFERENCE_SERVER_EXPORT_PRICE", default_value_t = crate::registry::DEFAULT_EXPORT_PER_RECORD)]
+    pub export_price: u64,
 }
 
 /// Interface A's payments: what is sold for what, and how it is settled.
@@ -263,6 +270,12 @@ pub struct PaymentArgs {
         default_value_t = 10_000
     )]
     pub rpc_log_lookback_blocks: u64,
+
+    /// The address that settles `upto` payments (the paid export), which buyers sign as the only one allowed
+    /// to (`extra.facilitatorAddress`): with `--facilitator-url`, the facilitator's settling address (its
+    /// `/supported` lists it). Default: `--pay-to` (verify-only: nothing is settled).
+    #[arg(long, env = "REFERENCE_SERVER_UPTO_FACILITATOR")]
+    pub upto_facilitator: Option<String>,
 
     /// License-token contract (ERC-721, `contracts/LicenseToken.sol`): each purchase mints the token whose id
     /// is the receipt's to the payer. Needs on-chain settlement (`--rpc-url`, `--settler-key`, whose account
@@ -411,6 +424,7 @@ impl Config {
                 api_token: None,
                 url_signing_key: None,
                 url_ttl_secs: 3600,
+                export_price: crate::registry::DEFAULT_EXPORT_PER_RECORD,
             },
             payment: PaymentArgs {
                 pay_to: DEMO_PAY_TO.into(),
@@ -430,6 +444,7 @@ impl Config {
                 rpc_timeout_secs: 10,
                 rpc_log_lookback_blocks: 10_000,
                 license_token: None,
+                upto_facilitator: None,
             },
             licenses: LicenseArgs {
                 license_permits: "search ai-input".into(),
@@ -472,6 +487,8 @@ pub struct Settings {
     pub url_signing_key: Option<Vec<u8>>,
     /// Media URL lifetime.
     pub url_ttl: Duration,
+    /// Atomic units per record of the paid export (0: no export).
+    pub export_price: u64,
     /// Connection limits of the server loop.
     pub connections: ConnectionLimits,
     /// Log format.

@@ -110,6 +110,12 @@ impl Config {
             }
         }
         let pay_to = parse_address("pay-to", &self.payment.pay_to)?;
+        let upto_facilitator = self
+            .payment
+            .upto_facilitator
+            .as_deref()
+            .map(|a| parse_address("upto-facilitator", a))
+            .transpose()?;
         if pay_to == Address::ZERO {
             return Err(invalid(
                 "pay-to",
@@ -324,6 +330,7 @@ impl Config {
             media_dir: self.registry.media_dir.clone(),
             api_token: self.registry.api_token.clone(),
             url_ttl: Duration::from_secs(self.registry.url_ttl_secs),
+            export_price: self.registry.export_price,
             connections: ConnectionLimits {
                 header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
                 write_stall_timeout: Duration::from_secs(self.http.write_stall_timeout_secs),
@@ -336,6 +343,7 @@ impl Config {
                 license_token,
                 onchain,
                 pay_to,
+                upto_facilitator,
                 payment,
                 facilitator_url,
                 facilitator_url_token: self.payment.facilitator_url_token.clone(),

@@ -13,6 +13,8 @@ use crate::licensing::bot_auth::BotAuthConfig;
 pub struct LicensingSettings {
     /// Payment recipient.
     pub pay_to: Address,
+    /// The address that settles `upto` payments (`--upto-facilitator`), if given.
+    pub upto_facilitator: Option<Address>,
     /// The payment network and token.
     pub payment: PaymentNetwork,
     /// Remote facilitator base URL, if any.

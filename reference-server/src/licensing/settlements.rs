@@ -100,7 +100,8 @@ impl SettlementLog {
             pay_to: checksum(&p.pay_to),
             article_id: article_id(event.resource),
             resource: event.resource.to_owned(),
-            amount_atomic: p.amount.to_string(),
+            // What was charged: for `upto`, the charge, not the signed maximum.
+            amount_atomic: p.charge.unwrap_or(p.amount).to_string(),
             network: p.network.caip2().to_owned(),
             asset: checksum(&p.asset),
             nonce: p.nonce.to_string(),

@@ -32,13 +32,14 @@
 //! let stores = Stores::open(&"sqlite::memory:".parse::<DatabaseUrl>()?).await?;
 //! registry::seed(&*stores.assets, 100).await?;
 //! let cfg = RegistryConfig::new("http://127.0.0.1:8080", std::env::temp_dir().join("media"));
-//! let app: axum::Router = registry::router(stores.assets, cfg);
+//! let app: axum::Router = registry::router(stores.assets, cfg, None);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
 //! ```
 
 pub(crate) mod drf;
+pub mod export;
 pub(crate) mod handlers;
 pub mod media;
 pub mod model;
@@ -64,6 +65,9 @@ use signing::UrlSigner;
 /// Page size: default and maximum `limit` (interfaces.md: `limit=200` in every link).
 pub const PAGE_SIZE: u64 = 200;
 
+/// Default of [`RegistryConfig::export_per_record`]: 100 atomic units (0.0001 USDC) a record.
+pub const DEFAULT_EXPORT_PER_RECORD: u64 = 100;
+
 /// Configuration of the registry.
 #[derive(Clone)]
 pub struct RegistryConfig {
@@ -79,8 +83,10 @@ pub struct RegistryConfig {
     pub url_ttl: Duration,
     /// Largest accepted uploaded file, in bytes.
     pub max_upload_bytes: usize,
-    /// Default and maximum page size.
+    /// Default and maximum page size (and the largest `limit` of one export).
     pub page_size: u64,
+    /// Atomic units charged per record by the paid export ([`export`]).
+    pub export_per_record: u64,
 }
 
 impl std::fmt::Debug for RegistryConfig {
@@ -112,6 +118,7 @@ impl RegistryConfig {
             url_ttl: Duration::from_secs(3600),
             max_upload_bytes: 10 * 1024 * 1024,
             page_size: PAGE_SIZE,
+            export_per_record: DEFAULT_EXPORT_PER_RECORD,
         }
     }
 }
@@ -134,13 +141,18 @@ impl Registry {
 /// The collection's path.
 pub const COLLECTION_PATH: &str = "/api/v3/assets/";
 
-/// The registry's routes: `/api/v3/assets/` (GET, HEAD, POST, OPTIONS), `/media/...` (signed files)
-/// and `/verify/{cid}` (the public verification page of `certificate_link`).
+/// The registry's routes: `/api/v3/assets/` (GET, HEAD, POST, OPTIONS), `/media/...` (signed files),
+/// `/verify/{cid}` (the public verification page of `certificate_link`) and, given the x402 layer that sells
+/// it, `/api/v3/assets/export/` (a bulk export paid per record returned, [`export`]).
 ///
 /// # Panics
 ///
 /// If `public_base_url` is not an absolute `http(s)` URL (a configuration error, caught at start).
-pub fn router(store: Arc<dyn AssetStore>, cfg: RegistryConfig) -> Router {
+pub fn router(
+    store: Arc<dyn AssetStore>,
+    cfg: RegistryConfig,
+    export: Option<x402_tower::X402Layer>,
+) -> Router {
     let base = cfg.public_base_url.trim_end_matches('/').to_owned();
     let pagination = PaginationLayer::try_new(&base)
         .unwrap_or_else(|e| panic!("invalid public base URL {base:?}: {e}"))
@@ -182,7 +194,7 @@ pub fn router(store: Arc<dyn AssetStore>, cfg: RegistryConfig) -> Router {
             drf::Resource::Detail,
             drf::surface,
         ));
-    Router::new()
+    let router = Router::new()
         .route(COLLECTION_PATH, collection)
         .route("/api/v3/assets/{cid}/", one)
         .route(
@@ -190,8 +202,13 @@ pub fn router(store: Arc<dyn AssetStore>, cfg: RegistryConfig) -> Router {
             get(handlers::media)
                 .route_layer(axum::middleware::from_fn(crate::web::conditional::etag)),
         )
-        .route("/verify/{cid}", get(handlers::verify_page))
-        .with_state(state)
+        .route("/verify/{cid}", get(handlers::verify_page));
+    // The paid bulk export, behind the x402 layer the composition root built for it (`upto`).
+    let router = match export {
+        Some(layer) => router.route(export::EXPORT_PATH, get(export::export).route_layer(layer)),
+        None => router,
+    };
+    router.with_state(state)
 }
 
 /// Seed `n_assets` deterministic demo assets into an empty registry; returns how many were inserted

@@ -54,6 +54,8 @@ pub struct Parts {
     pub registry: RegistryConfig,
     /// The facilitator API's configuration.
     pub facilitator: crate::facilitator::FacilitatorConfig,
+    /// The x402 layer of the registry's paid export (`upto`, over interface A's engine), when offered.
+    pub export: Option<x402_tower::X402Layer>,
 }
 
 impl Parts {
@@ -94,7 +96,9 @@ impl Parts {
             licensing: licensing.clone(),
             stores,
         });
+        let export = export_layer(settings, &public_url, &licensing)?;
         Ok(Self {
+            export,
             registry: registry_config(settings, public_url),
             facilitator: settings.facilitator.clone(),
             licensing,
@@ -138,6 +142,7 @@ pub fn build_router(parts: &Parts) -> App {
         .merge(registry::router(
             stores.assets.clone(),
             parts.registry.clone(),
+            parts.export.clone(),
         ));
     let metrics = parts.ops.metrics.clone();
 
@@ -253,7 +258,38 @@ fn registry_config(s: &Settings, public_url: String) -> RegistryConfig {
         cfg.url_signing_key = key.clone();
     }
     cfg.url_ttl = s.url_ttl;
+    cfg.export_per_record = s.export_price;
     cfg
+}
+
+/// The x402 layer selling the registry's bulk export (`upto`: `limit` records at most, charged per record
+/// returned), over interface A's payment engine (one store, one settler, one set of money rules). Not offered
+/// when its price is 0, nor with the on-chain settler, which settles `exact` over EIP-3009 only.
+fn export_layer(
+    settings: &Settings,
+    public_url: &str,
+    licensing: &Licensing,
+) -> Result<Option<x402_tower::X402Layer>, BuildError> {
+    let payment = &settings.licensing;
+    if settings.export_price == 0 || payment.onchain.is_some() {
+        return Ok(None);
+    }
+    let pricing = Arc::new(registry::export::ExportPricing {
+        network: payment.payment.network.clone(),
+        token: payment.payment.token.clone(),
+        pay_to: payment.pay_to,
+        per_record: settings.export_price,
+        facilitator: payment.upto_facilitator.unwrap_or(payment.pay_to),
+    });
+    let max = registry::PAGE_SIZE;
+    x402_tower::X402Layer::builder(public_url.to_owned())
+        .engine(licensing.payments.engine())
+        .price_source(move |parts: &http::request::Parts| {
+            std::future::ready(pricing.decide(parts.uri.query(), max))
+        })
+        .build()
+        .map(Some)
+        .map_err(|e| BuildError::Licensing(licensing::BuildError::Payment(e.to_string())))
 }
 
 async fn not_found() -> Response {

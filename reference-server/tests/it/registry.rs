@@ -82,7 +82,7 @@ impl Registry {
         cfg.api_token = token.map(str::to_owned);
         cfg.url_signing_key = KEY.to_vec();
         cfg.max_upload_bytes = UPLOAD_CAP;
-        let app = registry::router(db, cfg);
+        let app = registry::router(db, cfg, None);
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
@@ -1239,4 +1239,92 @@ async fn one_asset_has_its_own_route_with_the_records_json_and_drfs_404() {
         options.json::<Value>().await.unwrap()["name"],
         "Asset Instance"
     );
+}
+
+/// The paid bulk export (`upto`): the 402 offers `limit` x the per-record price as the maximum; a paid
+/// export is charged for the records it returned, an empty one nothing; a resend gets the same answer; the
+/// settlement log records the charge.
+#[tokio::test]
+async fn the_paid_export_charges_for_the_records_it_returns() {
+    use crate::common::{Payer, TestServer, decode_header};
+    let server = TestServer::start().await;
+    let export = |query: &str| format!("/api/v3/assets/export/?{query}");
+
+    let refused = server.get(&export("offset=1")).await;
+    assert_eq!(refused.status(), 400, "limit is required");
+    let body: Value = refused.json().await.unwrap();
+    assert!(
+        body["limit"][0]
+            .as_str()
+            .unwrap()
+            .contains("limit is required"),
+        "{body}"
+    );
+    assert_eq!(server.get(&export("limit=201")).await.status(), 400);
+
+    let priced = server.get(&export("limit=3")).await;
+    assert_eq!(priced.status(), 402);
+    let required = decode_header(&priced, "payment-required");
+    let offer = &required["accepts"][0];
+    assert_eq!(offer["scheme"], "upto", "{required}");
+    assert_eq!(offer["amount"], "300", "3 records at 100 each, at most");
+    assert_eq!(offer["extra"]["assetTransferMethod"], "permit2");
+
+    let header = Payer::new().pay_v2(&required);
+    let paid = server
+        .get_with(
+            &server.url(&export("limit=3")),
+            "PAYMENT-SIGNATURE",
+            &header,
+        )
+        .await;
+    assert_eq!(paid.status(), 200);
+    let receipt = decode_header(&paid, "payment-response");
+    assert_eq!(receipt["amount"], "300", "{receipt}");
+    let records: Value = paid.json().await.unwrap();
+    assert_eq!(records.as_array().unwrap().len(), 3);
+    // Resent: the same answer, charged once.
+    let again = server
+        .get_with(
+            &server.url(&export("limit=3")),
+            "PAYMENT-SIGNATURE",
+            &header,
+        )
+        .await;
+    assert_eq!(decode_header(&again, "payment-response"), receipt);
+
+    // Past the end: nothing returned, nothing charged, and the receipt says so.
+    let past = server.get(&export("limit=5&offset=100000")).await;
+    let required = decode_header(&past, "payment-required");
+    assert_eq!(required["accepts"][0]["amount"], "500");
+    let header = Payer::new().pay_v2(&required);
+    let empty = server
+        .get_with(
+            &server.url(&export("limit=5&offset=100000")),
+            "PAYMENT-SIGNATURE",
+            &header,
+        )
+        .await;
+    assert_eq!(empty.status(), 200);
+    let receipt = decode_header(&empty, "payment-response");
+    assert_eq!(
+        (receipt["amount"].as_str(), receipt["transaction"].as_str()),
+        (Some("0"), Some(""))
+    );
+    assert_eq!(empty.json::<Value>().await.unwrap(), serde_json::json!([]));
+
+    // The settlement log has the charges, not the maxima.
+    let log = crate::licensing::settlement_rows(&server, "settled", None).await;
+    let mut amounts: Vec<&str> = log
+        .iter()
+        .filter(|r| {
+            r["resource"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("/export/")
+        })
+        .map(|r| r["amount_atomic"].as_str().unwrap())
+        .collect();
+    amounts.sort_unstable();
+    assert_eq!(amounts, ["0", "300"], "{log:?}");
 }

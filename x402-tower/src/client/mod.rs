@@ -323,6 +323,7 @@ pub(crate) async fn after_402<X: Exchange>(
                 tokio::time::sleep(wait).await;
             }
             AfterPaid::Deliver(settlement) => {
+                payer.charged(&offer, settlement.as_ref());
                 answer.extensions_mut().insert(Paid {
                     payer: payment.authorization.from,
                     offer_signer: offer_signer(&requirements, &offer),
@@ -448,6 +449,23 @@ impl Payer {
                 }
                 Err(ClientError::Signing(e))
             }
+        }
+    }
+
+    /// After an `upto` payment was answered: the budget took the maximum, the receipt says what was charged
+    /// (`amount`); the rest goes back. Nothing is given back without a successful receipt saying less.
+    pub(crate) fn charged(&self, offer: &Offer, settlement: Option<&SettleResponse>) {
+        let (Some(budget), Some(receipt)) = (&self.policy.budget, settlement) else {
+            return;
+        };
+        let charged = receipt
+            .amount
+            .as_deref()
+            .and_then(crate::proto::wire::parse_decimal);
+        if let (true, Some(charged)) = (receipt.success, charged)
+            && charged < offer.amount
+        {
+            budget.give_back(offer.amount - charged);
         }
     }
 

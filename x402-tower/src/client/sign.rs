@@ -1,6 +1,8 @@
-//! Reading a 402's offers and signing an EIP-3009 payment for one of them, exactly as the official clients
-//! do: x402 v1 (`X-PAYMENT`, `validAfter = now - 600`) and v2 (`PAYMENT-SIGNATURE`, `validAfter = 0`, the
-//! chosen `accepts` entry echoed verbatim, the 402's extensions echoed).
+//! Reading a 402's offers and signing a payment for one of them, exactly as the official clients do: `exact`
+//! over EIP-3009 in x402 v1 (`X-PAYMENT`, `validAfter = now - 600`) and v2 (`PAYMENT-SIGNATURE`, `validAfter
+//! = 0`, the chosen `accepts` entry echoed verbatim, the 402's extensions echoed), and in v2 `exact` over
+//! Permit2 and `upto` (Permit2's `PermitWitnessTransferFrom` for the scheme's x402 proxy, the nonce a random
+//! 256-bit number written in decimal, `deadline = now + maxTimeoutSeconds`).
 //!
 //! This is the one place in the workspace that signs payments; [`sign`] takes explicit
 //! [`SignOptions`] so tests can also make payments that are wrong on purpose.
@@ -15,6 +17,9 @@ use crate::extensions::payment_identifier as identifier;
 use crate::network::{Network, Token};
 use crate::proto::{
     Authorization, ExactEvmPayload, PaymentRequirementsV1, PaymentRequirementsV2, SCHEME_EXACT,
+};
+use crate::scheme::{
+    EXACT_PERMIT2_PROXY, FACILITATOR_ADDRESS, Permit2Payment, SCHEME_UPTO, UPTO_PERMIT2_PROXY,
 };
 use crate::verify::{authorization_digest, domain_separator};
 
@@ -46,18 +51,36 @@ pub enum RequirementsError {
     Body(#[source] super::BoxError),
 }
 
-/// One offer of a 402 this client can sign for: scheme `exact` on an EVM network.
+/// How an offer's payment moves the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferMethod {
+    /// `exact` over EIP-3009 (`transferWithAuthorization`).
+    Eip3009,
+    /// Over Permit2: `exact` (`facilitator: None`) or `upto` (the address that will settle, which the payer
+    /// signs). The payer must have approved Permit2 for the token.
+    Permit2 {
+        /// `extra.facilitatorAddress` of an `upto` offer.
+        facilitator: Option<Address>,
+    },
+}
+
+/// One offer of a 402 this client can sign for: `exact` (over EIP-3009 or Permit2) or `upto` on an EVM
+/// network.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offer {
     /// 1 or 2.
     pub x402_version: u8,
+    /// `exact` or `upto`.
+    pub scheme: String,
+    /// How the token moves.
+    pub method: TransferMethod,
     /// The network (from a v1 name or a CAIP-2 id).
     pub network: Network,
     /// The token contract.
     pub asset: Address,
     /// Who is paid.
     pub pay_to: Address,
-    /// The price, in atomic units.
+    /// The price, in atomic units (for `upto`, the most the server may charge).
     pub amount: U256,
     /// Seconds the server allows for the payment (`validBefore = now + maxTimeoutSeconds`).
     pub max_timeout_seconds: u64,
@@ -154,11 +177,15 @@ fn extra(raw: &Option<Value>, key: &str) -> Option<String> {
 
 fn offer_v1(raw: &Value) -> Option<Offer> {
     let r: PaymentRequirementsV1 = serde_json::from_value(raw.clone()).ok()?;
-    if r.scheme != SCHEME_EXACT {
+    if r.scheme != SCHEME_EXACT
+        || extra(&r.extra, "assetTransferMethod").is_some_and(|m| m != "eip3009")
+    {
         return None;
     }
     Some(Offer {
         x402_version: 1,
+        scheme: r.scheme.clone(),
+        method: TransferMethod::Eip3009,
         network: r.network.parse().ok()?,
         asset: r.asset,
         pay_to: r.pay_to,
@@ -172,11 +199,19 @@ fn offer_v1(raw: &Value) -> Option<Offer> {
 
 fn offer_v2(raw: &Value) -> Option<Offer> {
     let r: PaymentRequirementsV2 = serde_json::from_value(raw.clone()).ok()?;
-    if r.scheme != SCHEME_EXACT {
-        return None;
-    }
+    let method = extra(&r.extra, "assetTransferMethod");
+    let method = match (r.scheme.as_str(), method.as_deref()) {
+        (SCHEME_EXACT, None | Some("eip3009")) => TransferMethod::Eip3009,
+        (SCHEME_EXACT, Some("permit2")) => TransferMethod::Permit2 { facilitator: None },
+        (SCHEME_UPTO, None | Some("permit2")) => TransferMethod::Permit2 {
+            facilitator: Some(extra(&r.extra, FACILITATOR_ADDRESS)?.parse().ok()?),
+        },
+        _ => return None,
+    };
     Some(Offer {
         x402_version: 2,
+        scheme: r.scheme.clone(),
+        method,
         network: r.network.parse().ok()?,
         asset: r.asset,
         pay_to: r.pay_to,
@@ -198,7 +233,7 @@ pub struct SignOptions {
     pub valid_after: Option<U256>,
     /// `validBefore` (default `now + maxTimeoutSeconds`).
     pub valid_before: Option<U256>,
-    /// The EIP-3009 nonce (default 32 random bytes).
+    /// The EIP-3009 nonce, or Permit2's as a 256-bit number (default 32 random bytes).
     pub nonce: Option<B256>,
     /// `authorization.from` (default the signer's address): a contract wallet the signer controls.
     pub from: Option<Address>,
@@ -218,8 +253,12 @@ pub struct SignedPayment {
     pub header_value: String,
     /// The PaymentPayload document.
     pub payload: Value,
-    /// The signed authorization.
+    /// The signed authorization. For a Permit2 payment, the permit's fields in these terms: `to` the
+    /// witness's recipient, `value` the permitted amount, `validAfter` the witness's, `validBefore` the
+    /// deadline, `nonce` Permit2's nonce as 32 bytes; the permit itself is [`permit2`](Self::permit2).
     pub authorization: Authorization,
+    /// The Permit2 permit signed, for `exact` over Permit2 and `upto`.
+    pub permit2: Option<Permit2Payment>,
     /// The 65-byte signature `r‖s‖v` (or what [`SignOptions`] asked for).
     pub signature: Vec<u8>,
 }
@@ -288,6 +327,18 @@ pub async fn sign(
     token: &Token,
     options: &SignOptions,
 ) -> Result<SignedPayment, alloy_signer::Error> {
+    if let TransferMethod::Permit2 { facilitator } = offer.method {
+        let permit = permit2(signer.address(), offer, facilitator, options);
+        let hash = permit.signing_hash(offer.network.chain_id());
+        let signature = signer.sign_hash(&hash).await?.as_bytes().to_vec();
+        return Ok(wrap_permit2(
+            requirements,
+            offer,
+            permit,
+            signature,
+            options,
+        ));
+    }
     let auth = authorization(signer.address(), offer, options);
     let signature = sign_authorization(signer, &auth, offer.network.chain_id(), token).await?;
     Ok(wrap(requirements, offer, auth, signature, options))
@@ -301,9 +352,96 @@ pub fn sign_sync<S: Signer + SignerSync>(
     token: &Token,
     options: &SignOptions,
 ) -> Result<SignedPayment, alloy_signer::Error> {
+    if let TransferMethod::Permit2 { facilitator } = offer.method {
+        let permit = permit2(signer.address(), offer, facilitator, options);
+        let hash = permit.signing_hash(offer.network.chain_id());
+        let signature = signer.sign_hash_sync(&hash)?.as_bytes().to_vec();
+        return Ok(wrap_permit2(
+            requirements,
+            offer,
+            permit,
+            signature,
+            options,
+        ));
+    }
     let auth = authorization(signer.address(), offer, options);
     let signature = sign_authorization_sync(signer, &auth, offer.network.chain_id(), token)?;
     Ok(wrap(requirements, offer, auth, signature, options))
+}
+
+/// The Permit2 permit the official clients would sign for `offer` (`exact` over Permit2, or `upto` with
+/// its `facilitator`); see [`SignOptions`] for the defaults.
+pub fn permit2(
+    payer: Address,
+    offer: &Offer,
+    facilitator: Option<Address>,
+    options: &SignOptions,
+) -> Permit2Payment {
+    let now = options.now.unwrap_or_else(unix_now);
+    Permit2Payment {
+        signature: Default::default(),
+        from: options.from.unwrap_or(payer),
+        token: offer.asset,
+        amount: offer.amount,
+        spender: if facilitator.is_some() {
+            UPTO_PERMIT2_PROXY
+        } else {
+            EXACT_PERMIT2_PROXY
+        },
+        nonce: U256::from_be_bytes(options.nonce.unwrap_or_else(B256::random).0),
+        deadline: options
+            .valid_before
+            .unwrap_or_else(|| U256::from(now.saturating_add(offer.max_timeout_seconds))),
+        to: offer.pay_to,
+        facilitator,
+        valid_after: options.valid_after.unwrap_or(U256::ZERO),
+    }
+}
+
+/// The v2 PaymentPayload of a Permit2 permit and its signature.
+fn wrap_permit2(
+    requirements: &Requirements,
+    offer: &Offer,
+    permit: Permit2Payment,
+    signature: Vec<u8>,
+    options: &SignOptions,
+) -> SignedPayment {
+    let mut witness = json!({"to": permit.to, "validAfter": permit.valid_after.to_string()});
+    if let Some(f) = permit.facilitator {
+        witness["facilitator"] = json!(f);
+    }
+    let scheme_payload = json!({
+        "signature": format!("0x{}", alloy_primitives::hex::encode(&signature)),
+        "permit2Authorization": {
+            "from": permit.from,
+            "permitted": {"token": permit.token, "amount": permit.amount.to_string()},
+            "spender": permit.spender,
+            "nonce": permit.nonce.to_string(),
+            "deadline": permit.deadline.to_string(),
+            "witness": witness,
+        },
+    });
+    let authorization = Authorization {
+        from: permit.from,
+        to: permit.to,
+        value: permit.amount,
+        valid_after: permit.valid_after,
+        valid_before: permit.deadline,
+        nonce: B256::from(permit.nonce),
+    };
+    let mut signed = envelope(
+        requirements,
+        offer,
+        scheme_payload,
+        authorization,
+        signature,
+        options,
+    );
+    signed.permit2 = Some(Permit2Payment {
+        signature: signed.signature.clone().into(),
+        ..permit
+    });
+    signed
 }
 
 /// The PaymentPayload for an authorization and its signature (any bytes: tests send wrong ones on purpose).
@@ -318,6 +456,26 @@ pub fn wrap(
         signature: format!("0x{}", alloy_primitives::hex::encode(&signature)),
         authorization: authorization.clone(),
     };
+    let exact = serde_json::to_value(&exact).unwrap_or_default();
+    envelope(
+        requirements,
+        offer,
+        exact,
+        authorization,
+        signature,
+        options,
+    )
+}
+
+/// The PaymentPayload of the offer's version around a scheme's payload.
+fn envelope(
+    requirements: &Requirements,
+    offer: &Offer,
+    exact: Value,
+    authorization: Authorization,
+    signature: Vec<u8>,
+    options: &SignOptions,
+) -> SignedPayment {
     let (header_name, payload) = if offer.x402_version == 1 {
         let network = offer
             .raw
@@ -351,6 +509,7 @@ pub fn wrap(
         header_value: B64.encode(payload.to_string()),
         payload,
         authorization,
+        permit2: None,
         signature,
     }
 }

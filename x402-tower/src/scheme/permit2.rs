@@ -425,45 +425,44 @@ impl Permit2Payment {
     }
 }
 
-/// The EIP-712 digest the payer signed.
+/// The EIP-712 digest the payer signed. `hashStruct` is put together here from its members' hashes, each
+/// type hash computed once per process ([`TypeHash`]): alloy's `eip712_encode_data` of a struct with struct
+/// members hashes their type strings again for every message.
 fn digest(kind: Kind, p: &Permit2Payment, separator: &B256) -> B256 {
-    match kind {
+    static PERMITTED: TypeHash<typed::TokenPermissions> = TypeHash::new();
+    let permitted = PERMITTED.hash_struct(&typed::TokenPermissions {
+        token: p.token,
+        amount: p.amount,
+    });
+    let (type_hash, witness) = match kind {
         Kind::Exact => {
             static TYPE_HASH: TypeHash<ExactPermitWitnessTransferFrom> = TypeHash::new();
-            let msg = ExactPermitWitnessTransferFrom {
-                permitted: typed::TokenPermissions {
-                    token: p.token,
-                    amount: p.amount,
-                },
-                spender: p.spender,
-                nonce: p.nonce,
-                deadline: p.deadline,
-                witness: typed::Witness {
-                    to: p.to,
-                    validAfter: p.valid_after,
-                },
-            };
-            eip712_digest(separator, TYPE_HASH.hash_struct(&msg))
+            static WITNESS: TypeHash<typed::Witness> = TypeHash::new();
+            let witness = WITNESS.hash_struct(&typed::Witness {
+                to: p.to,
+                validAfter: p.valid_after,
+            });
+            (TYPE_HASH.get(), witness)
         }
         Kind::Upto => {
             static TYPE_HASH: TypeHash<UptoPermitWitnessTransferFrom> = TypeHash::new();
-            let msg = UptoPermitWitnessTransferFrom {
-                permitted: typed_upto::TokenPermissions {
-                    token: p.token,
-                    amount: p.amount,
-                },
-                spender: p.spender,
-                nonce: p.nonce,
-                deadline: p.deadline,
-                witness: typed_upto::Witness {
-                    to: p.to,
-                    facilitator: p.facilitator.unwrap_or_default(),
-                    validAfter: p.valid_after,
-                },
-            };
-            eip712_digest(separator, TYPE_HASH.hash_struct(&msg))
+            static WITNESS: TypeHash<typed_upto::Witness> = TypeHash::new();
+            let witness = WITNESS.hash_struct(&typed_upto::Witness {
+                to: p.to,
+                facilitator: p.facilitator.unwrap_or_default(),
+                validAfter: p.valid_after,
+            });
+            (TYPE_HASH.get(), witness)
         }
-    }
+    };
+    let mut hasher = alloy_primitives::Keccak256::new();
+    hasher.update(type_hash);
+    hasher.update(permitted);
+    hasher.update(p.spender.into_word());
+    hasher.update(p.nonce.to_be_bytes::<32>());
+    hasher.update(p.deadline.to_be_bytes::<32>());
+    hasher.update(witness);
+    eip712_digest(separator, hasher.finalize())
 }
 
 /// Whether `offer` is paid over Permit2.
@@ -533,6 +532,57 @@ impl Scheme for UptoPermit2 {
 mod tests {
     use super::*;
     use alloy_sol_types::SolStruct;
+
+    #[test]
+    fn the_digest_is_alloys_eip712_signing_hash() {
+        let p = Permit2Payment {
+            signature: Default::default(),
+            from: Address::repeat_byte(1),
+            token: Address::repeat_byte(2),
+            amount: U256::from(10_000u64),
+            spender: EXACT_PERMIT2_PROXY,
+            nonce: U256::from(123_456_789u64),
+            deadline: U256::from(1_800_000_000u64),
+            to: Address::repeat_byte(3),
+            facilitator: None,
+            valid_after: U256::from(5u64),
+        };
+        let domain = permit2_domain(84532);
+        let exact = ExactPermitWitnessTransferFrom {
+            permitted: typed::TokenPermissions {
+                token: p.token,
+                amount: p.amount,
+            },
+            spender: p.spender,
+            nonce: p.nonce,
+            deadline: p.deadline,
+            witness: typed::Witness {
+                to: p.to,
+                validAfter: p.valid_after,
+            },
+        };
+        assert_eq!(p.signing_hash(84532), exact.eip712_signing_hash(&domain));
+        let upto = Permit2Payment {
+            facilitator: Some(Address::repeat_byte(4)),
+            spender: UPTO_PERMIT2_PROXY,
+            ..p
+        };
+        let typed = UptoPermitWitnessTransferFrom {
+            permitted: typed_upto::TokenPermissions {
+                token: upto.token,
+                amount: upto.amount,
+            },
+            spender: upto.spender,
+            nonce: upto.nonce,
+            deadline: upto.deadline,
+            witness: typed_upto::Witness {
+                to: upto.to,
+                facilitator: Address::repeat_byte(4),
+                validAfter: upto.valid_after,
+            },
+        };
+        assert_eq!(upto.signing_hash(84532), typed.eip712_signing_hash(&domain));
+    }
 
     #[test]
     fn the_signed_types_are_the_official_ones() {

@@ -356,3 +356,55 @@ async fn a_signature_that_fails_gives_its_reservation_back_to_the_budget() {
     assert!(sends.lock().unwrap().is_empty());
     assert_eq!(inner.calls(), 0);
 }
+
+#[tokio::test]
+async fn pays_exact_over_permit2_and_upto_and_counts_the_charge_not_the_maximum() {
+    use x402_tower::scheme::{Charge, FACILITATOR_ADDRESS};
+    // exact over Permit2: the permit, signed as the official client signs it, accepted by the layer.
+    let inner = Inner::new();
+    let sends = Arc::new(Mutex::new(Vec::new()));
+    let permit2 = X402ClientLayer::new(signer(), policy("0.05")).layer(server(
+        x402_tower::X402Layer::builder(BASE_URL)
+            .offer(offer().extra("assetTransferMethod", "permit2")),
+        &inner,
+        sends.clone(),
+    ));
+    let res = permit2.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let paid = res.extensions().get::<Paid>().expect("Paid").clone();
+    let permit = paid.payment.permit2.expect("a Permit2 payment");
+    assert_eq!(permit.spender, x402_tower::scheme::EXACT_PERMIT2_PROXY);
+    assert!(paid.payment.payload["payload"]["permit2Authorization"]["nonce"].is_string());
+
+    // upto: the budget takes the maximum (0.01), the receipt says 0.003 was charged, 0.007 comes back.
+    let budget = Budget::new(Price::from_usdc_decimal("0.05").unwrap());
+    let upto = x402_tower::X402Layer::builder(BASE_URL)
+        .offer(offer().scheme("upto").extra(
+            FACILITATOR_ADDRESS,
+            "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
+        ))
+        .build()
+        .unwrap()
+        .layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
+            let mut res = Response::new(Full::new(Bytes::from_static(b"three records")));
+            res.extensions_mut().insert(Charge::atomic(3_000));
+            Ok::<_, Infallible>(res)
+        }));
+    let upto = tower::service_fn(move |req| {
+        let upto = upto.clone();
+        async move {
+            let res = upto.oneshot(req).await?;
+            let (parts, body) = res.into_parts();
+            Ok::<_, Infallible>(Response::from_parts(
+                parts,
+                Full::new(body.collect().await.unwrap().to_bytes()),
+            ))
+        }
+    });
+    let client = X402ClientLayer::new(signer(), policy("0.05").budget(budget.clone())).layer(upto);
+    let res = client.oneshot(get()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let paid = res.extensions().get::<Paid>().expect("Paid").clone();
+    assert_eq!(paid.settlement.unwrap().amount.as_deref(), Some("3000"));
+    assert_eq!(budget.remaining(), U256::from(50_000u64 - 3_000));
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes what clients send before anything is trusted (fuzz/fuzz_targets): the payment header through the
-# whole layer, the facilitator door's bodies, the registry's query string, the Web Bot Auth headers.
+# whole layer, each scheme's payload, the facilitator door's bodies, the registry's query string, the Web Bot Auth headers.
 #
 #     scripts/fuzz.sh            # each target for FUZZ_SECONDS (default 10), as the test command runs it
 #     FUZZ_SECONDS=3600 scripts/fuzz.sh payment_header    # a long run of one target
@@ -18,7 +18,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 seconds="${FUZZ_SECONDS:-10}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(payment_header facilitator_body registry_query bot_auth_signature)
+[ ${#targets[@]} -gt 0 ] || targets=(payment_header scheme_payload facilitator_body registry_query bot_auth_signature)
 # No sanitizer: the code fuzzed is Rust (a crash is a panic, an overflow check, a timeout or an allocation past
 # the limit); building without AddressSanitizer halves the build and speeds every run. For the C the
 # reference server links (SQLite, libsecp256k1), `FUZZ_SANITIZER=address scripts/fuzz.sh`.

@@ -1,5 +1,5 @@
 //! A paid route's payment header, as any client may send it (v2 `PAYMENT-SIGNATURE` or v1 `X-PAYMENT`),
-//! through the whole layer: decoding, verification, the engine. Never a panic; always an answer.
+//! through the whole layer (offering every built-in scheme): decoding, verification, the engine. Never a panic; always an answer.
 #![no_main]
 
 use std::sync::LazyLock;
@@ -27,8 +27,15 @@ static LAYER: LazyLock<X402Layer> = LazyLock::new(|| {
         Price::from_usdc_decimal("0.01").expect("price"),
     )
     .expect("offer");
+    // Every built-in scheme: `exact` over EIP-3009 and Permit2, `upto`.
     X402Layer::builder("https://shop.example")
-        .offer(offer)
+        .offer(offer.clone())
+        .offer(offer.clone().extra("assetTransferMethod", "permit2"))
+        .offer(
+            offer
+                .scheme("upto")
+                .extra("facilitatorAddress", "0x90F79bf6EB2c4f870365E785982E1f101E93b906"),
+        )
         .build()
         .expect("layer")
 });

@@ -166,6 +166,17 @@ pub struct PaymentArgs {
     #[arg(long, env = "REFERENCE_SERVER_ASSET")]
     pub asset: Option<String>,
 
+    /// How buyers may move the token, comma-separated: `eip3009` (USDC's `transferWithAuthorization`, no
+    /// approval needed) and/or `permit2` (any ERC-20 the buyer approved Permit2 for). Each article license is
+    /// offered once per method, EIP-3009 first. A token without EIP-3009 takes `permit2` alone.
+    #[arg(
+        long,
+        env = "REFERENCE_SERVER_TRANSFER_METHODS",
+        value_delimiter = ',',
+        default_value = "eip3009"
+    )]
+    pub transfer_methods: Vec<String>,
+
     /// EIP-712 domain name of the token (default: the network's USDC name).
     #[arg(long, env = "REFERENCE_SERVER_ASSET_NAME")]
     pub asset_name: Option<String>,
@@ -430,6 +441,7 @@ impl Config {
                 pay_to: DEMO_PAY_TO.into(),
                 network: "base-sepolia".into(),
                 asset: None,
+                transfer_methods: vec!["eip3009".into()],
                 asset_name: None,
                 asset_version: None,
                 facilitator_url: None,

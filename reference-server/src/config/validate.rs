@@ -557,7 +557,28 @@ fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigError> {
             )
         }
     };
-    Ok(PaymentNetwork { network, token })
+    let methods = &cfg.payment.transfer_methods;
+    let eip3009 = methods.iter().any(|m| m.trim() == "eip3009");
+    let permit2 = methods.iter().any(|m| m.trim() == "permit2");
+    if let Some(other) = methods
+        .iter()
+        .find(|m| !matches!(m.trim(), "eip3009" | "permit2"))
+    {
+        return Err(flag_err(
+            "transfer-methods",
+            other,
+            "eip3009 and/or permit2",
+        ));
+    }
+    if !(eip3009 || permit2) {
+        return Err(flag_err("transfer-methods", "", "eip3009 and/or permit2"));
+    }
+    Ok(PaymentNetwork {
+        network,
+        token,
+        eip3009,
+        permit2,
+    })
 }
 
 /// The address of the relayer key `key` (hex, with or without `0x`).

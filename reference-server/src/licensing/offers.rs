@@ -24,19 +24,33 @@ pub(crate) fn licenses_offered(article: &Article, choice: LicenseChoice) -> &[Li
     }
 }
 
-/// The offers an article is sold with, one per license offered (the x402 layer's, and the handler's 402
-/// for a replayed payment). The position of an offer is the position of its license in
-/// [`licenses_offered`], which is how a paid request learns the license bought.
+/// The offers an article is sold with, one per license offered and transfer method (EIP-3009 first, then
+/// Permit2, as configured): the x402 layer's, and the handler's 402 for a replayed payment. The position
+/// of an offer modulo the number of licenses offered is the position of its license in
+/// [`licenses_offered`] ([`license_of_offer`]), which is how a paid request learns the license bought.
 pub(crate) fn article_offers(
     payment: &PaymentNetwork,
     pay_to: alloy_primitives::Address,
     article: &Article,
     choice: LicenseChoice,
 ) -> Vec<PaymentOffer> {
-    licenses_offered(article, choice)
-        .iter()
-        .map(|license| {
-            PaymentOffer::new(
+    let methods = [
+        (payment.eip3009, None),
+        (
+            payment.permit2,
+            Some(x402_tower::scheme::PERMIT2_TRANSFER_METHOD),
+        ),
+    ];
+    methods
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .flat_map(|(_, method)| {
+            licenses_offered(article, choice)
+                .iter()
+                .map(move |license| (method, license))
+        })
+        .map(|(method, license)| {
+            let offer = PaymentOffer::new(
                 payment.network.clone(),
                 payment.token.clone(),
                 pay_to,
@@ -47,9 +61,24 @@ pub(crate) fn article_offers(
             .description(format!("\"{}\" by {}", article.title, article.author_name))
             .mime_type("application/json")
             // Which license this offer sells: a buyer chooses by it, not by the order of `accepts`.
-            .extra("license", license.id.clone())
+            .extra("license", license.id.clone());
+            match method {
+                Some(method) => offer.extra("assetTransferMethod", method),
+                None => offer,
+            }
         })
         .collect()
+}
+
+/// The license a paid offer sold: its position among the offers, modulo the licenses offered (each method
+/// offers every license, in the same order).
+pub(crate) fn license_of_offer(
+    article: &Article,
+    choice: LicenseChoice,
+    offer_index: usize,
+) -> Option<&License> {
+    let licenses = licenses_offered(article, choice);
+    licenses.get(offer_index.checked_rem(licenses.len())?)
 }
 
 /// How articles are sold: the network and token, and who is paid. The catalog builds each article's

@@ -112,8 +112,12 @@ impl std::fmt::Debug for OnchainSettings {
 pub struct PaymentNetwork {
     /// The network.
     pub network: x402_tower::network::Network,
-    /// The EIP-3009 token (its contract and EIP-712 domain).
+    /// The token (its contract and EIP-712 domain).
     pub token: x402_tower::network::Token,
+    /// Articles are offered over EIP-3009 (`--transfer-methods eip3009`).
+    pub eip3009: bool,
+    /// Articles are offered over Permit2 too (`--transfer-methods permit2`), after the EIP-3009 offers.
+    pub permit2: bool,
 }
 
 impl PaymentNetwork {

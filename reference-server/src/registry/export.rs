@@ -114,6 +114,29 @@ impl ExportPricing {
 /// `GET /api/v3/assets/export/`: the records of the paid span, as a JSON array of the collection's
 /// records, charged per record returned ([`Charge`], in the response's extensions: the x402 layer settles
 /// it).
+#[utoipa::path(
+    get,
+    path = "/api/v3/assets/export/",
+    tag = "registry",
+    operation_id = "exportAssets",
+    summary = "A licensed bulk export of registry records, paid per record returned (x402 `upto`)",
+    description = "Without a payment: 402 offering `upto` over Permit2 with the maximum `limit` x the \
+        per-record price (`extra.facilitatorAddress` names the address that settles). With a payment: the \
+        records, newest upload first, and a receipt whose `amount` is what was charged: the records \
+        returned x the per-record price, `0` (and no transaction) for an export past the end. A resend of \
+        the same payment gets the same answer and is charged once.",
+    params(
+        ("limit" = u64, Query, description = "Records to export, 1 to 200 (required): sets the payment's maximum."),
+        ("offset" = Option<u64>, Query, description = "Records to skip (default 0)."),
+        x402_tower::layer::openapi::PaymentHeaders,
+    ),
+    responses(
+        (status = 200, description = "Paid: the records.", body = Vec<super::model::AssetRecord>,
+            headers(("PAYMENT-RESPONSE" = String, description = "Base64 of the JSON SettleResponse, with `amount` charged."))),
+        (status = 400, description = "`limit` missing or out of range, or `offset` not a whole number (DRF's ValidationError map).", body = super::handlers::DrfInvalid),
+        x402_tower::layer::openapi::PaymentRequired,
+    ),
+)]
 pub(crate) async fn export(State(reg): State<Arc<Registry>>, uri: http::Uri) -> Response {
     let Ok(span) = span(uri.query(), reg.cfg.page_size) else {
         return error(

@@ -35,6 +35,7 @@ use crate::{licensing, registry};
         registry::handlers::media,
         registry::handlers::verify_page,
         registry::handlers::detail,
+        registry::export::export,
     ),
     tags(
         (name = "licensing", description = "Interface A: articles sold per request with x402 (USDC, EIP-3009)."),

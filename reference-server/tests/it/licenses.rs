@@ -498,3 +498,47 @@ async fn a_two_license_402_with_every_extension_is_at_most_8_kb() {
     let body = resp.bytes().await.unwrap().len();
     assert!(head + body <= 8000, "{head} + {body} bytes");
 }
+
+/// With `--transfer-methods eip3009,permit2`, each license is offered over EIP-3009 and then over Permit2;
+/// a Permit2 payment buys the license its offer sells, and its nonce settles once.
+#[tokio::test]
+async fn a_license_bought_over_permit2_is_the_license_its_offer_sells() {
+    let server = TestServer::start_with(|c| {
+        c.payment.transfer_methods = vec!["eip3009".into(), "permit2".into()];
+    })
+    .await;
+    let (required, _) = offer(&server, TWO).await;
+    let accepts = required["accepts"].as_array().unwrap().clone();
+    let licenses = accepts.len() / 2;
+    assert!(licenses >= 2, "{required}");
+    for (i, offer) in accepts.iter().enumerate() {
+        let over_permit2 = offer["extra"]["assetTransferMethod"] == "permit2";
+        assert_eq!(over_permit2, i >= licenses, "EIP-3009 first: {offer}");
+        assert_eq!(
+            offer["extra"]["license"],
+            accepts[i % licenses]["extra"]["license"]
+        );
+    }
+    // The second license, over Permit2.
+    let chosen = accepts[licenses + 1].clone();
+    let mut one = required.clone();
+    one["accepts"] = serde_json::json!([chosen]);
+    let header = Payer::new().pay_v2(&one);
+    let url = server.url(&format!("/x402Article?articleId={TWO}"));
+    let resp = server.get_with(&url, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(resp.status(), 200);
+    let body = json(resp).await;
+    assert_eq!(body["receipt"]["license"]["id"], chosen["extra"]["license"]);
+    let sent: Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &header).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        sent["payload"]["permit2Authorization"].is_object(),
+        "{sent}"
+    );
+    // The same Permit2 nonce for another article: already used.
+    let other = server.url("/x402Article?articleId=provenance-newsroom-2025");
+    let resp = server.get_with(&other, "PAYMENT-SIGNATURE", &header).await;
+    assert_eq!(resp.status(), 402);
+}

@@ -361,9 +361,15 @@ pub(crate) fn render(
                 _ if !first.description.is_empty() => first.description.as_str(),
                 _ => page.resource_url,
             };
+            // The page signs `exact` over EIP-3009: it lists those offers (a service puts them first; offers
+            // over Permit2 or `upto` after them are for programs).
             let choices: Vec<Choice<'_>> = page
                 .offers
                 .iter()
+                .take_while(|o| {
+                    o.scheme == crate::proto::SCHEME_EXACT
+                        && !o.extra.contains_key("assetTransferMethod")
+                })
                 .enumerate()
                 .map(|(i, o)| {
                     let given = details.and_then(|d| d.choices.get(i));

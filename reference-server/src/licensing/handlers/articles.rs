@@ -251,9 +251,8 @@ pub async fn get_article(
         &payment.nonce,
         payment.valid_before,
     );
-    // The license the payment bought: the one its offer sells (offers are in license order).
-    let license =
-        crate::licensing::offers::licenses_offered(&article, choice).get(payment.offer_index);
+    // The license the payment bought: the one its offer sells (offers are in license order, per method).
+    let license = crate::licensing::offers::license_of_offer(&article, choice, payment.offer_index);
     let record = Arc::new(Receipt {
         license_id: license.map(|l| l.id.clone()),
         // The version its 402 declared (computed once per catalog load, not per purchase).

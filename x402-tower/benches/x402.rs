@@ -103,6 +103,14 @@ impl PaymentStore for AlwaysFree {
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
         Box::pin(std::future::ready(Ok(IdClaim::New)))
     }
+    fn use_nonce<'a>(
+        &'a self,
+        _: &'a B256,
+        _: u64,
+        _: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
 }
 
 /// Every address paid for everything (the application's receipts lookup, here free).

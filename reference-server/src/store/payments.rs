@@ -31,6 +31,11 @@ pub trait ExpiringPaymentStore: PaymentStore + std::fmt::Debug {
     fn purge_expired(&self, before: u64) -> StoreFuture<'_, usize>;
 }
 
+/// Uses a single-use nonce (`?1` the nonce, `?2` until when, `?3` now) on both backends (their placeholders
+/// swapped in): inserted, or written over an expired use; an unexpired use changes no row.
+pub(crate) const USE_NONCE: &str = "INSERT INTO used_nonces (nonce, expires_at) VALUES (?1, ?2) \
+     ON CONFLICT (nonce) DO UPDATE SET expires_at = excluded.expires_at WHERE used_nonces.expires_at < ?3";
+
 pub(crate) const COLUMNS: &str = "state, resource, fingerprint, settlement, payload, requirements, expires_at, \
      updated_at, revision";
 

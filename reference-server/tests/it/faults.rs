@@ -238,6 +238,14 @@ impl PaymentStore for FaultyPayments {
     ) -> BoxFuture<'a, Result<IdClaim, PaymentStoreError>> {
         self.faults.bind_id(id, binding, now)
     }
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a alloy_primitives::B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
+        self.faults.use_nonce(nonce, expires_at, now)
+    }
 }
 
 impl ExpiringPaymentStore for FaultyPayments {

@@ -323,4 +323,12 @@ impl PaymentStore for Bounded {
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
         self.bound(self.store.bind_id(id, binding, now))
     }
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a alloy_primitives::B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.bound(self.store.use_nonce(nonce, expires_at, now))
+    }
 }

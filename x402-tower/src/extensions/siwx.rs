@@ -16,7 +16,7 @@
 //! - `domain` and `uri` are checked against the layer's configured public URL, never the `Host` header;
 //! - the nonce must be one this server issued (an HMAC tag over the nonce and its `issuedAt`, under a key
 //!   every instance shares: nothing is stored per 402) and unused: its use is claimed once in the payment
-//!   store (the same single-use primitive as payment identifiers), so it holds across instances;
+//!   store (its own single-use record, [`PaymentStore::use_nonce`]), so it holds across instances;
 //! - `issuedAt` at most the validity old (default 5 minutes) and not in the future, `expirationTime` in the
 //!   future, `notBefore` in the past;
 //! - the EIP-191 signature of the exact EIP-4361 message must recover the claimed address (ordinary wallets),
@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::boxed::BoxFuture;
-use crate::store::{IdBinding, IdClaim, PaymentKey, PaymentStore, StoreError};
+use crate::store::{PaymentStore, StoreError};
 
 /// The extension's key in `extensions`.
 pub const KEY: &str = "sign-in-with-x";
@@ -466,21 +466,13 @@ impl SignInWithX {
                 Err(_) => return Err(Refusal::Unavailable),
             }
         }
-        // Single use, across instances: claim the nonce once in the payment store.
-        let id = format!("siwx_{}", proof.nonce.to_ascii_lowercase());
-        let binding = IdBinding {
-            fingerprint: keccak256(id.as_bytes()),
-            key: PaymentKey {
-                chain_id: 0,
-                nonce_space: Address::ZERO,
-                from: address,
-                nonce: keccak256(&nonce),
-            },
-            expires_at: issued + self.validity_secs + 60,
-        };
-        match store.bind_id(&id, &binding, now).await {
-            Ok(IdClaim::New) => {}
-            Ok(IdClaim::Same | IdClaim::Conflict) => return Err(Refusal::Nonce),
+        // Single use, across instances: the nonce's own record in the payment store.
+        match store
+            .use_nonce(&keccak256(&nonce), issued + self.validity_secs + 60, now)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return Err(Refusal::Nonce),
             Err(_) => return Err(Refusal::Unavailable),
         }
         match self.paid.has_paid(address, resource_url).await {

@@ -60,6 +60,8 @@ pub enum StoreOp {
     Unresolved,
     /// [`PaymentStore::bind_id`].
     BindId,
+    /// [`PaymentStore::use_nonce`].
+    UseNonce,
 }
 
 impl StoreOp {
@@ -252,6 +254,16 @@ impl PaymentStore for FaultyStore {
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
         self.run(StoreOp::BindId, move || {
             self.inner.bind_id(id, binding, now)
+        })
+    }
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a alloy_primitives::B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.run(StoreOp::UseNonce, move || {
+            self.inner.use_nonce(nonce, expires_at, now)
         })
     }
 }

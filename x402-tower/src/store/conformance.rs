@@ -1,7 +1,7 @@
 //! The [`PaymentStore`] contract as checks a store must pass (feature `test-util`), for this crate's stores
 //! and for anyone who writes one: [`sequential`] (reserve and taken, compare-and-set update and release,
-//! expiry, unresolved records, payment identifiers) and [`contention`] (one winner per key, per revision, per
-//! identifier, under concurrent calls). They panic, like assertions, on the first broken rule. Run
+//! expiry, unresolved records, payment identifiers, single-use nonces) and [`contention`] (one winner per
+//! key, per revision, per identifier, per nonce, under concurrent calls). They panic, like assertions, on the first broken rule. Run
 //! [`contention`] on a multi-threaded runtime, each on a fresh store (they use fixed keys).
 //!
 //! ```
@@ -198,6 +198,29 @@ pub async fn sequential(s: Arc<dyn PaymentStore>) {
         s.bind_id(&id, &other, now + 61).await.unwrap(),
         IdClaim::New
     );
+
+    // Single-use nonces: once until they expire, apart from identifiers and payments.
+    let nonce = alloy_primitives::keccak256(id.as_bytes());
+    assert!(
+        s.use_nonce(&nonce, now + 60, now).await.unwrap(),
+        "first use"
+    );
+    assert!(!s.use_nonce(&nonce, now + 60, now).await.unwrap(), "used");
+    assert!(
+        !s.use_nonce(&nonce, now + 90, now + 60).await.unwrap(),
+        "used until it expires"
+    );
+    assert!(
+        s.use_nonce(&nonce, now + 200, now + 61).await.unwrap(),
+        "expired: usable again"
+    );
+    assert!(!s.use_nonce(&nonce, now + 200, now + 62).await.unwrap());
+    assert!(
+        s.use_nonce(&B256::repeat_byte(9), now + 60, now)
+            .await
+            .unwrap(),
+        "another nonce"
+    );
 }
 
 /// The contract under contention: one winner of 64 concurrent reservations of a key, of 32 updates of one
@@ -266,4 +289,16 @@ pub async fn contention(s: Arc<dyn PaymentStore>) {
         }
     }
     assert_eq!(new, 1, "one of 32 different payments binds an id");
+    let uses: Vec<_> = (0..32)
+        .map(|_| {
+            let s = s.clone();
+            let nonce = B256::repeat_byte(0x42);
+            tokio::spawn(async move { s.use_nonce(&nonce, now + 60, now).await.unwrap() })
+        })
+        .collect();
+    let mut first = 0;
+    for t in uses {
+        first += usize::from(t.await.unwrap());
+    }
+    assert_eq!(first, 1, "one of 32 concurrent uses of a nonce");
 }

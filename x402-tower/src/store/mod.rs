@@ -48,6 +48,12 @@
 //! request ([`PaymentStore::bind_id`]): the same id with another payment is a conflict (409). Ids expire with
 //! their payment.
 //!
+//! # Single-use nonces
+//!
+//! A nonce that is not a payment's (sign-in-with-x's) is used once until it expires
+//! ([`PaymentStore::use_nonce`]), in a record of its own: the payment records and identifiers hold payments
+//! only.
+//!
 //! # Implementing a store
 //!
 //! Every method must be atomic with respect to the others on the same key: two concurrent `reserve` of one
@@ -470,6 +476,15 @@ pub trait PaymentStore: Send + Sync + 'static {
         binding: &'a IdBinding,
         now: u64,
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>>;
+    /// Uses a single-use nonce that is not a payment's (sign-in-with-x's): `true` the first time, `false`
+    /// while an unexpired use of it is remembered. Kept until `expires_at`, apart from the payment records
+    /// and identifiers. Atomic like the rest: of two concurrent uses of one nonce, one gets `true`.
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
 
 impl<T: PaymentStore + ?Sized> PaymentStore for Arc<T> {
@@ -519,6 +534,14 @@ impl<T: PaymentStore + ?Sized> PaymentStore for Arc<T> {
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
         (**self).bind_id(id, binding, now)
     }
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).use_nonce(nonce, expires_at, now)
+    }
 }
 
 /// Default capacity of [`InMemoryPaymentStore::default`].
@@ -528,6 +551,8 @@ pub const DEFAULT_CAPACITY: usize = 100_000;
 struct Maps {
     payments: HashMap<PaymentKey, PaymentRecord>,
     ids: HashMap<String, IdBinding>,
+    /// Single-use nonces ([`PaymentStore::use_nonce`]), until when they are kept.
+    nonces: HashMap<B256, u64>,
 }
 
 /// A bounded in-memory [`PaymentStore`] for one process. When full, expired entries are purged; if none
@@ -605,7 +630,11 @@ impl InMemoryPaymentStore {
 
     /// Makes room for one more entry, purging expired ones at most once per second.
     fn room(&self, maps: &mut Maps, now: u64) -> Result<(), StoreError> {
-        let len = maps.payments.len().max(maps.ids.len());
+        let len = maps
+            .payments
+            .len()
+            .max(maps.ids.len())
+            .max(maps.nonces.len());
         if len < self.capacity {
             return Ok(());
         }
@@ -613,6 +642,7 @@ impl InMemoryPaymentStore {
         if self.purged_at.load(Ordering::Relaxed) != stamp {
             maps.payments.retain(|_, e| e.expires_at >= now);
             maps.ids.retain(|_, e| e.expires_at >= now);
+            maps.nonces.retain(|_, expires_at| *expires_at >= now);
             if self.grace > 0 && maps.payments.len().max(maps.ids.len()) >= self.capacity {
                 // Past `validBefore` (records live `grace` beyond it): a settled one serves only a late
                 // resend, an identifier nothing at all.
@@ -623,11 +653,26 @@ impl InMemoryPaymentStore {
             }
             self.purged_at.store(stamp, Ordering::Relaxed);
         }
-        let len = maps.payments.len().max(maps.ids.len());
+        let len = maps
+            .payments
+            .len()
+            .max(maps.ids.len())
+            .max(maps.nonces.len());
         if len >= self.capacity {
             return Err(StoreError::Full(len));
         }
         Ok(())
+    }
+
+    fn use_nonce_now(&self, nonce: &B256, expires_at: u64, now: u64) -> Result<bool, StoreError> {
+        let mut maps = self.lock();
+        match maps.nonces.get(nonce) {
+            Some(kept) if *kept >= now => return Ok(false),
+            Some(_) => {}
+            None => self.room(&mut maps, now)?,
+        }
+        maps.nonces.insert(*nonce, expires_at);
+        Ok(true)
     }
 
     fn reserve_now(
@@ -763,6 +808,17 @@ impl PaymentStore for InMemoryPaymentStore {
         now: u64,
     ) -> BoxFuture<'a, Result<IdClaim, StoreError>> {
         Box::pin(std::future::ready(self.bind_now(id, binding, now)))
+    }
+
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(
+            self.use_nonce_now(nonce, expires_at, now),
+        ))
     }
 }
 

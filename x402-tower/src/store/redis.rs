@@ -115,6 +115,19 @@ return 0",
     )
 });
 
+/// Uses a single-use nonce (`KEYS[1]`) at `ARGV[1]` (now) until `ARGV[2]`: 1 when new or over an expired use,
+/// 0 while an unexpired use is kept. Expiry compared in the store's clock, like the payment records'.
+static USE_NONCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local kept = redis.call('GET', KEYS[1])
+local now = tonumber(ARGV[1])
+if kept and tonumber(kept) >= now then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', math.max(1, tonumber(ARGV[2]) - now + 1))
+return 1",
+    )
+});
+
 /// A [`PaymentStore`] in Redis, shared by every process given the same server and prefix.
 #[derive(Clone)]
 pub struct RedisPaymentStore {
@@ -412,6 +425,25 @@ impl PaymentStore for RedisPaymentStore {
                 1 => IdClaim::Same,
                 _ => IdClaim::Conflict,
             })
+        })
+    }
+
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a alloy_primitives::B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            // One script: one atomic step, whichever instance asks.
+            let mut invocation = USE_NONCE.prepare_invoke();
+            invocation
+                .key(format!("{{{}}}:nonce:{nonce}", self.prefix))
+                .arg(now.to_string())
+                .arg(expires_at.to_string());
+            let mut conn = self.conn.clone();
+            let used: i64 = invocation.invoke_async(&mut conn).await.map_err(backend)?;
+            Ok(used == 1)
         })
     }
 }

@@ -73,6 +73,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0008_receipt_lookup",
         include_str!("../migrations/postgres/0008_receipt_lookup.sql"),
     ),
+    (
+        "0009_used_nonces",
+        include_str!("../migrations/postgres/0009_used_nonces.sql"),
+    ),
 ];
 
 /// Most connections one instance holds.

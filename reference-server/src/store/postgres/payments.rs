@@ -17,7 +17,7 @@ use x402_tower::store::{
 
 use super::{Param, Pg, Statement, changed, param};
 use crate::store::payments::{
-    COLUMNS, ExpiringPaymentStore, RawRecord, backend, decode_key, key_columns, secs,
+    COLUMNS, ExpiringPaymentStore, RawRecord, USE_NONCE, backend, decode_key, key_columns, secs,
     settlement_json, unresolved_sql,
 };
 use crate::store::{StoreError, StoreFuture};
@@ -318,6 +318,28 @@ impl PaymentStore for PgPaymentStore {
             claimed.await.map_err(backend)
         })
     }
+
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a alloy_primitives::B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
+        Box::pin(async move {
+            let used = async {
+                let c = self.pg.client().await?;
+                let statement = c.prepare_cached(&USE_NONCE.replace('?', "$")).await?;
+                let changed = c
+                    .execute(
+                        &statement,
+                        &[&nonce.to_string(), &secs(expires_at), &secs(now)],
+                    )
+                    .await?;
+                Ok::<_, StoreError>(changed == 1)
+            };
+            used.await.map_err(backend)
+        })
+    }
 }
 
 impl ExpiringPaymentStore for PgPaymentStore {
@@ -336,7 +358,13 @@ impl ExpiringPaymentStore for PgPaymentStore {
                     &[&secs(before)],
                 )
                 .await?;
-            Ok((n + m) as usize)
+            let u = c
+                .execute(
+                    "DELETE FROM used_nonces WHERE expires_at < $1",
+                    &[&secs(before)],
+                )
+                .await?;
+            Ok((n + m + u) as usize)
         })
     }
 }

@@ -134,6 +134,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0013_check_constraints",
         include_str!("../migrations/sqlite/0013_check_constraints.sql"),
     ),
+    (
+        "0014_used_nonces",
+        include_str!("../migrations/sqlite/0014_used_nonces.sql"),
+    ),
 ];
 
 /// The page size of a new database (see `Db::open`).

@@ -1,10 +1,11 @@
 //! The payment engine's records on SQLite: [`SqlitePaymentStore`].
 
 use crate::store::payments::{
-    COLUMNS, ExpiringPaymentStore, RawRecord, backend, decode_key, key_columns, secs,
+    COLUMNS, ExpiringPaymentStore, RawRecord, USE_NONCE, backend, decode_key, key_columns, secs,
     settlement_json, unresolved_sql,
 };
 use crate::store::{Db, StoreError, StoreFuture};
+use alloy_primitives::B256;
 use rusqlite::{OptionalExtension, Row, params};
 use x402_tower::pricing::BoxFuture;
 use x402_tower::store::{
@@ -51,7 +52,11 @@ impl ExpiringPaymentStore for SqlitePaymentStore {
                 "DELETE FROM payment_ids WHERE expires_at < ?1",
                 [secs(before)],
             )?;
-            Ok(n + m)
+            let u = c.execute(
+                "DELETE FROM used_nonces WHERE expires_at < ?1",
+                [secs(before)],
+            )?;
+            Ok(n + m + u)
         }))
     }
 }
@@ -270,6 +275,29 @@ impl PaymentStore for SqlitePaymentStore {
                         secs(b.expires_at)
                     ])?;
                     Ok(IdClaim::New)
+                })
+                .await
+                .map_err(backend)
+        })
+    }
+
+    fn use_nonce<'a>(
+        &'a self,
+        nonce: &'a B256,
+        expires_at: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, PaymentStoreError>> {
+        let nonce = nonce.to_string();
+        Box::pin(async move {
+            self.db
+                .write_statement(move |c| {
+                    // New, or over an expired use: one row changed. An unexpired use: none.
+                    let changed = c.prepare_cached(USE_NONCE)?.execute(params![
+                        nonce,
+                        secs(expires_at),
+                        secs(now)
+                    ])?;
+                    Ok(changed == 1)
                 })
                 .await
                 .map_err(backend)

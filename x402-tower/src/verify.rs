@@ -538,7 +538,7 @@ mod tests {
 
     #[test]
     fn a_decoded_payment_locates_its_extensions_for_the_record() {
-        use crate::extensions::ECHOED_EXTENSIONS;
+        use crate::extensions::SERVER_DECLARATIONS;
         use crate::store::StoredPayment;
         for extensions in [
             r#"{"bazaar":{"info":{"a":[1,"}"]}},"payment-identifier":{"info":{"id":"p_1"}}}"#,
@@ -567,10 +567,10 @@ mod tests {
                     assert_eq!(v2.extensions.unwrap().get(), extensions);
                 }
                 // The record made from the located member is the one a full re-read makes.
-                let by_span = StoredPayment::kept(&text, at, Arc::from("{}"), &ECHOED_EXTENSIONS);
+                let by_span = StoredPayment::kept(&text, at, Arc::from("{}"), &SERVER_DECLARATIONS);
                 assert_eq!(
                     by_span,
-                    StoredPayment::new(&text, Arc::from("{}"), &ECHOED_EXTENSIONS),
+                    StoredPayment::new(&text, Arc::from("{}"), &SERVER_DECLARATIONS),
                     "{text}"
                 );
             }

@@ -306,6 +306,7 @@ impl Config {
             policy: x402_tower::engine::facilitator::FacilitatorPolicy {
                 max_timeout_seconds: self.facilitator.facilitator_max_timeout_secs,
                 pay_to: (!facilitator_pay_to.is_empty()).then_some(facilitator_pay_to),
+                ..Default::default()
             },
         };
         let default_terms = self.default_terms()?;

@@ -113,7 +113,7 @@ impl PaymentEngine {
             &decoded.text,
             decoded.extensions_at,
             requirements_json,
-            &crate::extensions::ECHOED_EXTENSIONS,
+            &route.left_out,
         ));
         let request = SettleRequest {
             payload: decoded.payload,

@@ -61,6 +61,10 @@ pub struct FacilitatorPolicy {
     pub max_timeout_seconds: u64,
     /// When set, only payments to these addresses are verified or settled.
     pub pay_to: Option<Vec<Address>>,
+    /// The extensions a payment echoes that its record leaves out: declarations of the server that sold it
+    /// which no settlement reads. Default: [`SERVER_DECLARATIONS`](crate::extensions::SERVER_DECLARATIONS);
+    /// every other extension (a payment identifier, gas sponsoring, one this crate does not know) is kept.
+    pub left_out: Vec<String>,
 }
 
 impl Default for FacilitatorPolicy {
@@ -68,6 +72,10 @@ impl Default for FacilitatorPolicy {
         FacilitatorPolicy {
             max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
             pay_to: None,
+            left_out: crate::extensions::SERVER_DECLARATIONS
+                .iter()
+                .map(|k| (*k).to_owned())
+                .collect(),
         }
     }
 }
@@ -394,7 +402,7 @@ impl PaymentEngine {
                 &request.payload_text,
                 extensions_at,
                 requirements.into(),
-                &crate::extensions::ECHOED_EXTENSIONS,
+                &policy.left_out,
             ));
             Ok(Checked {
                 request,

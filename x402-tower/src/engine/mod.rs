@@ -141,6 +141,9 @@ pub(crate) struct Route {
     /// redelivery answers exactly what the first delivery did; and completes a recorded settlement that
     /// lacks it (recorded by a door without the hook), the same way on every delivery.
     pub(crate) on_settled: Option<SettledHook>,
+    /// The extensions whose echo a payment record leaves out: the route's own declarations that keep none
+    /// ([`Extension::keeps_echo`](crate::extensions::Extension::keeps_echo)).
+    pub(crate) left_out: Arc<[Box<str>]>,
 }
 
 /// A function completing a successful [`SettleResponse`] for a resource URL.

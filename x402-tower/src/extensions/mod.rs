@@ -76,14 +76,12 @@ pub mod payment_identifier;
 pub mod siwx;
 pub mod terms;
 
-/// Extensions a v2 client copies from the 402 into its payment that neither a settlement nor a
-/// reconciliation reads: the server's own declarations of discovery ([`bazaar`]), its signed offers
-/// ([`offer_receipt`]), sign-in-with-x (signing in is a header of its own, [`siwx`]) and its license terms
-/// ([`terms`]): 3.4 KB of the 4.3 KB payment an official client sends for one of the reference server's
-/// articles (944 bytes are kept). A payment record does not keep them
-/// ([`StoredPayment::new`](crate::store::StoredPayment::new)): they were most of the database pages a
-/// durable purchase wrote.
-pub const ECHOED_EXTENSIONS: [&str; 4] = [bazaar::KEY, offer_receipt::KEY, siwx::KEY, terms::KEY];
+/// The extensions a server declares that no settlement reads, when a v2 client echoes them in its payment:
+/// discovery ([`bazaar`]), signed offers ([`offer_receipt`]), sign-in-with-x ([`siwx`]) and license terms
+/// ([`terms`]). What a facilitator door leaves out of its payment records by default
+/// ([`FacilitatorPolicy::left_out`](crate::engine::facilitator::FacilitatorPolicy::left_out)); a route leaves
+/// out what it declared itself ([`Extension::keeps_echo`]).
+pub const SERVER_DECLARATIONS: [&str; 4] = [bazaar::KEY, offer_receipt::KEY, siwx::KEY, terms::KEY];
 
 /// An x402 extension a layer declares in its 402s (under [`key`](Extension::key) in `extensions`) and that
 /// may add to every successful settlement of its route (the `extensions` of `PAYMENT-RESPONSE`).
@@ -103,6 +101,15 @@ pub trait Extension: Send + Sync + 'static {
     /// (a resend): add only what is missing, so every delivery answers the same. Default: nothing.
     fn on_settled(&self, settlement: &mut SettleResponse, resource_url: &str, settled: Settled) {
         let _ = (settlement, resource_url, settled);
+    }
+
+    /// Whether the copy of this declaration a v2 client echoes in its payment is kept in the payment record
+    /// (what a reconciliation sends a facilitator). Default `false`: the declaration is this server's own and
+    /// nothing after the payment reads the echo (3.4 KB of the 4.3 KB payment an official client sends for
+    /// one of the reference server's articles). An extension whose echo carries what the client added and a
+    /// settlement may read keeps it (`payment-identifier`, with the client's id).
+    fn keeps_echo(&self) -> bool {
+        false
     }
 }
 
@@ -189,6 +196,7 @@ pub enum Settled {
 pub struct Fixed {
     key: String,
     json: Arc<str>,
+    keeps_echo: bool,
 }
 
 impl Fixed {
@@ -197,12 +205,20 @@ impl Fixed {
         Fixed {
             key: key.into(),
             json: json.into(),
+            keeps_echo: false,
         }
+    }
+
+    /// Keeps the client's echo of it in the payment record ([`Extension::keeps_echo`]).
+    pub fn keeping_echo(mut self) -> Self {
+        self.keeps_echo = true;
+        self
     }
 
     /// `payment-identifier`, `required` or optional.
     pub fn payment_identifier(policy: payment_identifier::PaymentIdentifier) -> Self {
-        Fixed::new(payment_identifier::KEY, policy.declaration().to_string())
+        // The client's id is in the echo, and a facilitator reads it.
+        Fixed::new(payment_identifier::KEY, policy.declaration().to_string()).keeping_echo()
     }
 
     /// `bazaar`: how the route is called.
@@ -223,5 +239,9 @@ impl Extension for Fixed {
 
     fn declare(&self, _: &Offered<'_>) -> Option<Declaration> {
         Some(Declaration::lasting(self.json.clone()))
+    }
+
+    fn keeps_echo(&self) -> bool {
+        self.keeps_echo
     }
 }

@@ -474,6 +474,20 @@ impl X402Config {
                 },
             ))
         });
+        // What a payment echoes of this route's own declarations, and no settlement reads: left out of its
+        // record (sign-in-with-x and per-request terms are declared outside the extension list).
+        let left_out: Arc<[Box<str>]> = self
+            .extensions
+            .iter()
+            .filter(|e| !e.keeps_echo())
+            .map(|e| e.key())
+            .chain(siwx.is_some().then_some(crate::extensions::siwx::KEY))
+            .chain(
+                self.terms_per_request
+                    .then_some(crate::extensions::terms::KEY),
+            )
+            .map(Box::from)
+            .collect();
         Ok(X402Layer {
             shared: Arc::new(Shared {
                 base_url,
@@ -484,6 +498,7 @@ impl X402Config {
                     identifier: self.identifier,
                     settle_without_verify: self.settle_without_verify,
                     on_settled,
+                    left_out,
                 },
                 expose_headers: self.expose_headers,
                 x_payment_required: self.x_payment_required,

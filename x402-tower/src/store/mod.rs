@@ -140,7 +140,9 @@ impl PaymentState {
 /// JSON text (what a database stores), so that remembering a payment copies no JSON tree.
 ///
 /// [`StoredPayment::new`] keeps the client's text less the extensions it echoed from the 402 that nothing
-/// after the payment reads (the engine names them: [`ECHOED_EXTENSIONS`](crate::extensions::ECHOED_EXTENSIONS));
+/// after the payment reads (a route's own declarations that keep no echo,
+/// [`Extension::keeps_echo`](crate::extensions::Extension::keeps_echo); at the facilitator door,
+/// [`FacilitatorPolicy::left_out`](crate::engine::facilitator::FacilitatorPolicy::left_out));
 /// every other member, every other extension (the `payment-identifier` id, gas sponsoring, one this crate does
 /// not know) and every byte of them is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,7 +173,11 @@ impl StoredPayment {
     ///     r#"{"x402Version":2, "payload":{}, "extensions":{"payment-identifier":{"info":{"id":"p_1"}}}}"#
     /// );
     /// ```
-    pub fn new(payload_text: &Arc<str>, requirements: Arc<str>, left_out: &[&str]) -> Self {
+    pub fn new(
+        payload_text: &Arc<str>,
+        requirements: Arc<str>,
+        left_out: &[impl AsRef<str>],
+    ) -> Self {
         StoredPayment::kept(
             payload_text,
             extensions_span(payload_text, left_out),
@@ -187,7 +193,7 @@ impl StoredPayment {
         payload_text: &Arc<str>,
         extensions: Option<Range<usize>>,
         requirements: Arc<str>,
-        left_out: &[&str],
+        left_out: &[impl AsRef<str>],
     ) -> Self {
         StoredPayment {
             payload: extensions
@@ -230,7 +236,7 @@ impl StoredPayment {
 
 /// Where the value of the single `extensions` member of the JSON object `text` is, or `None` (no such
 /// member, several, or `text` is not a JSON object: then it is kept as it is).
-fn extensions_span(text: &str, left_out: &[&str]) -> Option<Range<usize>> {
+fn extensions_span(text: &str, left_out: &[impl AsRef<str>]) -> Option<Range<usize>> {
     use crate::proto::object_members;
 
     // Cheap refusal first: a payment that echoes nothing says none of these keys anywhere (a key could
@@ -248,14 +254,14 @@ fn extensions_span(text: &str, left_out: &[&str]) -> Option<Range<usize>> {
 }
 
 /// Whether `text` may hold one of `left_out` (by name, or by a name written with escapes).
-fn may_echo(text: &str, left_out: &[&str]) -> bool {
-    text.contains('\\') || left_out.iter().any(|k| text.contains(k))
+fn may_echo(text: &str, left_out: &[impl AsRef<str>]) -> bool {
+    text.contains('\\') || left_out.iter().any(|k| text.contains(k.as_ref()))
 }
 
 /// `text` less the extensions named in `left_out` in its `extensions` object at `at` (replaced by the object of the
 /// entries left, `{}` when none is), or `None` when there are none to leave out (or the value at `at` is
 /// not a JSON object). Everything outside that object stays byte for byte.
-fn without_echoes(text: &str, at: Range<usize>, left_out: &[&str]) -> Option<Arc<str>> {
+fn without_echoes(text: &str, at: Range<usize>, left_out: &[impl AsRef<str>]) -> Option<Arc<str>> {
     use crate::proto::object_members;
 
     let extensions = text.get(at.clone())?;
@@ -265,7 +271,7 @@ fn without_echoes(text: &str, at: Range<usize>, left_out: &[&str]) -> Option<Arc
     let entries = object_members(extensions)?;
     let kept: Vec<(&str, &str)> = entries
         .iter()
-        .filter(|(k, _)| !left_out.contains(&k.as_ref()))
+        .filter(|(k, _)| !left_out.iter().any(|l| l.as_ref() == k.as_ref()))
         .map(|(k, v)| (k.as_ref(), v.get()))
         .collect();
     if kept.len() == entries.len() {
@@ -839,7 +845,7 @@ mod tests {
         StoredPayment::new(
             &Arc::from(text),
             Arc::from("{}"),
-            &crate::extensions::ECHOED_EXTENSIONS,
+            &crate::extensions::SERVER_DECLARATIONS,
         )
         .payload
     }
@@ -880,9 +886,12 @@ mod tests {
             "",
         ] {
             let arc: Arc<str> = Arc::from(text);
-            let kept =
-                StoredPayment::new(&arc, Arc::from("{}"), &crate::extensions::ECHOED_EXTENSIONS)
-                    .payload;
+            let kept = StoredPayment::new(
+                &arc,
+                Arc::from("{}"),
+                &crate::extensions::SERVER_DECLARATIONS,
+            )
+            .payload;
             assert!(Arc::ptr_eq(&kept, &arc), "{text}");
         }
     }

@@ -298,7 +298,17 @@ async fn a_request_dropped_mid_flight_releases_its_reservation() {
 async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402() {
     let store = std::sync::Arc::new(x402_tower::store::InMemoryPaymentStore::default());
     let inner = Inner::new();
-    let svc = config()
+    // The route declares what the client echoes (a declaration's echo is left out: `keeps_echo`), and the
+    // payment identifier, whose echo is kept.
+    let declared = x402_tower::extensions::SERVER_DECLARATIONS
+        .iter()
+        .fold(config(), |c, k| {
+            c.extension(std::sync::Arc::new(x402_tower::extensions::Fixed::new(
+                *k, "{}",
+            )))
+        });
+    let svc = declared
+        .payment_identifier(false)
         .engine(std::sync::Arc::new(
             x402_tower::PaymentEngine::builder()
                 .settler(Scripted::new(SettleOutcome::Unknown {
@@ -324,9 +334,39 @@ async fn a_record_keeps_the_payment_without_what_the_client_echoed_from_the_402(
     assert_eq!(kept, without_echoed(&payload));
     assert!(kept["extensions"]["payment-identifier"].is_object());
     assert_eq!(kept["extensions"]["later-extension"]["info"][2]["three"], 3);
-    for k in x402_tower::extensions::ECHOED_EXTENSIONS {
+    for k in x402_tower::extensions::SERVER_DECLARATIONS {
         assert!(!record.payment.payload.contains(k), "{k} kept");
     }
+}
+
+/// What a route does not declare itself is kept, whatever its name: only the route's own declarations are
+/// known to be read by nothing after the payment.
+#[tokio::test]
+async fn a_record_keeps_the_echoes_of_extensions_the_route_did_not_declare() {
+    let store = std::sync::Arc::new(x402_tower::store::InMemoryPaymentStore::default());
+    let svc = config()
+        .engine(std::sync::Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Scripted::new(SettleOutcome::Unknown {
+                    message: "no receipt".into(),
+                    transaction: None,
+                }))
+                .store(store.clone())
+                .build()
+                .unwrap(),
+        ))
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let payload = payload_v2_echoing(0x32);
+    let a = send(svc, req("/r", &[("payment-signature", &b64(&payload))])).await;
+    assert_eq!(a.error(), "settlement_pending");
+    let record = x402_tower::PaymentStore::get(&*store, &payment_key(0x32), now())
+        .await
+        .unwrap()
+        .unwrap();
+    let kept: serde_json::Value = serde_json::from_str(&record.payment.payload).unwrap();
+    assert_eq!(kept["extensions"], payload["extensions"]);
 }
 
 /// A payment recorded without its echoes is still the same payment everywhere: concurrent copies through

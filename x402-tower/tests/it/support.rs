@@ -436,15 +436,15 @@ pub fn payload_v2_echoing(nonce: u8) -> Value {
 pub fn payload_v2_echoing_only(nonce: u8) -> Value {
     let mut payload = payload_v2_echoing(nonce);
     let ext = payload["extensions"].as_object_mut().expect("extensions");
-    ext.retain(|k, _| x402_tower::extensions::ECHOED_EXTENSIONS.contains(&k.as_str()));
+    ext.retain(|k, _| x402_tower::extensions::SERVER_DECLARATIONS.contains(&k.as_str()));
     payload
 }
 
-/// `payload` without the extensions a payment record leaves out (`x402_tower::extensions::ECHOED_EXTENSIONS`).
+/// `payload` without the extensions a payment record leaves out (`x402_tower::extensions::SERVER_DECLARATIONS`).
 pub fn without_echoed(payload: &Value) -> Value {
     let mut kept = payload.clone();
     if let Some(ext) = kept["extensions"].as_object_mut() {
-        for k in x402_tower::extensions::ECHOED_EXTENSIONS {
+        for k in x402_tower::extensions::SERVER_DECLARATIONS {
             ext.remove(k);
         }
     }

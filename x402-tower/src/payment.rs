@@ -66,6 +66,9 @@ pub struct VerifiedPayment {
     /// For a scheme that settles what was used (`upto`): what was charged, once the protected service
     /// answered (`amount` is then the signed maximum). `None` for other schemes.
     pub charge: Option<U256>,
+    /// What the route's extensions carried from the paid request ([`Extension::on_request`](crate::extensions::Extension::on_request)),
+    /// for the settlement observer. Empty for a reconciliation by the background pass (no request).
+    pub context: crate::extensions::PaymentContext,
     /// Which of the offers the price source returned this payment pays (their position): the license
     /// bought when one resource is sold under several (0 for a facilitator's request, which has one).
     pub offer_index: usize,
@@ -88,6 +91,7 @@ impl VerifiedPayment {
             settlement: None,
             redelivered: false,
             charge: request.charge,
+            context: Default::default(),
             offer_index: 0,
         }
     }

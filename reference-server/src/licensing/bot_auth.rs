@@ -11,8 +11,8 @@
 //!
 //! The outcome never refuses a request by itself: a request whose signature does not verify is served as
 //! an unsigned one (and the reason counted), unless the operator requires a verified signature for its path
-//! (`--bot-require`, 401). A verified identity ([`VerifiedAgent`]) travels in the request extensions and in
-//! a task-local ([`current_agent`]) so the settlement log, which the payment engine calls, records it too.
+//! (`--bot-require`, 401). A verified identity ([`VerifiedAgent`]) travels in the request extensions, and
+//! with the payment ([`AgentOfRequest`]) so the settlement log, which the payment engine calls, records it too.
 //!
 //! Nonces are remembered in memory (per instance) until their signature expires; with several instances a
 //! replay to another instance within the window is not caught (written in docs/deploy.md).
@@ -418,17 +418,37 @@ pub fn origin_of(url: &str) -> Option<String> {
     ))
 }
 
-tokio::task_local! {
-    static AGENT: Option<VerifiedAgent>;
+/// Carries the paid request's [`VerifiedAgent`] (put in its extensions by [`verify_agent`]) to the payment's
+/// settlement, where the settlement log records it: an x402 extension that declares nothing in the 402 and
+/// only sees the request ([`Extension::on_request`](x402_tower::extensions::Extension::on_request)).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AgentOfRequest;
+
+impl x402_tower::extensions::Extension for AgentOfRequest {
+    fn key(&self) -> &str {
+        "web-bot-auth"
+    }
+
+    fn declare(
+        &self,
+        _: &x402_tower::extensions::Offered<'_>,
+    ) -> Option<x402_tower::extensions::Declaration> {
+        None
+    }
+
+    fn on_request(
+        &self,
+        request: &x402_tower::extensions::RequestView<'_>,
+        context: &mut http::Extensions,
+    ) {
+        if let Some(agent) = request.extensions.get::<VerifiedAgent>() {
+            context.insert(agent.clone());
+        }
+    }
 }
 
-/// The verified agent of the request being served on this task, if any (the settlement log reads it).
-pub fn current_agent() -> Option<VerifiedAgent> {
-    AGENT.try_with(Clone::clone).ok().flatten()
-}
-
-/// Middleware: verifies a signed request, puts the [`VerifiedAgent`] in the request extensions and in the
-/// task-local, and answers 401 on a path that requires a verified signature. Unsigned requests pass as
+/// Middleware: verifies a signed request, puts the [`VerifiedAgent`] in the request extensions, and answers
+/// 401 on a path that requires a verified signature. Unsigned requests pass as
 /// they are.
 pub async fn identify(
     State(state): State<Arc<Licensing>>,
@@ -436,7 +456,7 @@ pub async fn identify(
     next: Next,
 ) -> Response {
     match verify_agent(&state, request).await {
-        Ok((request, agent)) => in_agent_scope(agent, next.run(request)).await,
+        Ok((request, _)) => next.run(request).await,
         Err(refused) => refused,
     }
 }
@@ -483,11 +503,6 @@ pub async fn verify_agent(
         request.extensions_mut().insert(a.clone());
     }
     Ok((request, agent))
-}
-
-/// Runs `f` with `agent` as the task-local [`current_agent`].
-pub async fn in_agent_scope<F: Future>(agent: Option<VerifiedAgent>, f: F) -> F::Output {
-    AGENT.scope(agent, f).await
 }
 
 #[cfg(test)]

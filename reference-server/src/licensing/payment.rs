@@ -121,6 +121,8 @@ pub(crate) fn x402_layer(
         .sign_in_with_x(super::sign_in::sign_in_with_x(settings, onchain, licensing))
         // Each article's 402 describes that article (bazaar).
         .extension(Arc::new(super::discovery::ArticleDeclarations(articles)))
+        // The settlement log records the request's verified crawler: carried with the payment.
+        .extension(Arc::new(super::bot_auth::AgentOfRequest))
         // Each article's license (RSL document and version), put in the request by with_article.
         .terms_per_request()
         // Signed offers and receipts; the transaction is in them, as on the public verify URL already.
@@ -146,12 +148,6 @@ pub(crate) fn engine(
     PaymentEngine::builder()
         .settler(settler)
         .settlement_observer(observer)
-        // The settlement log records the request's verified crawler (a task-local), also when the
-        // settlement finishes in a task of its own.
-        .task_context(|task| {
-            let agent = crate::licensing::bot_auth::current_agent();
-            Box::pin(crate::licensing::bot_auth::in_agent_scope(agent, task))
-        })
         .store(store)
         .stale_after(settings.payment_stale_after)
         .keep_after_expiry(settings.payment_keep_after_expiry)

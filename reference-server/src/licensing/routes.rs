@@ -61,8 +61,8 @@ pub fn router(state: Arc<Licensing>) -> Router {
 
 /// `/x402Article`'s middleware, in front of the x402 layer, in this order: the crawler's signature
 /// ([`bot_auth::verify_agent`]: 401 on a path that requires one), the article
-/// ([`handlers::with_article`]: 400 or 404, never a 402), then the x402 layer and the handler with the
-/// verified crawler as the task-local the settlement log reads; the license terms' `Link` on the answer.
+/// ([`handlers::with_article`]: 400 or 404, never a 402), then the x402 layer (which carries the verified
+/// crawler to the settlement log with the payment) and the handler; the license terms' `Link` on the answer.
 /// One middleware rather than three: each `from_fn` boxes and clones the stack below it per request.
 ///
 /// A paid request runs on its own task: hyper drops a request's future when the client disconnects, and
@@ -81,7 +81,7 @@ async fn paid_article(
     .iter()
     .any(|h| request.headers().contains_key(h));
     let gate = async move {
-        let (request, agent) = match bot_auth::verify_agent(&state, request).await {
+        let (request, _) = match bot_auth::verify_agent(&state, request).await {
             Ok(verified) => verified,
             Err(refused) => return refused,
         };
@@ -89,7 +89,7 @@ async fn paid_article(
             Ok(request) => request,
             Err(refused) => return refused.into_response(),
         };
-        let response = bot_auth::in_agent_scope(agent, next.run(request)).await;
+        let response = next.run(request).await;
         handlers::with_license_link(&state, response)
     };
     if !paying {

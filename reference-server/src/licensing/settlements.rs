@@ -111,8 +111,11 @@ impl SettlementLog {
             message,
             resolved_from: None,
             resolved_at: None,
-            // The request's verified crawler, when the engine reports from within the request's task.
-            agent: super::bot_auth::current_agent().map(|a| a.agent),
+            // The request's verified crawler, carried with the payment (`bot_auth::AgentOfRequest`).
+            agent: p
+                .context
+                .get::<super::bot_auth::VerifiedAgent>()
+                .map(|a| a.agent.clone()),
         };
         let written = if event.reconciled {
             // A reconciliation: the unknown row becomes what was found (a still-unknown one stays as it is).

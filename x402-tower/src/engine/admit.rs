@@ -28,6 +28,7 @@ impl PaymentEngine {
         offers: &[CompiledOffer],
         resource_url: &str,
         header: &[u8],
+        context: crate::extensions::PaymentContext,
     ) -> Begin {
         let now = self.now();
         let matched = {
@@ -146,12 +147,14 @@ impl PaymentEngine {
             Admitted::Answer(a) => return Begin::Answer(a),
             Admitted::Redeliver(mut a) => {
                 a.verified.offer_index = offer_index;
+                a.verified.context = context;
                 self.metrics.accepted();
                 return Begin::Serve(a, None);
             }
             Admitted::Fresh(a) => a,
         };
         attempt.verified.offer_index = offer_index;
+        attempt.verified.context = context;
         let settling_now = route.timing == SettleTiming::BeforeHandler;
         if !(settling_now && route.settle_without_verify)
             && let Err(refused) = self.settler_verify(&mut attempt).await

@@ -111,7 +111,85 @@ pub trait Extension: Send + Sync + 'static {
     fn keeps_echo(&self) -> bool {
         false
     }
+
+    /// Sees a paid request before its payment is verified, and puts in `context` what the payment's
+    /// settlement observer should know of it (who the caller is, say): the observer finds it in
+    /// [`VerifiedPayment::context`](crate::VerifiedPayment::context), whether the settlement runs before
+    /// the handler, after it, or in a task of its own. Default: nothing.
+    fn on_request(&self, request: &RequestView<'_>, context: &mut http::Extensions) {
+        let _ = (request, context);
+    }
 }
+
+/// A paid request as [`Extension::on_request`] sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct RequestView<'a> {
+    /// The method.
+    pub method: &'a http::Method,
+    /// The URI as received.
+    pub uri: &'a http::Uri,
+    /// The headers.
+    pub headers: &'a http::HeaderMap,
+    /// What earlier layers put in the request.
+    pub extensions: &'a http::Extensions,
+}
+
+impl<'a> RequestView<'a> {
+    /// A view of `request`.
+    pub fn of<B>(request: &'a http::Request<B>) -> Self {
+        RequestView {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+        }
+    }
+}
+
+/// What the route's extensions carried from a paid request to its settlement ([`Extension::on_request`]):
+/// typed values, one per type. Empty, and free, unless an extension added one.
+#[derive(Clone, Default)]
+pub struct PaymentContext(Option<Arc<http::Extensions>>);
+
+impl PaymentContext {
+    /// The value of type `T`, if an extension put one.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0.as_deref()?.get()
+    }
+
+    /// What `extensions` (the route's) make of `request`: nothing allocated when they add nothing.
+    pub(crate) fn of(extensions: &[Arc<dyn Extension>], request: &RequestView<'_>) -> Self {
+        let mut context = http::Extensions::new();
+        for extension in extensions {
+            extension.on_request(request, &mut context);
+        }
+        PaymentContext((!context.is_empty()).then(|| Arc::new(context)))
+    }
+}
+
+impl std::fmt::Debug for PaymentContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "PaymentContext(..)"
+        } else {
+            "PaymentContext(empty)"
+        })
+    }
+}
+
+/// Two contexts are equal when they are the same one (or both empty): their values need not be comparable.
+impl PartialEq for PaymentContext {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for PaymentContext {}
 
 /// What a 402 sells, as an [`Extension`] sees it when declaring itself.
 #[derive(Debug, Clone, Copy)]

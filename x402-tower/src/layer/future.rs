@@ -132,10 +132,14 @@ fn start_check<B, F>(
             let resource = info.resource_url.clone();
             let settles_now = shared.route.timing == crate::payment::SettleTiming::BeforeHandler;
             let engine = shared.engine.clone();
+            let context = crate::extensions::PaymentContext::of(
+                &shared.extensions,
+                &crate::extensions::RequestView::of(req),
+            );
             let begin = async move {
                 shared
                     .engine
-                    .begin(&shared.route, &offers, &resource, h.as_bytes())
+                    .begin(&shared.route, &offers, &resource, h.as_bytes(), context)
                     .await
             };
             State::Checking {

@@ -477,3 +477,64 @@ async fn a_copy_sent_while_the_settlement_is_being_written_is_not_settled_again(
     );
     assert_eq!(layer.metrics().snapshot().settlements_unknown, 0);
 }
+
+/// An extension that sees the paid request carries what it takes from it to the observer, in both timings
+/// (the settlement runs in a task of its own either way).
+#[tokio::test]
+async fn an_extension_carries_what_it_saw_of_the_request_to_the_observer() {
+    #[derive(Debug, Clone, PartialEq)]
+    struct Caller(String);
+    struct WhoCalls;
+    impl x402_tower::extensions::Extension for WhoCalls {
+        fn key(&self) -> &str {
+            "who-calls"
+        }
+        fn declare(
+            &self,
+            _: &x402_tower::extensions::Offered<'_>,
+        ) -> Option<x402_tower::extensions::Declaration> {
+            None
+        }
+        fn on_request(
+            &self,
+            request: &x402_tower::extensions::RequestView<'_>,
+            context: &mut http::Extensions,
+        ) {
+            if let Some(caller) = request.headers.get("x-caller") {
+                context.insert(Caller(caller.to_str().unwrap().to_owned()));
+            }
+        }
+    }
+    for (nonce, timing) in TIMINGS.into_iter().enumerate() {
+        let observer = Arc::new(Recorder::default());
+        let svc = config()
+            .settle_timing(timing)
+            .extension(Arc::new(WhoCalls))
+            .engine(std::sync::Arc::new(
+                x402_tower::PaymentEngine::builder()
+                    .settler(Arc::new(Fixed(settled())))
+                    .settlement_observer(observer.clone())
+                    .build()
+                    .unwrap(),
+            ))
+            .build()
+            .unwrap()
+            .layer(Inner::new().service(StatusCode::OK));
+        let header = v2_header(40 + nonce as u8);
+        let a = send(
+            svc,
+            req(
+                "/report",
+                &[("payment-signature", &header), ("x-caller", "crawler-7")],
+            ),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        let seen = observer.seen();
+        assert_eq!(
+            seen[0].payment.context.get::<Caller>(),
+            Some(&Caller("crawler-7".into())),
+            "{timing:?}"
+        );
+    }
+}

@@ -153,8 +153,8 @@ fn signed_header(requirements: &Requirements) -> String {
         .header_value
 }
 
-/// A Permit2 payment (`exact` or `upto`, as `svc`'s 402 offers) for its first offer, signed as the official
-/// `@x402/evm` client signs it (fixed nonce).
+/// A Permit2 payment (`exact` or `upto`, as `svc`'s 402 offers) for its first offer, signed by the crate's
+/// client as the official `@x402/evm` client signs it (fixed nonce).
 fn permit2_header<S>(svc: &S) -> String
 where
     S: Service<
@@ -163,61 +163,16 @@ where
             Error = Infallible,
         > + Clone,
 {
-    use alloy_signer::SignerSync;
-    use base64::Engine as _;
-    use x402_tower::scheme::{EXACT_PERMIT2_PROXY, Permit2Payment, UPTO_PERMIT2_PROXY};
-    let res = block_on(svc.clone().oneshot(request(None))).unwrap();
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let required: serde_json::Value = serde_json::from_slice(
-        &b64.decode(res.headers()["payment-required"].as_bytes())
-            .unwrap(),
-    )
-    .unwrap();
-    let accepted = required["accepts"][0].clone();
-    let facilitator = accepted["extra"]["facilitatorAddress"]
-        .as_str()
-        .map(|a| a.parse::<Address>().unwrap());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let p = Permit2Payment {
-        signature: Default::default(),
-        from: payer().address(),
-        token: accepted["asset"].as_str().unwrap().parse().unwrap(),
-        amount: accepted["amount"].as_str().unwrap().parse().unwrap(),
-        spender: if facilitator.is_some() {
-            UPTO_PERMIT2_PROXY
-        } else {
-            EXACT_PERMIT2_PROXY
-        },
-        nonce: U256::from(7u64),
-        deadline: U256::from(now + 300),
-        to: accepted["payTo"].as_str().unwrap().parse().unwrap(),
-        facilitator,
-        valid_after: U256::ZERO,
+    let requirements = requirements(svc);
+    let offer = &requirements.offers[0];
+    let options = SignOptions {
+        nonce: Some(B256::repeat_byte(7)),
+        ..Default::default()
     };
-    let signature = payer().sign_hash_sync(&p.signing_hash(84532)).unwrap();
-    let mut witness = serde_json::json!({"to": p.to, "validAfter": "0"});
-    if let Some(f) = facilitator {
-        witness["facilitator"] = serde_json::json!(f);
-    }
-    let payment = serde_json::json!({
-        "x402Version": 2,
-        "accepted": accepted,
-        "payload": {
-            "signature": format!("0x{}", alloy_primitives::hex::encode(signature.as_bytes())),
-            "permit2Authorization": {
-                "from": p.from,
-                "permitted": {"token": p.token, "amount": p.amount.to_string()},
-                "spender": p.spender,
-                "nonce": p.nonce.to_string(),
-                "deadline": p.deadline.to_string(),
-                "witness": witness,
-            },
-        },
-    });
-    b64.encode(payment.to_string())
+    let token = x402_tower::network::Token::usdc(&offer.network).unwrap();
+    sign::sign_sync(&payer(), &requirements, offer, &token, &options)
+        .unwrap()
+        .header_value
 }
 
 fn request(header: Option<&str>) -> Request<Full<Bytes>> {

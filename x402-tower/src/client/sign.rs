@@ -398,8 +398,9 @@ pub fn permit2(
     }
 }
 
-/// The v2 PaymentPayload of a Permit2 permit and its signature.
-fn wrap_permit2(
+/// The v2 PaymentPayload of a Permit2 permit and its signature (any bytes: tests send wrong ones on purpose),
+/// as the official clients write it: the nonce in decimal, `witness.facilitator` for `upto`.
+pub fn wrap_permit2(
     requirements: &Requirements,
     offer: &Offer,
     permit: Permit2Payment,

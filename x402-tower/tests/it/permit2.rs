@@ -16,8 +16,7 @@ use x402_tower::PaymentOffer;
 use x402_tower::pricing::BoxFuture;
 use x402_tower::proto::SupportedResponse;
 use x402_tower::scheme::{
-    Charge, EXACT_PERMIT2_PROXY, FACILITATOR_ADDRESS, Permit2Payment, SETTLEMENT_OVERRIDES,
-    UPTO_PERMIT2_PROXY,
+    Charge, FACILITATOR_ADDRESS, Permit2Payment, SETTLEMENT_OVERRIDES, UPTO_PERMIT2_PROXY,
 };
 use x402_tower::settle::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 
@@ -126,47 +125,34 @@ fn metering(
     })
 }
 
-/// A Permit2 payment for the 402 entry `accepted`, signed by `signer()` unless `sign` is given, after
-/// `tweak` changed its fields.
+/// A Permit2 payment for the 402 entry `accepted`, signed by `signer()` after `tweak` changed its fields,
+/// written by the crate's client as the official client writes it.
 fn permit2_payment(accepted: &Value, nonce: u64, tweak: impl FnOnce(&mut Permit2Payment)) -> Value {
-    let upto = accepted["scheme"] == "upto";
-    let mut p = Permit2Payment {
-        signature: Default::default(),
-        from: ACCOUNT0,
-        token: USDC_BASE_SEPOLIA,
-        amount: accepted["amount"].as_str().unwrap().parse().unwrap(),
-        spender: if upto {
-            UPTO_PERMIT2_PROXY
-        } else {
-            EXACT_PERMIT2_PROXY
-        },
-        nonce: U256::from(nonce),
-        deadline: U256::from(now() + 60),
-        to: PAY_TO,
-        facilitator: upto.then_some(FACILITATOR),
-        valid_after: U256::ZERO,
+    use x402_tower::client::sign::{self, Requirements, SignOptions, TransferMethod};
+    let requirements =
+        Requirements::from_document(&json!({"x402Version": 2, "accepts": [accepted]})).unwrap();
+    let offer = &requirements.offers[0];
+    let TransferMethod::Permit2 { facilitator } = offer.method else {
+        panic!("a Permit2 offer: {accepted}");
     };
-    tweak(&mut p);
-    let signature = signer().sign_hash_sync(&p.signing_hash(CHAIN)).unwrap();
-    let mut witness = json!({"to": p.to, "validAfter": p.valid_after.to_string()});
-    if let Some(f) = p.facilitator {
-        witness["facilitator"] = json!(f);
-    }
-    json!({
-        "x402Version": 2,
-        "accepted": accepted,
-        "payload": {
-            "signature": format!("0x{}", alloy_primitives::hex::encode(signature.as_bytes())),
-            "permit2Authorization": {
-                "from": p.from,
-                "permitted": {"token": p.token, "amount": p.amount.to_string()},
-                "spender": p.spender,
-                "nonce": p.nonce.to_string(),
-                "deadline": p.deadline.to_string(),
-                "witness": witness,
-            },
-        },
-    })
+    let options = SignOptions {
+        nonce: Some(U256::from(nonce).into()),
+        valid_before: Some(U256::from(now() + 60)),
+        ..Default::default()
+    };
+    let mut permit = sign::permit2(ACCOUNT0, offer, facilitator, &options);
+    tweak(&mut permit);
+    let signature = signer()
+        .sign_hash_sync(&permit.signing_hash(CHAIN))
+        .unwrap();
+    sign::wrap_permit2(
+        &requirements,
+        offer,
+        permit,
+        signature.as_bytes().to_vec(),
+        &options,
+    )
+    .payload
 }
 
 fn engine(settler: Arc<Recording>) -> Arc<x402_tower::PaymentEngine> {

@@ -494,7 +494,7 @@ pub(crate) fn render(
         } => {
             shared.engine.metrics.payment_required();
             let (extensions, _) = shared.extensions_for(offers, info, None, shared.engine.now());
-            payment_required(
+            let mut response = payment_required(
                 offers,
                 info,
                 &error,
@@ -502,7 +502,13 @@ pub(crate) fn render(
                 shared.header_options(),
                 extensions.as_deref(),
                 &shared.paywall,
-            )
+            );
+            if error == crate::scheme::PERMIT2_ALLOWANCE_REQUIRED {
+                // As the official servers answer it: the payment is good, but the payer has not approved
+                // Permit2 for the token; paying again will not help until it does.
+                *response.status_mut() = StatusCode::PRECONDITION_FAILED;
+            }
+            response
         }
         Answer::BadRequest { error, message } => {
             json_error(StatusCode::BAD_REQUEST, error, &message)

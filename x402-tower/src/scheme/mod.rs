@@ -99,8 +99,9 @@ pub use exact_eip3009::check_authorization;
 pub use exact_eip3009::{Eip3009Payment, ExactEip3009, TRANSFER_METHOD as EIP3009_TRANSFER_METHOD};
 pub use permit2::{
     EXACT_PERMIT2_PROXY, ExactPermit2, ExactPermitWitnessTransferFrom, FACILITATOR_ADDRESS,
-    PERMIT2, Permit2Payment, SCHEME_UPTO, TRANSFER_METHOD as PERMIT2_TRANSFER_METHOD,
-    UPTO_PERMIT2_PROXY, UptoPermit2, UptoPermitWitnessTransferFrom, permit2_domain,
+    PERMIT2, PERMIT2_ALLOWANCE_REQUIRED, Permit2Payment, SCHEME_UPTO,
+    TRANSFER_METHOD as PERMIT2_TRANSFER_METHOD, UPTO_PERMIT2_PROXY, UptoPermit2,
+    UptoPermitWitnessTransferFrom, permit2_domain,
 };
 
 /// One payment scheme on one family of networks. Dyn-compatible: the engine holds `Arc<dyn Scheme>`s.

@@ -31,6 +31,9 @@ pub const UPTO_PERMIT2_PROXY: Address = address!("0x4020A4f3b7b90ccA423B9fabCc0C
 pub const TRANSFER_METHOD: &str = "permit2";
 /// The `upto` scheme: the payer authorizes a maximum, the server settles what the request used.
 pub const SCHEME_UPTO: &str = "upto";
+/// A settler's refusal of a Permit2 payment whose payer has not approved Permit2 for the token (the
+/// official facilitator's code): the layer answers it 412, as the official servers do, with the offers.
+pub const PERMIT2_ALLOWANCE_REQUIRED: &str = "permit2_allowance_required";
 /// `extra.facilitatorAddress` of an `upto` offer: the only address the proxy lets settle.
 pub const FACILITATOR_ADDRESS: &str = "facilitatorAddress";
 

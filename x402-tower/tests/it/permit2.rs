@@ -513,3 +513,52 @@ async fn the_facilitator_door_settles_an_upto_charge_sent_as_the_requirements_am
     );
     assert_eq!(settler.amounts().len(), 1);
 }
+
+/// A settler that says the payer has not approved Permit2 gets the official servers' answer: 412 with the
+/// offers and the code, nothing reserved (the same payment goes through once approved).
+#[tokio::test]
+async fn a_payer_without_a_permit2_allowance_is_answered_412() {
+    struct NoAllowance;
+    impl Settler for NoAllowance {
+        fn verify<'a>(
+            &'a self,
+            _: &'a SettleRequest,
+        ) -> BoxFuture<'a, Result<VerifyOutcome, SettleError>> {
+            Box::pin(async {
+                Ok(VerifyOutcome::Invalid {
+                    reason: x402_tower::scheme::PERMIT2_ALLOWANCE_REQUIRED.into(),
+                    message: Some("approve Permit2 for the token".into()),
+                })
+            })
+        }
+        fn settle<'a>(&'a self, _: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
+            Box::pin(async { settled_outcome() })
+        }
+        fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, SettleError>> {
+            Box::pin(async { Ok(SupportedResponse::default()) })
+        }
+    }
+    let store = Arc::new(x402_tower::store::InMemoryPaymentStore::default());
+    let svc = x402_tower::X402Layer::builder(BASE_URL)
+        .offer(permit2_offer())
+        .engine(Arc::new(
+            x402_tower::PaymentEngine::builder()
+                .settler(Arc::new(NoAllowance))
+                .store(store.clone())
+                .build()
+                .unwrap(),
+        ))
+        .build()
+        .unwrap()
+        .layer(Inner::new().service(StatusCode::OK));
+    let accepted = send(svc.clone(), req("/r", &[])).await.payment_required()["accepts"][0].clone();
+    let paid = b64(&permit2_payment(&accepted, 1, |_| {}));
+    let refused = send(svc, req("/r", &[("payment-signature", &paid)])).await;
+    assert_eq!(refused.status, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(refused.json()["error"], "permit2_allowance_required");
+    assert!(
+        refused.header("payment-required").is_some(),
+        "the offers come with it"
+    );
+    assert!(store.is_empty(), "nothing kept: the payment is released");
+}

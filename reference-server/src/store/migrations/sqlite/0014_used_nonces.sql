@@ -3,4 +3,4 @@
 CREATE TABLE used_nonces (
     nonce       TEXT PRIMARY KEY,              -- 0x + 64 hex
     expires_at  INTEGER NOT NULL               -- unix seconds
-) WITHOUT ROWID;
+);

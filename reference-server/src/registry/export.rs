@@ -91,10 +91,37 @@ impl ExportPricing {
         .mime_type("application/json")
     }
 
+    /// The offers of every `limit` from 1 to `max`, built once: a request takes its list's clone, which
+    /// the x402 layer has compiled already, rather than formatting and compiling an offer each time.
+    pub fn prices(&self, max: u64) -> ExportPrices {
+        ExportPrices {
+            max,
+            offers: (1..=max)
+                .map(|limit| Offers::new(vec![self.offer(limit)]))
+                .collect(),
+        }
+    }
+}
+
+/// The export's offers by `limit` ([`ExportPricing::prices`]).
+#[derive(Debug, Clone)]
+pub struct ExportPrices {
+    max: u64,
+    offers: Arc<[Offers]>,
+}
+
+impl ExportPrices {
     /// The price of a request: the `upto` offer for its `limit`, or a 400 naming what is wrong.
-    pub fn decide(&self, query: Option<&str>, max: u64) -> PriceDecision {
-        match span(query, max) {
-            Ok(span) => PriceDecision::Charge(Offers::new(vec![self.offer(span.limit)])),
+    pub fn decide(&self, query: Option<&str>) -> PriceDecision {
+        let offers = span(query, self.max).and_then(|span| {
+            let at = usize::try_from(span.limit - 1).map_err(|e| e.to_string())?;
+            self.offers
+                .get(at)
+                .cloned()
+                .ok_or_else(|| "limit out of range".to_owned())
+        });
+        match offers {
+            Ok(offers) => PriceDecision::Charge(offers),
             Err(message) => {
                 // DRF's ValidationError, as the collection answers a bad `limit`.
                 let body = serde_json::json!({ "limit": [message] }).to_string();

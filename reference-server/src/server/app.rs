@@ -274,18 +274,18 @@ fn export_layer(
     if settings.export_price == 0 || payment.onchain.is_some() {
         return Ok(None);
     }
-    let pricing = Arc::new(registry::export::ExportPricing {
+    let prices = registry::export::ExportPricing {
         network: payment.payment.network.clone(),
         token: payment.payment.token.clone(),
         pay_to: payment.pay_to,
         per_record: settings.export_price,
         facilitator: payment.upto_facilitator.unwrap_or(payment.pay_to),
-    });
-    let max = registry::PAGE_SIZE;
+    }
+    .prices(registry::PAGE_SIZE);
     x402_tower::X402Layer::builder(public_url.to_owned())
         .engine(licensing.payments.engine())
         .price_source(move |parts: &http::request::Parts| {
-            std::future::ready(pricing.decide(parts.uri.query(), max))
+            std::future::ready(prices.decide(parts.uri.query()))
         })
         .build()
         .map(Some)

@@ -460,12 +460,9 @@ pub(crate) async fn broadcast_elsewhere(
         &requirements.to_string(),
     )
     .expect("a settle request");
-    let mined = chain
-        .transact(
-            chain.usdc,
-            x402_tower::settle::onchain::transfer_calldata(&request).to_vec(),
-        )
-        .await;
+    let (to, calldata) =
+        x402_tower::settle::onchain::settlement_call(&request).expect("a scheme settled on chain");
+    let mined = chain.transact(to, calldata.to_vec()).await;
     mined["transactionHash"].as_str().expect("hash").to_owned()
 }
 

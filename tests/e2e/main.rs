@@ -14,6 +14,7 @@ mod license_tokens;
 mod official_clients;
 mod onchain_settler;
 mod openapi;
+mod permit2_onchain;
 mod purchases_onchain;
 mod rust_client;
 mod schemes;

@@ -50,7 +50,18 @@ sol! {
     function mint(address to, uint256 amount);
     function balanceOf(address account) external view returns (uint256);
     function pause();
+    function approve(address spender, uint256 amount) external returns (bool);
+    function allowance(address owner, address spender) external view returns (uint256);
 }
+
+/// The chain id Permit2 is tested on: Permit2's runtime caches a domain separator computed for chain 31337
+/// at its deployer's address, so on 31337 every signature fails (`x402-schemes.md` §2.1); 84532 is Base
+/// Sepolia's, which the official clients know.
+pub const PERMIT2_CHAIN_ID: u64 = 84532;
+
+/// Permit2, the x402 proxies (runtime code) and the plain token (creation code), compiled once per process
+/// by `tests/js/test-contracts.mjs`.
+static TEST_CONTRACTS: tokio::sync::OnceCell<Value> = tokio::sync::OnceCell::const_new();
 
 /// A running anvil, killed on drop.
 #[derive(Debug)]
@@ -366,15 +377,7 @@ impl Chain {
 
     /// The token balance of `who`, read from the chain.
     pub async fn balance(&self, who: Address) -> U256 {
-        let data = Bytes::from(balanceOfCall { account: who }.abi_encode());
-        let out = self
-            .rpc
-            .call(
-                "eth_call",
-                json!([{"to": self.usdc, "data": data}, "latest"]),
-            )
-            .await;
-        quantity(&out)
+        self.balance_of(self.usdc, who).await
     }
 
     /// Deploys `MockERC1271Wallet(owner)` and returns its runtime code (to put at a payer's address).
@@ -405,6 +408,65 @@ impl Chain {
     pub async fn advance_time(&self, seconds: u64) {
         self.rpc.call("evm_increaseTime", json!([seconds])).await;
         self.rpc.call("evm_mine", json!([])).await;
+    }
+
+    /// Puts Permit2 and the x402 exact and upto proxies at their canonical addresses (`anvil_setCode`) and
+    /// deploys a plain ERC-20 without EIP-3009 (six decimals, anyone may mint): its address. The chain must
+    /// not be 31337 ([`PERMIT2_CHAIN_ID`]).
+    pub async fn install_permit2(&self) -> Address {
+        let contracts = TEST_CONTRACTS
+            .get_or_init(|| crate::clients::run_js_json("test-contracts.mjs", &[]))
+            .await;
+        let code = |name: &str| contracts[name].clone();
+        use x402_tower::scheme::{EXACT_PERMIT2_PROXY, PERMIT2, UPTO_PERMIT2_PROXY};
+        self.set_code(PERMIT2, &code("permit2")).await;
+        self.set_code(EXACT_PERMIT2_PROXY, &code("exactProxy"))
+            .await;
+        self.set_code(UPTO_PERMIT2_PROXY, &code("uptoProxy")).await;
+        self.deploy(hex_decode(
+            contracts["plainToken"].as_str().expect("plain token code"),
+        ))
+        .await
+    }
+
+    /// `owner` (an unlocked dev account) approves Permit2 for all of its `token`.
+    pub async fn approve_permit2(&self, token: Address, owner: Address) {
+        let data = approveCall {
+            spender: x402_tower::scheme::PERMIT2,
+            amount: U256::MAX,
+        }
+        .abi_encode();
+        let hash = self
+            .rpc
+            .call(
+                "eth_sendTransaction",
+                json!([{"from": owner, "to": token, "data": Bytes::from(data)}]),
+            )
+            .await;
+        self.wait(&hash).await;
+    }
+
+    /// Mints `amount` of the plain token at `token` to `to` (anyone may).
+    pub async fn mint_plain(&self, token: Address, to: Address, amount: u64) {
+        self.transact(
+            token,
+            mintCall {
+                to,
+                amount: U256::from(amount),
+            }
+            .abi_encode(),
+        )
+        .await;
+    }
+
+    /// The `token` balance of `who`.
+    pub async fn balance_of(&self, token: Address, who: Address) -> U256 {
+        let data = Bytes::from(balanceOfCall { account: who }.abi_encode());
+        let out = self
+            .rpc
+            .call("eth_call", json!([{"to": token, "data": data}, "latest"]))
+            .await;
+        quantity(&out)
     }
 
     /// The receipt of a mined transaction, or `None`.

@@ -144,8 +144,7 @@ pub struct RegistryArgs {
 
     /// Price of one record of the paid bulk export `/api/v3/assets/export/`, in the token's atomic units
     /// (default 100: 0.0001 USDC). The buyer signs `limit` x this with x402 `upto` and is charged for the
-    /// records returned. 0 turns the export off. Not offered with on-chain settlement (`--rpc-url`), which
-    /// settles `exact` over EIP-3009 only.
+    /// records returned. 0 turns the export off. Buyers approve Permit2 for the token once.
     #[arg(long, env = "REFERENCE_SERVER_EXPORT_PRICE", default_value_t = crate::registry::DEFAULT_EXPORT_PER_RECORD)]
     pub export_price: u64,
 }

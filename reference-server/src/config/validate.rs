@@ -322,6 +322,21 @@ impl Config {
             }
             Some(a) => Some(parse_address("license-token", a)?),
         };
+        // On chain, the relayer sends every settlement: it is the only address an upto payment can name.
+        let upto_facilitator = match (&onchain, upto_facilitator) {
+            (Some(o), Some(named)) if named != o.relayer => {
+                return Err(invalid(
+                    "upto-facilitator",
+                    &named.to_string(),
+                    format!(
+                        "with --rpc-url the relayer ({}) settles upto payments: name it or leave the flag out",
+                        o.relayer
+                    ),
+                ));
+            }
+            (Some(o), _) => Some(o.relayer),
+            (None, named) => named,
+        };
         Ok(Settings {
             facilitator,
             listen,

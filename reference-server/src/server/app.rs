@@ -264,14 +264,14 @@ fn registry_config(s: &Settings, public_url: String) -> RegistryConfig {
 
 /// The x402 layer selling the registry's bulk export (`upto`: `limit` records at most, charged per record
 /// returned), over interface A's payment engine (one store, one settler, one set of money rules). Not offered
-/// when its price is 0, nor with the on-chain settler, which settles `exact` over EIP-3009 only.
+/// when its price is 0.
 fn export_layer(
     settings: &Settings,
     public_url: &str,
     licensing: &Licensing,
 ) -> Result<Option<x402_tower::X402Layer>, BuildError> {
     let payment = &settings.licensing;
-    if settings.export_price == 0 || payment.onchain.is_some() {
+    if settings.export_price == 0 {
         return Ok(None);
     }
     let prices = registry::export::ExportPricing {

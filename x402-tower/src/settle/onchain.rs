@@ -84,6 +84,7 @@
 
 mod builder;
 mod nonce;
+mod payment;
 mod revert;
 mod rpc;
 mod shared;
@@ -103,20 +104,21 @@ use serde_json::{Value, json};
 use tracing::{Instrument, debug_span, warn};
 
 pub use builder::{OnchainConfigError, OnchainSettlerBuilder};
+pub use payment::settlement_call;
 pub use rpc::RpcError;
-pub use token::transfer_calldata;
 
 use self::nonce::NonceManager;
+use self::payment::{OnChain, UnorderedNonceInvalidation, view};
 use self::revert::Revert;
 use self::shared::Shared;
 use self::token::{
-    AuthorizationCanceled, AuthorizationUsed, NOT_EIP3009, Receipt, authorizationStateCall,
-    eip3009, isValidSignatureCall, not_eip3009,
+    AuthorizationCanceled, AuthorizationUsed, Receipt, Transfer, UNSUPPORTED, isValidSignatureCall,
+    unsupported,
 };
 use super::{SettleError, SettleOutcome, SettleRequest, Settler, VerifyOutcome};
 use crate::boxed::BoxFuture;
 use crate::proto::{SCHEME_EXACT, SupportedKind, SupportedResponse};
-use crate::scheme::Eip3009Payment;
+use crate::scheme::{PERMIT2, SCHEME_UPTO};
 use crate::secp::SecretSigner;
 use crate::verify::RejectReason;
 
@@ -297,47 +299,54 @@ impl Inner {
         })
     }
 
-    fn call_object(&self, request: &SettleRequest) -> alloy_rpc_types_eth::TransactionRequest {
-        rpc::call_request(
-            Some(self.relayer),
-            request.offer.token.address,
-            transfer_calldata(request),
-        )
+    /// Simulates with `eth_call`: `Ok(None)` = would succeed, `Ok(Some(revert))` = would revert. When
+    /// Permit2 could not move the payer's tokens, their balance and allowance say why.
+    async fn simulate(&self, request: &SettleRequest) -> Result<Option<Revert>, RpcError> {
+        let pay = view(request);
+        let call = rpc::call_request(Some(self.relayer), pay.target(), pay.calldata());
+        match self.rpc.call(call).await {
+            Ok(_) => Ok(None),
+            Err(e) => {
+                let revert = revert::from_rpc(&e).ok_or(e)?;
+                self.explain(request, revert).await.map(Some)
+            }
+        }
     }
 
-    /// Simulates with `eth_call`: `Ok(None)` = would succeed, `Ok(Some(revert))` = would revert.
-    async fn simulate(&self, request: &SettleRequest) -> Result<Option<Revert>, RpcError> {
-        match self.rpc.call(self.call_object(request)).await {
-            Ok(_) => Ok(None),
-            Err(e) => revert::from_rpc(&e).map(Some).ok_or(e),
+    /// A revert as the payer should read it: when Permit2 could not move the payer's tokens, their balance
+    /// and allowance say why (`permit2_allowance_required`, `permit2_insufficient_balance`).
+    async fn explain(&self, request: &SettleRequest, revert: Revert) -> Result<Revert, RpcError> {
+        if revert.reason != revert::PERMIT2_TRANSFER_FAILED {
+            return Ok(revert);
         }
+        let m = view(request).movement();
+        let (balance, allowance) = payment::funds_queries(m.from);
+        let (balance, allowance) = tokio::join!(
+            self.rpc.call(rpc::call_request(None, m.token, balance)),
+            self.rpc.call(rpc::call_request(None, m.token, allowance)),
+        );
+        let (balance, allowance) = (payment::word(&balance?), payment::word(&allowance?));
+        Ok(revert::permit2_funds(revert, m.value, balance, allowance))
     }
 
     async fn authorization_used(&self, request: &SettleRequest) -> Result<bool, RpcError> {
         self.authorization_used_at(request, BlockId::latest()).await
     }
 
-    /// `authorizationState(from, nonce)` as of `block`.
+    /// Whether the payment's nonce is spent as of `block`: the token's `authorizationState(from, nonce)`,
+    /// or Permit2's bitmap.
     async fn authorization_used_at(
         &self,
         request: &SettleRequest,
         block: BlockId,
     ) -> Result<bool, RpcError> {
-        let auth = &eip3009(request).authorization;
-        let data: Bytes = authorizationStateCall {
-            authorizer: auth.from,
-            nonce: auth.nonce,
-        }
-        .abi_encode()
-        .into();
+        let pay = view(request);
+        let (to, data) = pay.nonce_query();
         let out = self
             .rpc
-            .call_at(
-                rpc::call_request(None, request.offer.token.address, data),
-                block,
-            )
+            .call_at(rpc::call_request(None, to, data), block)
             .await?;
-        Ok(out.len() >= 32 && out[31] == 1)
+        Ok(pay.nonce_spent(&out))
     }
 
     /// Estimates gas (a second simulation) and fees, then signs and sends under the nonce lock.
@@ -355,11 +364,21 @@ impl Inner {
                 });
             }
         }
-        self.send_tx(
-            TxKind::Call(request.offer.token.address),
-            transfer_calldata(request),
-        )
-        .await
+        let pay = view(request);
+        match self
+            .send_tx(TxKind::Call(pay.target()), pay.calldata())
+            .await
+        {
+            Err(SendError::NotSent { reason, message })
+                if reason == revert::PERMIT2_TRANSFER_FAILED =>
+            {
+                let revert = Revert { reason, message };
+                let explained = self.explain(request, revert.clone()).await;
+                let Revert { reason, message } = explained.unwrap_or(revert);
+                Err(SendError::NotSent { reason, message })
+            }
+            sent => sent,
+        }
     }
 
     /// Estimates gas and fees for calling `to` with `input` from the relayer, then signs and sends under the
@@ -506,9 +525,7 @@ impl Inner {
     async fn settle(&self, request: &SettleRequest) -> SettleOutcome {
         let hash = match self.send(request).await {
             Ok(hash) => hash,
-            Err(SendError::NotSent { reason, message })
-                if reason == RejectReason::NonceAlreadyUsed.as_str() =>
-            {
+            Err(SendError::NotSent { reason, message }) if revert::spends_used_nonce(reason) => {
                 // Used before this settler sent anything: by whom, and did it pay this offer?
                 return self.used_elsewhere(request, Ours::Nothing, &message).await;
             }
@@ -560,7 +577,7 @@ impl Inner {
                 },
             };
         }
-        if !receipt.pays(request) {
+        if !receipt.pays(view(request).movement()) {
             return SettleOutcome::Failed {
                 reason: "invalid_transaction_state".to_owned(),
                 message: Some(format!(
@@ -622,7 +639,7 @@ impl Inner {
                 );
             }
         };
-        let Some((event, hash)) = found else {
+        let Some((use_, hash)) = found else {
             let none = format!(
                 "the authorization is used, and the token logged no use of it in the last {} blocks",
                 self.log_lookback_blocks
@@ -651,7 +668,7 @@ impl Inner {
                 ),
             };
         };
-        if event == AuthorizationCanceled::SIGNATURE_HASH {
+        if use_ == NonceUse::Cancelled {
             return spent(format!("the payer cancelled the authorization in {hash}"));
         }
         match self
@@ -659,7 +676,7 @@ impl Inner {
             .by_hash::<Option<Receipt>>("eth_getTransactionReceipt", hash)
             .await
         {
-            Ok(Some(receipt)) if receipt.succeeded() && receipt.pays(request) => {
+            Ok(Some(receipt)) if receipt.succeeded() && receipt.pays(view(request).movement()) => {
                 Self::settled(request, hash)
             }
             Ok(Some(_)) => spent(format!(
@@ -693,37 +710,102 @@ impl Inner {
         }
     }
 
-    /// The token's `AuthorizationUsed` or `AuthorizationCanceled` log for the payment's `(from, nonce)` in
-    /// the last `log_lookback_blocks` blocks (its event and transaction), and the latest block then.
+    /// The transaction that spent the payment's nonce in the last `log_lookback_blocks` blocks (how, and
+    /// its hash), and the latest block then. EIP-3009: the token's `AuthorizationUsed` or
+    /// `AuthorizationCanceled` log for `(from, nonce)`. Permit2 logs no use of a nonce: Permit2's
+    /// `UnorderedNonceInvalidation` covering it is a cancellation, and a use is a transaction calling the
+    /// payment's proxy with its owner and nonce that left a `Transfer(from, to)` log of the token (the
+    /// newest [`PERMIT2_CANDIDATES`] such logs are read; a settlement made through another contract is not
+    /// recognised, so it counts as no log in reach).
     async fn authorization_log(
         &self,
         request: &SettleRequest,
-    ) -> Result<(Option<(B256, B256)>, u64), RpcError> {
-        let auth = &eip3009(request).authorization;
+    ) -> Result<(Option<(NonceUse, B256)>, u64), RpcError> {
         let latest = self.rpc.block_number().await?;
-        let filter = json!({
-            "address": request.offer.token.address,
-            "fromBlock": format!("{:#x}", latest.saturating_sub(self.log_lookback_blocks)),
-            "toBlock": format!("{latest:#x}"),
-            "topics": [
-                [AuthorizationUsed::SIGNATURE_HASH, AuthorizationCanceled::SIGNATURE_HASH],
-                auth.from.into_word(),
-                auth.nonce,
-            ],
-        });
-        let logs: Vec<rpc::FoundLog> = self.rpc.logs(filter).await?;
-        // A nonce is used or cancelled once; a log of a block since reorganised away is `removed`.
-        let found = logs.into_iter().rev().find_map(|log| {
-            let event = *log.topics.first()?;
-            let matches = !log.removed
-                && log.address == request.offer.token.address
-                && log.topics.get(1) == Some(&auth.from.into_word())
-                && log.topics.get(2) == Some(&auth.nonce)
-                && (event == AuthorizationUsed::SIGNATURE_HASH
-                    || event == AuthorizationCanceled::SIGNATURE_HASH);
-            matches.then_some((event, log.transaction_hash?))
-        });
+        let from_block = format!("{:#x}", latest.saturating_sub(self.log_lookback_blocks));
+        let to_block = format!("{latest:#x}");
+        let pay = view(request);
+        let found = match pay {
+            OnChain::Eip3009 { token, payment } => {
+                let auth = &payment.authorization;
+                let filter = json!({
+                    "address": token,
+                    "fromBlock": from_block,
+                    "toBlock": to_block,
+                    "topics": [
+                        [AuthorizationUsed::SIGNATURE_HASH, AuthorizationCanceled::SIGNATURE_HASH],
+                        auth.from.into_word(),
+                        auth.nonce,
+                    ],
+                });
+                let logs: Vec<rpc::FoundLog> = self.rpc.logs(filter).await?;
+                // A nonce is used or cancelled once; a log of a block since reorganised away is `removed`.
+                logs.into_iter().rev().find_map(|log| {
+                    let event = *log.topics.first()?;
+                    let use_ = if event == AuthorizationUsed::SIGNATURE_HASH {
+                        NonceUse::Used
+                    } else if event == AuthorizationCanceled::SIGNATURE_HASH {
+                        NonceUse::Cancelled
+                    } else {
+                        return None;
+                    };
+                    let matches = !log.removed
+                        && log.address == token
+                        && log.topics.get(1) == Some(&auth.from.into_word())
+                        && log.topics.get(2) == Some(&auth.nonce);
+                    matches.then_some((use_, log.transaction_hash?))
+                })
+            }
+            OnChain::Permit2 { .. } => self.permit2_use(pay, &from_block, &to_block).await?,
+        };
         Ok((found, latest))
+    }
+
+    /// [`Inner::authorization_log`] for a Permit2 payment.
+    async fn permit2_use(
+        &self,
+        pay: OnChain<'_>,
+        from_block: &str,
+        to_block: &str,
+    ) -> Result<Option<(NonceUse, B256)>, RpcError> {
+        let m = pay.movement();
+        let cancellations = json!({
+            "address": PERMIT2,
+            "fromBlock": from_block,
+            "toBlock": to_block,
+            "topics": [UnorderedNonceInvalidation::SIGNATURE_HASH, m.from.into_word()],
+        });
+        let transfers = json!({
+            "address": m.token,
+            "fromBlock": from_block,
+            "toBlock": to_block,
+            "topics": [Transfer::SIGNATURE_HASH, m.from.into_word(), m.to.into_word()],
+        });
+        let (cancellations, transfers) =
+            tokio::join!(self.rpc.logs(cancellations), self.rpc.logs(transfers));
+        let cancelled = cancellations?.into_iter().rev().find_map(|log| {
+            let cancels = !log.removed && log.address == PERMIT2 && pay.is_cancelled_by(&log.data);
+            cancels.then_some((NonceUse::Cancelled, log.transaction_hash?))
+        });
+        if cancelled.is_some() {
+            return Ok(cancelled);
+        }
+        let candidates = transfers?
+            .into_iter()
+            .rev()
+            .filter(|log| !log.removed && log.address == m.token)
+            .filter_map(|log| log.transaction_hash)
+            .take(PERMIT2_CANDIDATES);
+        for hash in candidates {
+            let tx: Option<SentTransaction> =
+                self.rpc.by_hash("eth_getTransactionByHash", hash).await?;
+            if let Some(tx) = tx
+                && tx.to.is_some_and(|to| pay.is_settle_call(to, &tx.input))
+            {
+                return Ok(Some((NonceUse::Used, hash)));
+            }
+        }
+        Ok(None)
     }
 
     /// Reconciles an unknown outcome from the chain, never broadcasting: the receipt of `transaction` when
@@ -781,6 +863,26 @@ impl Inner {
 /// node's log index lags behind its state (seconds), within the recent states a full node keeps (geth: 128).
 const RECENT_BLOCKS: u64 = 64;
 
+/// How many of a payer's newest transfers to a recipient are read to find the one that spent a Permit2
+/// nonce ([`Inner::permit2_use`]).
+const PERMIT2_CANDIDATES: usize = 64;
+
+/// How a nonce was spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NonceUse {
+    /// By a transfer (which [`Receipt::pays`] judges).
+    Used,
+    /// Cancelled by its owner.
+    Cancelled,
+}
+
+/// The part of `eth_getTransactionByHash` read to recognise a settlement.
+#[derive(Debug, serde::Deserialize)]
+struct SentTransaction {
+    to: Option<Address>,
+    input: Bytes,
+}
+
 /// Which transaction of this settler may have used an authorization the chain shows used.
 #[derive(Debug, Clone, Copy)]
 enum Ours {
@@ -819,10 +921,10 @@ impl Settler for OnchainSettler {
         let span = debug_span!("x402.onchain.simulate", payer = %request.payer());
         Box::pin(
             async move {
-                if request.authorized.details::<Eip3009Payment>().is_none() {
+                if OnChain::of(request).is_none() {
                     return Ok(VerifyOutcome::Invalid {
                         reason: RejectReason::InvalidScheme.as_str().to_owned(),
-                        message: Some(NOT_EIP3009.to_owned()),
+                        message: Some(UNSUPPORTED.to_owned()),
                     });
                 }
                 if let Err(message) = self
@@ -839,9 +941,7 @@ impl Settler for OnchainSettler {
                 Ok(
                     match self.inner.simulate(request).await.map_err(settle_error)? {
                         None => VerifyOutcome::Valid,
-                        Some(revert)
-                            if revert.reason == RejectReason::NonceAlreadyUsed.as_str() =>
-                        {
+                        Some(revert) if revert::spends_used_nonce(revert.reason) => {
                             return self.inner.verify_used(request, revert).await;
                         }
                         Some(revert) => VerifyOutcome::Invalid {
@@ -857,8 +957,8 @@ impl Settler for OnchainSettler {
 
     fn settle<'a>(&'a self, request: &'a SettleRequest) -> BoxFuture<'a, SettleOutcome> {
         let span = debug_span!("x402.onchain.settle", payer = %request.payer());
-        if request.authorized.details::<Eip3009Payment>().is_none() {
-            return Box::pin(std::future::ready(not_eip3009()));
+        if OnChain::of(request).is_none() {
+            return Box::pin(std::future::ready(unsupported()));
         }
         Box::pin(self.inner.settle(request).instrument(span))
     }
@@ -876,8 +976,8 @@ impl Settler for OnchainSettler {
         transaction: Option<&'a str>,
     ) -> BoxFuture<'a, SettleOutcome> {
         let span = debug_span!("x402.onchain.reconcile", payer = %request.payer(), ?transaction);
-        if request.authorized.details::<Eip3009Payment>().is_none() {
-            return Box::pin(std::future::ready(not_eip3009()));
+        if OnChain::of(request).is_none() {
+            return Box::pin(std::future::ready(unsupported()));
         }
         Box::pin(self.inner.reconcile(request, transaction).instrument(span))
     }
@@ -904,6 +1004,14 @@ impl Settler for OnchainSettler {
                     extra: None,
                 });
             }
+            // `upto` over Permit2: the proxy lets only the address the payer signed as facilitator settle,
+            // and this settler's transactions come from its relayer.
+            kinds.push(SupportedKind {
+                x402_version: 2,
+                scheme: SCHEME_UPTO.to_owned(),
+                network: network.caip2().to_owned(),
+                extra: Some(json!({ crate::scheme::FACILITATOR_ADDRESS: self.inner.relayer })),
+            });
             let mut signers = serde_json::Map::new();
             signers.insert("eip155:*".to_owned(), json!([self.inner.relayer]));
             Ok(SupportedResponse {

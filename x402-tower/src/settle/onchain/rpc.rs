@@ -107,6 +107,8 @@ pub(crate) fn call_request(from: Option<Address>, to: Address, data: Bytes) -> T
 pub(crate) struct FoundLog {
     pub(crate) address: Address,
     pub(crate) topics: Vec<B256>,
+    #[serde(default)]
+    pub(crate) data: Bytes,
     pub(crate) transaction_hash: Option<B256>,
     #[serde(default)]
     pub(crate) removed: bool,

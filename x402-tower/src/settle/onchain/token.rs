@@ -5,8 +5,9 @@ use alloy_primitives::{Address, B256, Bytes, U256};
 use alloy_sol_types::{SolCall, SolEvent, sol};
 use serde::Deserialize;
 
+use super::payment::Movement;
 use crate::scheme::Eip3009Payment;
-use crate::settle::{SettleOutcome, SettleRequest};
+use crate::settle::SettleOutcome;
 use crate::verify::RejectReason;
 
 sol! {
@@ -34,8 +35,7 @@ sol! {
 
 /// The calldata of `transferWithAuthorization` for this payment: the `(v,r,s)` overload for 65 bytes, the
 /// `bytes` overload otherwise.
-pub fn transfer_calldata(request: &SettleRequest) -> Bytes {
-    let payment = eip3009(request);
+pub(crate) fn transfer_calldata(payment: &Eip3009Payment) -> Bytes {
     let auth = &payment.authorization;
     let sig = &payment.signature;
     if sig.len() == 65 {
@@ -95,46 +95,28 @@ impl Receipt {
     }
 
     /// Whether the token logged the payment's `Transfer(from, to, value)` in this transaction.
-    pub(super) fn pays(&self, request: &SettleRequest) -> bool {
-        let auth = &eip3009(request).authorization;
+    pub(super) fn pays(&self, m: Movement) -> bool {
         self.logs.iter().any(|log| {
-            log.address == request.offer.token.address
+            log.address == m.token
                 && log.topics.len() == 3
                 && log.topics[0] == Transfer::SIGNATURE_HASH
-                && log.topics[1] == auth.from.into_word()
-                && log.topics[2] == auth.to.into_word()
+                && log.topics[1] == m.from.into_word()
+                && log.topics[2] == m.to.into_word()
                 && log.data.len() == 32
-                && U256::from_be_slice(&log.data) == auth.value
+                && U256::from_be_slice(&log.data) == m.value
         })
     }
 }
 
 /// What this settler answers a payment of a scheme it does not settle.
-pub(super) const NOT_EIP3009: &str = "this settler settles exact payments over EIP-3009 only";
+pub(super) const UNSUPPORTED: &str =
+    "this settler settles exact payments over EIP-3009 or Permit2, and upto over Permit2";
 
-/// The EIP-3009 payment of `request`. Every entry point ([`Settler::verify`], [`Settler::settle`],
-/// [`Settler::reconcile`]) refuses a payment of another scheme first, so what is inside sees only these;
-/// were one to slip through, it would read as an authorization by nobody, which no token honours.
-pub(crate) fn eip3009(request: &SettleRequest) -> &Eip3009Payment {
-    static NOBODY: Eip3009Payment = Eip3009Payment {
-        authorization: crate::proto::Authorization {
-            from: Address::ZERO,
-            to: Address::ZERO,
-            value: U256::ZERO,
-            valid_after: U256::ZERO,
-            valid_before: U256::ZERO,
-            nonce: B256::ZERO,
-        },
-        signature: Bytes::new(),
-    };
-    request.authorized.details().unwrap_or(&NOBODY)
-}
-
-/// A settlement refused because the payment is of another scheme: nothing was sent.
-pub(super) fn not_eip3009() -> SettleOutcome {
+/// A settlement refused because the payment is of a scheme this settler does not settle: nothing was sent.
+pub(super) fn unsupported() -> SettleOutcome {
     SettleOutcome::Failed {
         reason: RejectReason::InvalidScheme.as_str().to_owned(),
-        message: Some(NOT_EIP3009.to_owned()),
+        message: Some(UNSUPPORTED.to_owned()),
         authorization_still_usable: true,
     }
 }

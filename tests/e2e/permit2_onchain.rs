@@ -1,0 +1,174 @@
+//! `exact` over Permit2 and `upto` settled on anvil: Permit2 from `@uniswap/v4-periphery`'s runtime and the
+//! project's x402 proxies at their canonical addresses, FiatTokenV2_2 and a plain ERC-20, on chain 84532
+//! (Permit2 cannot be tested on 31337). The reference server settles on chain itself; the official v2
+//! client pays it.
+
+use alloy_primitives::{Address, B256, U256};
+use serde_json::Value;
+use workspace_tests::chain::{Chain, DEV_KEYS, PERMIT2_CHAIN_ID, TOKEN_NAME, TOKEN_VERSION};
+use workspace_tests::clients::{Client, buy};
+use workspace_tests::pay::decode_b64_json;
+
+use crate::common::{ARTICLE_PRICE, RefServer, check_purchase, pay_to, payer, receipt_of};
+
+/// Chain 84532 with USDC, Permit2, the proxies and a plain token (returned).
+async fn chain() -> (Chain, Address) {
+    let chain = Chain::start_as(PERMIT2_CHAIN_ID).await;
+    let plain = chain.install_permit2().await;
+    (chain, plain)
+}
+
+/// The reference server settling on `chain` itself (relayer: dev account #1), selling articles over
+/// `methods` (`--transfer-methods`), then adjusted.
+async fn server(
+    chain: &Chain,
+    methods: &[&str],
+    adjust: impl FnOnce(&mut reference_server::config::Config),
+) -> RefServer {
+    let usdc = chain.usdc.to_checksum(None);
+    let rpc_url = chain.anvil.url.clone();
+    let methods: Vec<String> = methods.iter().map(|m| m.to_string()).collect();
+    RefServer::start(move |c| {
+        c.payment.network = format!("eip155:{PERMIT2_CHAIN_ID}");
+        c.payment.asset = Some(usdc);
+        c.payment.asset_name = Some(TOKEN_NAME.into());
+        c.payment.asset_version = Some(TOKEN_VERSION.into());
+        c.payment.rpc_url = Some(rpc_url);
+        c.payment.settler_key = Some(DEV_KEYS[1].into());
+        c.payment.transfer_methods = methods;
+        adjust(c);
+    })
+    .await
+}
+
+/// The Permit2 authorization a purchase sent.
+fn permit_of(purchase: &workspace_tests::clients::Purchase) -> Value {
+    let sent = decode_b64_json(purchase.payment_header.as_str().expect("payment header"));
+    sent["payload"]["permit2Authorization"].clone()
+}
+
+fn hash_of(receipt: &Value) -> B256 {
+    receipt["transaction"]
+        .as_str()
+        .expect("a transaction")
+        .parse()
+        .expect("a transaction hash")
+}
+
+#[tokio::test]
+async fn the_official_client_pays_an_article_over_permit2_on_chain_and_a_resend_moves_nothing_more()
+{
+    let (chain, _) = chain().await;
+    let server = server(&chain, &["permit2"], |_| {}).await;
+    let (key, from) = payer(2);
+    chain.mint(from, 1_000_000).await;
+    chain.approve_permit2(chain.usdc, from).await;
+    let before = (chain.balance(from).await, chain.balance(pay_to()).await);
+
+    let purchase = buy(Client::JsV2, &server.article_url(), key).await;
+    let tx = check_purchase(&purchase, from).await;
+    let auth = permit_of(&purchase);
+    assert_eq!(
+        auth["spender"]
+            .as_str()
+            .unwrap()
+            .parse::<Address>()
+            .unwrap(),
+        x402_tower::scheme::EXACT_PERMIT2_PROXY
+    );
+    let price = U256::from(ARTICLE_PRICE);
+    assert_eq!(chain.balance(from).await, before.0 - price);
+    assert_eq!(chain.balance(pay_to()).await, before.1 + price);
+    let mined = chain
+        .receipt(tx.parse().expect("hash"))
+        .await
+        .expect("mined");
+    assert_eq!(
+        mined["to"].as_str().unwrap().parse::<Address>().unwrap(),
+        x402_tower::scheme::EXACT_PERMIT2_PROXY,
+        "settled through the exact proxy"
+    );
+
+    // The buyer lost the answer and resends: the same receipt, nothing moves again.
+    let header = purchase.payment_header.as_str().expect("payment header");
+    let resp = server.pay(header).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(receipt_of(&resp)["transaction"], tx);
+    assert_eq!(chain.balance(from).await, before.0 - price);
+}
+
+#[tokio::test]
+async fn a_buyer_who_never_approved_permit2_gets_412_and_pays_nothing() {
+    let (chain, _) = chain().await;
+    let server = server(&chain, &["permit2"], |_| {}).await;
+    let (key, from) = payer(3);
+    chain.mint(from, 1_000_000).await;
+    let purchase = buy(Client::JsV2, &server.article_url(), key).await;
+    assert_eq!(purchase.status, 412, "{}", purchase.body);
+    assert!(
+        purchase.body.contains("permit2_allowance_required"),
+        "{}",
+        purchase.body
+    );
+    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64));
+}
+
+#[tokio::test]
+async fn the_official_client_buys_registry_records_with_upto_and_is_charged_per_record_returned() {
+    let (chain, _) = chain().await;
+    let per_record = 100u64;
+    let server = server(&chain, &["eip3009"], |c| {
+        c.registry.export_price = per_record
+    })
+    .await;
+    let (key, from) = payer(4);
+    chain.mint(from, 1_000_000).await;
+    chain.approve_permit2(chain.usdc, from).await;
+    let relayer = workspace_tests::chain::address_of(DEV_KEYS[1]);
+    let start = (chain.balance(from).await, chain.balance(pay_to()).await);
+
+    // Three records of the five seeded: signed for ten, charged three.
+    let purchase = buy(
+        Client::JsV2,
+        &format!("{}/api/v3/assets/export/?limit=10&offset=2", server.url),
+        key,
+    )
+    .await;
+    assert_eq!(purchase.status, 200, "{}", purchase.body);
+    let auth = permit_of(&purchase);
+    assert_eq!(auth["permitted"]["amount"], (10 * per_record).to_string());
+    assert_eq!(
+        auth["witness"]["facilitator"]
+            .as_str()
+            .unwrap()
+            .parse::<Address>()
+            .unwrap(),
+        relayer,
+        "the relayer settles"
+    );
+    let charged = U256::from(3 * per_record);
+    assert_eq!(purchase.receipt["amount"], charged.to_string());
+    let mined = chain
+        .receipt(hash_of(&purchase.receipt))
+        .await
+        .expect("mined");
+    assert_eq!(
+        mined["to"].as_str().unwrap().parse::<Address>().unwrap(),
+        x402_tower::scheme::UPTO_PERMIT2_PROXY
+    );
+    assert_eq!(chain.balance(from).await, start.0 - charged);
+    assert_eq!(chain.balance(pay_to()).await, start.1 + charged);
+
+    // An empty page: charged nothing, no transaction.
+    let sent = crate::common::relayer_transactions(&chain).await;
+    let purchase = buy(
+        Client::JsV2,
+        &format!("{}/api/v3/assets/export/?limit=10&offset=100", server.url),
+        key,
+    )
+    .await;
+    assert_eq!(purchase.status, 200, "{}", purchase.body);
+    assert_eq!(purchase.receipt["amount"], "0", "{}", purchase.receipt);
+    assert_eq!(chain.balance(from).await, start.0 - charged);
+    assert_eq!(crate::common::relayer_transactions(&chain).await, sent);
+}

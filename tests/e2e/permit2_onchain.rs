@@ -172,3 +172,115 @@ async fn the_official_client_buys_registry_records_with_upto_and_is_charged_per_
     assert_eq!(chain.balance(from).await, start.0 - charged);
     assert_eq!(crate::common::relayer_transactions(&chain).await, sent);
 }
+
+alloy_sol_types::sol! {
+    /// Permit2: the caller cancels its unordered nonces of `mask` in word `wordPos`.
+    function invalidateUnorderedNonces(uint256 wordPos, uint256 mask);
+}
+
+/// Pays the article with a Permit2 payment signed by the workspace's client after `tweak`: 402 with
+/// `reason`, no article.
+async fn refused_permit2(
+    server: &RefServer,
+    key: &str,
+    tweak: impl FnOnce(&mut x402_tower::scheme::Permit2Payment),
+    reason: &str,
+) {
+    let required = crate::common::offer(&server.article_url()).await;
+    let header = workspace_tests::pay::pay_permit2(key, &required, tweak);
+    let resp = server.pay(&header).await;
+    assert_eq!(resp.status(), 402, "{reason}");
+    let body: Value = resp.json().await.expect("402 body");
+    assert_eq!(body["error"], reason, "{body}");
+    assert!(body.get("article").is_none(), "{body}");
+}
+
+/// A wrong spender, a witness naming another recipient, an expired deadline and a nonce the payer
+/// cancelled in Permit2 each get the official error; nothing moves and the relayer sends nothing.
+#[tokio::test]
+async fn permit2_payments_the_contracts_would_refuse_get_the_official_error_and_move_nothing() {
+    use alloy_sol_types::SolCall as _;
+    let (chain, _) = chain().await;
+    let server = server(&chain, &["permit2"], |_| {}).await;
+    let (key, from) = payer(5);
+    chain.mint(from, 1_000_000).await;
+    chain.approve_permit2(chain.usdc, from).await;
+    let sent = crate::common::relayer_transactions(&chain).await;
+
+    refused_permit2(
+        &server,
+        key,
+        |p| p.spender = x402_tower::scheme::UPTO_PERMIT2_PROXY,
+        "invalid_permit2_spender",
+    )
+    .await;
+    refused_permit2(
+        &server,
+        key,
+        |p| p.to = from,
+        "invalid_permit2_recipient_mismatch",
+    )
+    .await;
+    refused_permit2(
+        &server,
+        key,
+        |p| p.deadline = U256::from(workspace_tests::pay::now() - 1),
+        "permit2_deadline_expired",
+    )
+    .await;
+
+    // The payer cancels the nonce in Permit2 (its own transaction), then presents the payment.
+    let nonce = U256::from(0x1234_5678u64);
+    let cancel = invalidateUnorderedNoncesCall {
+        wordPos: nonce >> 8,
+        mask: U256::from(1u8) << (0x78usize),
+    };
+    let hash = chain
+        .rpc
+        .call(
+            "eth_sendTransaction",
+            serde_json::json!([{
+                "from": from,
+                "to": x402_tower::scheme::PERMIT2,
+                "data": alloy_primitives::Bytes::from(cancel.abi_encode()),
+            }]),
+        )
+        .await;
+    for _ in 0..100 {
+        if chain
+            .receipt(hash.as_str().unwrap().parse().unwrap())
+            .await
+            .is_some()
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    refused_permit2(&server, key, |p| p.nonce = nonce, "permit2_invalid_nonce").await;
+
+    crate::common::assert_balance_and_nothing_sent(&chain, from, U256::from(1_000_000u64), sent)
+        .await;
+}
+
+/// Somebody settled the buyer's signed permit through the exact proxy first: the money moved exactly as
+/// signed. Permit2 logs no nonce, so the server finds that transaction among the payer's transfers to
+/// payTo by its call to the proxy, and delivers with it; its relayer sends nothing.
+#[tokio::test]
+async fn a_permit2_payment_somebody_else_settled_first_is_delivered_with_that_transaction() {
+    let (chain, _) = chain().await;
+    let server = server(&chain, &["permit2"], |_| {}).await;
+    let (key, from) = payer(6);
+    chain.mint(from, 1_000_000).await;
+    chain.approve_permit2(chain.usdc, from).await;
+    let required = crate::common::offer(&server.article_url()).await;
+    let header = workspace_tests::pay::pay_permit2(key, &required, |_| {});
+    let payload = decode_b64_json(&header);
+    let theirs = crate::common::broadcast_elsewhere(&chain, &payload, &payload["accepted"]).await;
+    let sent = crate::common::relayer_transactions(&chain).await;
+
+    let resp = server.pay(&header).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(receipt_of(&resp)["transaction"], theirs.as_str());
+    let one_transfer = U256::from(1_000_000 - ARTICLE_PRICE);
+    crate::common::assert_balance_and_nothing_sent(&chain, from, one_transfer, sent).await;
+}

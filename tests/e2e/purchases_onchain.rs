@@ -4,9 +4,11 @@
 
 use alloy_primitives::{B256, U256};
 use serde_json::{Value, json};
-use workspace_tests::chain::{CHAIN_ID, Chain, DEV_KEYS, TOKEN_NAME, TOKEN_VERSION, quantity};
+use workspace_tests::chain::{
+    CHAIN_ID, Chain, DEV_KEYS, PERMIT2_CHAIN_ID, TOKEN_NAME, TOKEN_VERSION, quantity,
+};
 use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
-use workspace_tests::pay::{Knobs, cancel_calldata, decode_b64_json, now, pay_v2};
+use workspace_tests::pay::{Knobs, cancel_calldata, decode_b64_json, now, pay_permit2, pay_v2};
 
 use crate::common::{
     ARTICLE_PRICE, ChildDir, ChildServer, FACILITATOR_TOKEN, PAY_TO, RefServer,
@@ -400,32 +402,70 @@ async fn a_settlement_not_mined_in_time_is_pending_then_the_resend_delivers_with
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_after_broadcasting_a_settlement_delivers_it_after_restart_with_one_transfer()
  {
-    killed_after_broadcasting(ChildDir::new("onchain-kill")).await;
+    killed_after_broadcasting(ChildDir::new("onchain-kill"), Method::Eip3009).await;
+}
+
+/// The same for a payment in `exact` over Permit2 on PostgreSQL: Permit2 logs no use of a nonce, so the
+/// restarted server finds the settlement by the proxy call that moved the payer's tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_server_killed_after_broadcasting_a_permit2_settlement_delivers_it_after_restart_with_one_transfer()
+ {
+    killed_after_broadcasting(
+        ChildDir::on_postgres("onchain-kill-permit2-pg").await,
+        Method::Permit2,
+    )
+    .await;
+}
+
+/// How the buyer's tokens move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Eip3009,
+    Permit2,
 }
 
 /// The same on PostgreSQL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_server_killed_after_broadcasting_a_settlement_delivers_it_after_restart_with_one_transfer()
  {
-    killed_after_broadcasting(ChildDir::on_postgres("onchain-kill-pg").await).await;
+    killed_after_broadcasting(
+        ChildDir::on_postgres("onchain-kill-pg").await,
+        Method::Eip3009,
+    )
+    .await;
 }
 
-async fn killed_after_broadcasting(dir: ChildDir) {
-    let chain = Chain::start().await;
+async fn killed_after_broadcasting(dir: ChildDir, method: Method) {
+    let (chain, chain_id) = match method {
+        Method::Eip3009 => (Chain::start().await, CHAIN_ID),
+        Method::Permit2 => {
+            let chain = Chain::start_as(PERMIT2_CHAIN_ID).await;
+            chain.install_permit2().await;
+            (chain, PERMIT2_CHAIN_ID)
+        }
+    };
     let (key, from) = payer(7);
     chain.mint(from, 1_000_000).await;
+    if method == Method::Permit2 {
+        chain.approve_permit2(chain.usdc, from).await;
+    }
     let sent_before = relayer_transactions(&chain).await;
     let flags: Vec<String> = [
         "--public-url",
         "http://shop.test",
         "--network",
-        &format!("eip155:{CHAIN_ID}"),
+        &format!("eip155:{chain_id}"),
         "--asset",
         &chain.usdc.to_checksum(None),
         "--asset-name",
         TOKEN_NAME,
         "--asset-version",
         TOKEN_VERSION,
+        "--transfer-methods",
+        match method {
+            Method::Eip3009 => "eip3009",
+            Method::Permit2 => "permit2",
+        },
         "--rpc-url",
         &chain.anvil.url,
         "--settler-key",
@@ -443,7 +483,11 @@ async fn killed_after_broadcasting(dir: ChildDir) {
     .map(|f| f.to_string())
     .collect();
     let first = ChildServer::start(&dir, &flags);
-    let header = pay_v2(key, &offer(&first.article_url()).await, &Knobs::default());
+    let required = offer(&first.article_url()).await;
+    let header = match method {
+        Method::Eip3009 => pay_v2(key, &required, &Knobs::default()),
+        Method::Permit2 => pay_permit2(key, &required, |_| {}),
+    };
 
     // Blocks stop: the settlement waits in the mempool for its receipt, and the server is killed there.
     chain.rpc.call("evm_setAutomine", json!([false])).await;

@@ -80,6 +80,41 @@ pub fn pay_v2(key: &str, payment_required: &Value, knobs: &Knobs) -> String {
     payment.header_value
 }
 
+/// Signs a v2 payment for the first Permit2 offer (`exact` over Permit2, or `upto`) of the decoded
+/// `PAYMENT-REQUIRED` document with the workspace's client, after `tweak` changed the permit (a wrong
+/// spender, recipient or deadline); returns the `PAYMENT-SIGNATURE` header value.
+pub fn pay_permit2(
+    key: &str,
+    payment_required: &Value,
+    tweak: impl FnOnce(&mut x402_tower::scheme::Permit2Payment),
+) -> String {
+    use alloy_signer::SignerSync as _;
+    use x402_tower::client::sign::{TransferMethod, permit2, wrap_permit2};
+    let signer: PrivateKeySigner = key.parse().expect("key");
+    let requirements = Requirements::from_document(payment_required).expect("requirements");
+    let (offer, facilitator) = requirements
+        .offers
+        .iter()
+        .find_map(|o| match o.method {
+            TransferMethod::Permit2 { facilitator } => Some((o, facilitator)),
+            _ => None,
+        })
+        .expect("a Permit2 offer");
+    let options = SignOptions::default();
+    let mut permit = permit2(signer.address(), offer, facilitator, &options);
+    tweak(&mut permit);
+    let hash = permit.signing_hash(offer.network.chain_id());
+    let signature = signer.sign_hash_sync(&hash).expect("sign");
+    wrap_permit2(
+        &requirements,
+        offer,
+        permit,
+        signature.as_bytes().to_vec(),
+        &options,
+    )
+    .header_value
+}
+
 /// Where the tests' payments go (`PAY_TO` of the reference server's demo).
 pub const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 

@@ -626,7 +626,7 @@ impl Inner {
             transaction: found.or(transaction).map(|t| format!("{t}")),
         };
         let spent = |message: String| SettleOutcome::Failed {
-            reason: RejectReason::NonceAlreadyUsed.as_str().to_owned(),
+            reason: view(request).spent_reason().to_owned(),
             message: Some(format!("{context}; {message}")),
             authorization_still_usable: false,
         };

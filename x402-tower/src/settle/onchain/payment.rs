@@ -188,6 +188,14 @@ impl<'a> OnChain<'a> {
         }
     }
 
+    /// The error a payment whose nonce is spent gets: the token's, or Permit2's (`permit2_invalid_nonce`).
+    pub(crate) fn spent_reason(&self) -> &'static str {
+        match self {
+            OnChain::Eip3009 { .. } => crate::verify::RejectReason::NonceAlreadyUsed.as_str(),
+            OnChain::Permit2 { .. } => super::revert::PERMIT2_INVALID_NONCE,
+        }
+    }
+
     /// Whether a call with `input` to `to` settles this Permit2 payment (the proxy's `settle` for its owner
     /// and nonce). Always `false` for EIP-3009, whose token logs the nonce it uses.
     pub(crate) fn is_settle_call(&self, to: Address, input: &[u8]) -> bool {

@@ -284,3 +284,80 @@ async fn a_permit2_payment_somebody_else_settled_first_is_delivered_with_that_tr
     let one_transfer = U256::from(1_000_000 - ARTICLE_PRICE);
     crate::common::assert_balance_and_nothing_sent(&chain, from, one_transfer, sent).await;
 }
+
+/// Two instances of one deployment on one PostgreSQL database, each sent the same Permit2 payment twice at
+/// once: every copy gets the article with the one settlement; one transfer, one transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_two_instances_settle_one_permit2_payment_once() {
+    let (chain, _) = chain().await;
+    let (key, from) = payer(7);
+    chain.mint(from, 1_000_000).await;
+    chain.approve_permit2(chain.usdc, from).await;
+    let dir = crate::common::ChildDir::on_postgres("permit2-two-instances").await;
+    let flags: Vec<String> = [
+        "--public-url",
+        "http://shop.test",
+        "--network",
+        &format!("eip155:{PERMIT2_CHAIN_ID}"),
+        "--asset",
+        &chain.usdc.to_checksum(None),
+        "--asset-name",
+        TOKEN_NAME,
+        "--asset-version",
+        TOKEN_VERSION,
+        "--transfer-methods",
+        "permit2",
+        "--rpc-url",
+        &chain.anvil.url,
+        "--settler-key",
+        DEV_KEYS[1],
+    ]
+    .iter()
+    .map(|f| f.to_string())
+    .collect();
+    let a = crate::common::ChildServer::start(&dir, &flags);
+    let b = crate::common::ChildServer::start(&dir, &flags);
+    let required = crate::common::offer(&a.article_url()).await;
+    let header = workspace_tests::pay::pay_permit2(key, &required, |_| {});
+    let sent = crate::common::relayer_transactions(&chain).await;
+
+    let urls = [
+        a.article_url(),
+        b.article_url(),
+        a.article_url(),
+        b.article_url(),
+    ];
+    let copies = urls.clone().map(|url| {
+        let header = header.clone();
+        tokio::spawn(async move { crate::common::get_paid(&url, &header).await })
+    });
+    let mut transactions = std::collections::BTreeSet::new();
+    for (copy, url) in copies.into_iter().zip(urls) {
+        let mut resp = copy.await.expect("task");
+        // A copy that met another in flight is told to come back (settlement_pending); it does.
+        for _ in 0..30 {
+            if resp.status() != 402 {
+                break;
+            }
+            assert_eq!(
+                receipt_of(&resp)["errorReason"],
+                "settlement_pending",
+                "{}",
+                a.log_tail()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            resp = crate::common::get_paid(&url, &header).await;
+        }
+        assert_eq!(resp.status(), 200, "{}", b.log_tail());
+        transactions.insert(receipt_of(&resp)["transaction"].to_string());
+    }
+    assert_eq!(transactions.len(), 1, "{transactions:?}");
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+    assert_eq!(
+        crate::common::relayer_transactions(&chain).await,
+        sent + U256::from(1u8)
+    );
+}

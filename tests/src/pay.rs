@@ -97,7 +97,7 @@ pub fn pay_permit2(
         .iter()
         .find_map(|o| match o.method {
             TransferMethod::Permit2 { facilitator } => Some((o, facilitator)),
-            _ => None,
+            TransferMethod::Eip3009 => None,
         })
         .expect("a Permit2 offer");
     let options = SignOptions::default();

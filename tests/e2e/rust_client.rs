@@ -6,7 +6,7 @@
 
 use alloy_primitives::{Address, B256, U256};
 use workspace_tests::buyer::{Bought, buy_with_layer, buy_with_middleware, policy};
-use workspace_tests::chain::{CHAIN_ID, Chain, TOKEN_NAME, TOKEN_VERSION};
+use workspace_tests::chain::{CHAIN_ID, Chain, PERMIT2_CHAIN_ID, TOKEN_NAME, TOKEN_VERSION};
 use workspace_tests::clients::{ExpressConfig, ExpressServer, Server};
 use x402_tower::client::ReceiptError;
 use x402_tower::extensions::bazaar::{DiscoveryQuery, list_resources};
@@ -87,6 +87,45 @@ async fn buys_from_the_official_express_v2_server_money_moving_on_anvil() {
         true,
     )
     .await;
+}
+
+/// The official `@x402/express` server sells `exact` over Permit2 and `upto` (charging a quarter of the
+/// maximum with `setSettlementOverrides`) through the reference facilitator, which settles on anvil: the
+/// workspace's client pays both, and the balances move by the price and by the charge.
+#[tokio::test]
+async fn buys_permit2_and_upto_from_the_official_express_v2_server_money_moving_on_anvil() {
+    let chain = Chain::start_as(PERMIT2_CHAIN_ID).await;
+    chain.install_permit2().await;
+    let facilitator = facilitator_for(&chain).await;
+    let official = ExpressServer::start(&ExpressConfig {
+        facilitator,
+        network: format!("eip155:{PERMIT2_CHAIN_ID}"),
+        asset: chain.usdc.to_checksum(None),
+        name: TOKEN_NAME.into(),
+        version: TOKEN_VERSION.into(),
+        pay_to: PAY_TO.into(),
+        amount: "10000".into(),
+        facilitator_token: Some(FACILITATOR_TOKEN.into()),
+    })
+    .await;
+    let (key, from) = payer(8);
+    chain.mint(from, 1_000_000).await;
+    chain.approve_permit2(chain.usdc, from).await;
+    let net: Network = format!("eip155:{PERMIT2_CHAIN_ID}").parse().unwrap();
+    for (route, charged) in [("-permit2", 10_000), ("-upto", 2_500)] {
+        let before = (chain.balance(from).await, chain.balance(pay_to()).await);
+        let bought = buy_with_layer(
+            &format!("{}{route}", official.url),
+            key,
+            policy(Some(&chain), &net, "0.05"),
+        )
+        .await;
+        assert!(bought.body.contains("sunny"), "{route}: {}", bought.body);
+        settled(&chain, &bought, from, before, charged).await;
+        let paid = bought.paid.as_ref().expect("paid");
+        let sent = &paid.payment.payload["payload"]["permit2Authorization"];
+        assert_eq!(sent["permitted"]["amount"], "10000", "{route}: {sent}");
+    }
 }
 
 #[tokio::test]

@@ -1,7 +1,25 @@
-//! Direct on-chain settlement: the relayer calls USDC's `transferWithAuthorization` over JSON-RPC.
+//! Direct on-chain settlement: the relayer calls USDC's `transferWithAuthorization`, or the x402 Permit2
+//! proxies' `settle`, over JSON-RPC.
 //!
 //! [`OnchainSettler`] needs a JSON-RPC URL and a relayer private key (the relayer pays the gas, never the
-//! USDC). For every payment it:
+//! tokens). It settles `exact` over EIP-3009 as described below, and `exact` over Permit2 and `upto` the same
+//! way with these differences:
+//!
+//! - the transaction calls the proxy the payer named as spender (`x402ExactPermit2Proxy.settle`, or
+//!   `x402UptoPermit2Proxy.settle` with the charge: the upto proxy lets only `witness.facilitator` call it, so
+//!   an `upto` offer settled here names the [relayer](OnchainSettler::relayer) as `facilitatorAddress`, which
+//!   [`Settler::supported`] announces);
+//! - the revert is a custom error of Permit2 or the proxy, mapped to the official code (`permit2_invalid_nonce`,
+//!   `invalid_permit2_signature`, `upto_facilitator_mismatch`, ...); when Permit2 could not move the tokens,
+//!   the payer's balance and allowance decide between `permit2_allowance_required` (the payer must approve
+//!   Permit2 once; the layer answers 412) and `permit2_insufficient_balance`;
+//! - whether the nonce is spent is Permit2's `nonceBitmap(owner, nonce >> 8)`, and Permit2 logs no use of a
+//!   nonce: a cancellation is its `UnorderedNonceInvalidation` log, and the transaction that used it is found
+//!   among the newest 64 `Transfer(payer, payTo)` logs of the token by its call to the proxy with the payment's
+//!   owner and nonce (a settlement made through another contract is not recognised: it counts as no log in
+//!   reach, below).
+//!
+//! For every payment it:
 //!
 //! 1. **simulates** `transferWithAuthorization` with `eth_call` from the relayer (in [`Settler::verify`]) and
 //!    with `eth_estimateGas` (in [`Settler::settle`]): this is what catches an insufficient balance, a nonce

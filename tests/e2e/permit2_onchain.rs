@@ -361,3 +361,37 @@ async fn on_postgres_two_instances_settle_one_permit2_payment_once() {
         sent + U256::from(1u8)
     );
 }
+
+/// A token without EIP-3009 (an OpenZeppelin ERC-20) is sold over Permit2 alone: the official client pays
+/// an article with it, and exactly the price moves.
+#[tokio::test]
+async fn an_article_priced_in_a_token_without_eip3009_is_bought_over_permit2() {
+    let (chain, plain) = chain().await;
+    let server = server(&chain, &["permit2"], |c| {
+        c.payment.asset = Some(plain.to_checksum(None));
+        c.payment.asset_name = Some("Plain Dollar".into());
+        c.payment.asset_version = Some("1".into());
+    })
+    .await;
+    let (key, from) = payer(9);
+    chain.mint_plain(plain, from, 1_000_000).await;
+    chain.approve_permit2(plain, from).await;
+
+    let purchase = buy(Client::JsV2, &server.article_url(), key).await;
+    check_purchase(&purchase, from).await;
+    assert_eq!(
+        permit_of(&purchase)["permitted"]["token"]
+            .as_str()
+            .unwrap()
+            .parse::<Address>()
+            .unwrap(),
+        plain
+    );
+    let price = U256::from(ARTICLE_PRICE);
+    assert_eq!(
+        chain.balance_of(plain, from).await,
+        U256::from(1_000_000u64) - price
+    );
+    assert_eq!(chain.balance_of(plain, pay_to()).await, price);
+    assert_eq!(chain.balance(from).await, U256::ZERO, "no USDC moved");
+}

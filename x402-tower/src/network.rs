@@ -237,6 +237,10 @@ pub struct Token {
     pub version: String,
     /// Decimals of the token's atomic unit (6 for USDC).
     pub decimals: u8,
+    /// Whether the token has EIP-3009's `transferWithAuthorization` (USDC does): `exact` over EIP-3009 is
+    /// sold only for such a token. Any ERC-20 can be sold over Permit2 (`exact` with
+    /// `extra.assetTransferMethod: "permit2"`, and `upto`), USDC too: an offer list may carry both.
+    pub eip3009: bool,
 }
 
 impl Token {
@@ -247,6 +251,7 @@ impl Token {
             name: i.usdc_name.to_owned(),
             version: i.usdc_version.to_owned(),
             decimals: USDC_DECIMALS,
+            eip3009: true,
         })
     }
 
@@ -272,6 +277,40 @@ impl Token {
             name: name.into(),
             version: version.into(),
             decimals,
+            eip3009: true,
+        }
+    }
+
+    /// An ERC-20 without EIP-3009, sold over Permit2 only (`name` and `version`: its EIP-712 domain, for
+    /// EIP-2612 permits, or empty).
+    ///
+    /// ```
+    /// use alloy_primitives::address;
+    /// use x402_tower::network::Token;
+    /// use x402_tower::{PaymentOffer, Price};
+    ///
+    /// let dai = Token::permit2_only(address!("50c5725949A6F0c72E6C4a641F24049A917DB0Cb"), "Dai", "1", 18);
+    /// let base = "base".parse().unwrap();
+    /// let pay_to = address!("209693Bc6afc0C5328bA36FaF03C514EF312287C");
+    /// let offer = PaymentOffer::new(base, dai, pay_to, Price::from(10u64.pow(16)));
+    /// // Over Permit2 it sells; over EIP-3009 the layer refuses to build.
+    /// let layer = |offer: PaymentOffer| {
+    ///     x402_tower::X402Layer::builder("https://example.org")
+    ///         .offer(offer)
+    ///         .build()
+    /// };
+    /// assert!(layer(offer.clone().extra("assetTransferMethod", "permit2")).is_ok());
+    /// assert!(layer(offer).is_err());
+    /// ```
+    pub fn permit2_only(
+        address: Address,
+        name: impl Into<String>,
+        version: impl Into<String>,
+        decimals: u8,
+    ) -> Token {
+        Token {
+            eip3009: false,
+            ..Token::new(address, name, version, decimals)
         }
     }
 }

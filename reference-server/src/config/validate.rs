@@ -589,6 +589,7 @@ fn resolve_network(cfg: &Config) -> Result<PaymentNetwork, ConfigError> {
     if !(eip3009 || permit2) {
         return Err(flag_err("transfer-methods", "", "eip3009 and/or permit2"));
     }
+    let token = Token { eip3009, ..token };
     Ok(PaymentNetwork {
         network,
         token,

@@ -87,6 +87,12 @@ impl Scheme for ExactEip3009 {
 
     fn prepare(&self, offer: SchemeOffer<'_>) -> Result<Prepared, &'static str> {
         let token = &offer.offer.token;
+        if !token.eip3009 {
+            return Err(
+                "the token has no EIP-3009 transferWithAuthorization: sell it over Permit2 \
+                 (extra.assetTransferMethod \"permit2\")",
+            );
+        }
         if token.name.is_empty() || token.version.is_empty() {
             return Err("extra.name and extra.version are required");
         }

@@ -110,7 +110,16 @@ async fn buys_permit2_and_upto_from_the_official_express_v2_server_money_moving_
     .await;
     let (key, from) = payer(8);
     chain.mint(from, 1_000_000).await;
-    chain.approve_permit2(chain.usdc, from).await;
+    // The buyer approves Permit2 with its own key, as the client's docs show.
+    let (to, data) = x402_tower::client::permit2_approval(chain.usdc);
+    let wallet = x402_tower::settle::onchain::OnchainSettler::builder(&chain.anvil.url, key)
+        .build()
+        .expect("a wallet");
+    let approval = wallet
+        .send_transaction(to, data)
+        .await
+        .expect("approval sent");
+    assert_eq!(wallet.transaction_succeeded(approval).await, Ok(true));
     let net: Network = format!("eip155:{PERMIT2_CHAIN_ID}").parse().unwrap();
     for (route, charged) in [("-permit2", 10_000), ("-upto", 2_500)] {
         let before = (chain.balance(from).await, chain.balance(pay_to()).await);

@@ -3,9 +3,31 @@
 //! A [`Payer`] holds a signer (any [`alloy_signer::Signer`]: a local key, a hardware or remote signer) and a
 //! [`PaymentPolicy`] (networks and tokens allowed, a maximum per request, an optional shared [`Budget`]). On
 //! a 402 it reads the requirements (`PAYMENT-REQUIRED`, x402 v2, or the v1 JSON body), picks the first offer
-//! the policy accepts, reserves its price from the budget, signs an EIP-3009 authorization exactly as the
-//! official clients do ([`sign`]) and the request is sent again with the payment. The answer carries a
-//! [`Paid`] extension with what was paid and the decoded settlement receipt.
+//! the policy accepts, reserves its price from the budget, signs an EIP-3009 authorization or a Permit2
+//! permit (`exact` over Permit2, `upto`) exactly as the official clients do ([`sign`]) and the request is sent
+//! again with the payment. The answer carries a [`Paid`] extension with what was paid and the decoded
+//! settlement receipt (for `upto`, its `amount` is what was charged; the budget gets the rest back).
+//!
+//! **Permit2 needs one approval.** Before its first payment over Permit2 in a token, the buyer's address
+//! approves Permit2 for that token, once, with a transaction of its own ([`permit2_approval`] is its
+//! target and calldata). Without it a server that settles answers 412 `permit2_allowance_required`, and
+//! nothing is charged. With the `onchain` feature, the buyer's key can send it through any JSON-RPC node:
+//!
+//! ```no_run
+//! # #[cfg(feature = "onchain")]
+//! # async fn approve() -> Result<(), Box<dyn std::error::Error>> {
+//! use alloy_primitives::address;
+//! use x402_tower::client::permit2_approval;
+//! use x402_tower::settle::onchain::OnchainSettler;
+//!
+//! let usdc = address!("036CbD53842c5426634e7929541eC2318f3dCF7e"); // Base Sepolia
+//! let (to, data) = permit2_approval(usdc);
+//! let wallet = OnchainSettler::builder("https://sepolia.base.org", "0x<the buyer's key>").build()?;
+//! let tx = wallet.send_transaction(to, data).await?;
+//! println!("approved in {tx}");
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Two adapters run that flow:
 //!
@@ -64,6 +86,20 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 pub use layer::{X402Client, X402ClientLayer};
 pub use policy::{Budget, PaymentPolicy};
 pub use sign::{Offer, Requirements, RequirementsError, SignOptions, SignedPayment};
+
+/// The transaction a buyer sends once before paying over Permit2 in `token`: its target (the token) and
+/// calldata (`approve(Permit2, 2^256 - 1)`, the allowance the official clients ask for).
+pub fn permit2_approval(token: Address) -> (Address, alloy_primitives::Bytes) {
+    use alloy_sol_types::SolCall as _;
+    alloy_sol_types::sol! {
+        function approve(address spender, uint256 amount) external returns (bool);
+    }
+    let call = approveCall {
+        spender: crate::scheme::PERMIT2,
+        amount: U256::MAX,
+    };
+    (token, call.abi_encode().into())
+}
 
 use crate::network::{Network, Token};
 use crate::proto::SettleResponse;

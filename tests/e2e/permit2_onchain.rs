@@ -395,3 +395,89 @@ async fn an_article_priced_in_a_token_without_eip3009_is_bought_over_permit2() {
     assert_eq!(chain.balance_of(plain, pay_to()).await, price);
     assert_eq!(chain.balance(from).await, U256::ZERO, "no USDC moved");
 }
+
+/// A buyer who never approved Permit2 and whose client can read the chain signs an EIP-2612 permit
+/// (`eip2612GasSponsoring`, declared by the server): the relayer applies it in the settlement
+/// (`settleWithPermit`), the buyer sends no transaction, exactly the price moves, for an article (`exact`) and
+/// for registry records (`upto`).
+#[tokio::test]
+async fn a_buyer_without_allowance_pays_with_an_eip2612_permit_the_relayer_applies() {
+    let (chain, _) = chain().await;
+    let server = server(&chain, &["permit2"], |c| c.registry.export_price = 100).await;
+    let offered = crate::common::offer(&server.article_url()).await;
+    assert!(
+        offered["extensions"]["eip2612GasSponsoring"]["info"].is_object(),
+        "{offered}"
+    );
+    let (key, from) = payer(9);
+    chain.mint(from, 1_000_000).await;
+    let nonce_before = chain
+        .rpc
+        .call(
+            "eth_getTransactionCount",
+            serde_json::json!([from, "latest"]),
+        )
+        .await;
+
+    let purchase =
+        workspace_tests::clients::buy_reading_chain(&server.article_url(), key, &chain.anvil.url)
+            .await;
+    check_purchase(&purchase, from).await;
+    let sent = decode_b64_json(purchase.payment_header.as_str().expect("payment header"));
+    let info = &sent["extensions"]["eip2612GasSponsoring"]["info"];
+    assert_eq!(info["amount"], ARTICLE_PRICE.to_string(), "{sent}");
+    let price = U256::from(ARTICLE_PRICE);
+    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64) - price);
+    assert_eq!(
+        selector_of(&chain, &purchase.receipt).await,
+        "settleWithPermit((uint256,uint256,bytes32,bytes32,uint8),((address,uint256),uint256,uint256),address,(address,uint256),bytes)",
+    );
+
+    // Registry records with upto, the permit for the maximum: charged for what was returned.
+    let records = workspace_tests::clients::buy_reading_chain(
+        &format!("{}/api/v3/assets/export/?limit=10&offset=3", server.url),
+        key,
+        &chain.anvil.url,
+    )
+    .await;
+    assert_eq!(records.status, 200, "{}", records.body);
+    assert_eq!(records.receipt["amount"], "200", "{}", records.receipt);
+    assert_eq!(
+        selector_of(&chain, &records.receipt).await,
+        "settleWithPermit((uint256,uint256,bytes32,bytes32,uint8),((address,uint256),uint256,uint256),uint256,address,(address,address,uint256),bytes)",
+    );
+    assert_eq!(
+        chain.balance(from).await,
+        U256::from(1_000_000u64) - price - U256::from(200u64)
+    );
+    let nonce_after = chain
+        .rpc
+        .call(
+            "eth_getTransactionCount",
+            serde_json::json!([from, "latest"]),
+        )
+        .await;
+    assert_eq!(nonce_before, nonce_after, "the buyer sent no transaction");
+}
+
+/// The signature of the function the receipt's transaction called, among the proxies' four.
+async fn selector_of(chain: &Chain, receipt: &Value) -> &'static str {
+    const FUNCTIONS: [&str; 4] = [
+        "settle(((address,uint256),uint256,uint256),address,(address,uint256),bytes)",
+        "settle(((address,uint256),uint256,uint256),uint256,address,(address,address,uint256),bytes)",
+        "settleWithPermit((uint256,uint256,bytes32,bytes32,uint8),((address,uint256),uint256,uint256),address,(address,uint256),bytes)",
+        "settleWithPermit((uint256,uint256,bytes32,bytes32,uint8),((address,uint256),uint256,uint256),uint256,address,(address,address,uint256),bytes)",
+    ];
+    let tx = chain
+        .rpc
+        .call(
+            "eth_getTransactionByHash",
+            serde_json::json!([hash_of(receipt)]),
+        )
+        .await;
+    let input = tx["input"].as_str().expect("input").to_owned();
+    FUNCTIONS
+        .into_iter()
+        .find(|f| input.starts_with(&alloy_primitives::keccak256(f.as_bytes()).to_string()[..10]))
+        .unwrap_or_else(|| panic!("not a proxy call: {}", &input[..10]))
+}

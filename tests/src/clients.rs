@@ -101,6 +101,23 @@ pub async fn buy(client: Client, url: &str, key: &str) -> Purchase {
         Client::JsV2 => run(&tools::node(), &["pay-v2.mjs", url, key], &tools::js_dir()).await,
         Client::Python => run(&tools::python(), &["pay.py", url, key], &tools::py_dir()).await,
     };
+    purchase(&stdout)
+}
+
+/// Buys `url` with the official v2 client (`@x402/fetch` + `@x402/evm`) paying with `key`, able to read the
+/// chain at `rpc_url` (it then signs an EIP-2612 permit for Permit2 when the server offers gas sponsoring
+/// and the payer's allowance is short).
+pub async fn buy_reading_chain(url: &str, key: &str, rpc_url: &str) -> Purchase {
+    let stdout = run(
+        &tools::node(),
+        &["pay-v2.mjs", url, key, rpc_url],
+        &tools::js_dir(),
+    )
+    .await;
+    purchase(&stdout)
+}
+
+fn purchase(stdout: &str) -> Purchase {
     let line = stdout
         .lines()
         .rev()

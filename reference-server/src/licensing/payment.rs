@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use x402_tower::extensions::Fixed;
 use x402_tower::extensions::offer_receipt::OfferReceipt;
 use x402_tower::pricing::PriceDecision;
 use x402_tower::proto::checksum;
@@ -110,7 +111,12 @@ pub(crate) fn x402_layer(
         };
         std::future::ready(decision)
     };
-    X402Layer::builder(public_url.to_owned())
+    let mut layer = X402Layer::builder(public_url.to_owned());
+    if onchain.is_some() && settings.payment.permit2 {
+        // The relayer applies a buyer's EIP-2612 permit for Permit2 in the settlement: no approval first.
+        layer = layer.extension(Arc::new(Fixed::eip2612_gas_sponsoring()));
+    }
+    layer
         .engine(engine)
         .price_source(price)
         .settle_timing(SettleTiming::BeforeHandler)

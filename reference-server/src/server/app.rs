@@ -282,7 +282,14 @@ fn export_layer(
         facilitator: payment.upto_facilitator.unwrap_or(payment.pay_to),
     }
     .prices(registry::PAGE_SIZE);
-    x402_tower::X402Layer::builder(public_url.to_owned())
+    let mut layer = x402_tower::X402Layer::builder(public_url.to_owned());
+    if payment.onchain.is_some() {
+        // The relayer applies a buyer's EIP-2612 permit for Permit2 in the settlement: no approval first.
+        layer = layer.extension(std::sync::Arc::new(
+            x402_tower::extensions::Fixed::eip2612_gas_sponsoring(),
+        ));
+    }
+    layer
         .engine(licensing.payments.engine())
         .price_source(move |parts: &http::request::Parts| {
             std::future::ready(prices.decide(parts.uri.query()))

@@ -71,6 +71,7 @@ use crate::proto::{PaymentRequirementsV2, SettleResponse};
 use crate::scheme::CompiledOffer;
 
 pub mod bazaar;
+pub mod gas_sponsoring;
 pub mod offer_receipt;
 pub mod payment_identifier;
 pub mod siwx;
@@ -302,6 +303,13 @@ impl Fixed {
     /// `bazaar`: how the route is called.
     pub fn bazaar(discovery: &bazaar::Discovery) -> Self {
         Fixed::new(bazaar::KEY, discovery.declaration().to_string())
+    }
+
+    /// `eip2612GasSponsoring`: buyers without an allowance for Permit2 may sign an EIP-2612 permit, which the
+    /// settler applies ([`gas_sponsoring`]). The buyer's permit is kept in the payment record, so a settlement
+    /// made anew after a restart applies it too.
+    pub fn eip2612_gas_sponsoring() -> Self {
+        Fixed::new(gas_sponsoring::KEY, gas_sponsoring::declaration()).keeping_echo()
     }
 
     /// `terms`: the same terms in every 402.

@@ -922,6 +922,21 @@ impl Ours {
     }
 }
 
+/// Why a payment's `eip2612GasSponsoring` permit is refused, when it is.
+const BAD_SPONSORING: &str = "the eip2612GasSponsoring permit is malformed, expired or not for this payer, token and Permit2";
+
+/// The official code refusing a Permit2 payment's EIP-2612 permit (malformed, expired, not the payer's, not
+/// for the token or for Permit2), if it carries one that does not do.
+fn bad_sponsoring(request: &SettleRequest) -> Option<&'static str> {
+    let payment = request
+        .authorized
+        .details::<crate::scheme::Permit2Payment>()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    payment::sponsoring(request, payment, now)?.err()
+}
+
 /// A JSON-RPC failure as the settler trait reports it.
 fn settle_error(e: RpcError) -> SettleError {
     match e {
@@ -943,6 +958,12 @@ impl Settler for OnchainSettler {
                     return Ok(VerifyOutcome::Invalid {
                         reason: RejectReason::InvalidScheme.as_str().to_owned(),
                         message: Some(UNSUPPORTED.to_owned()),
+                    });
+                }
+                if let Some(code) = bad_sponsoring(request) {
+                    return Ok(VerifyOutcome::Invalid {
+                        reason: code.to_owned(),
+                        message: Some(BAD_SPONSORING.to_owned()),
                     });
                 }
                 if let Err(message) = self
@@ -977,6 +998,13 @@ impl Settler for OnchainSettler {
         let span = debug_span!("x402.onchain.settle", payer = %request.payer());
         if OnChain::of(request).is_none() {
             return Box::pin(std::future::ready(unsupported()));
+        }
+        if let Some(code) = bad_sponsoring(request) {
+            return Box::pin(std::future::ready(SettleOutcome::Failed {
+                reason: code.to_owned(),
+                message: Some(BAD_SPONSORING.to_owned()),
+                authorization_still_usable: true,
+            }));
         }
         Box::pin(self.inner.settle(request).instrument(span))
     }
@@ -1034,7 +1062,7 @@ impl Settler for OnchainSettler {
             signers.insert("eip155:*".to_owned(), json!([self.inner.relayer]));
             Ok(SupportedResponse {
                 kinds,
-                extensions: Vec::new(),
+                extensions: vec![json!(crate::extensions::gas_sponsoring::KEY)],
                 signers,
             })
         })

@@ -6,6 +6,7 @@ use alloy_primitives::{Address, B256, Bytes, U256};
 use alloy_sol_types::{SolCall, sol};
 
 use super::token::{authorizationStateCall, transfer_calldata};
+use crate::extensions::gas_sponsoring::Eip2612Permit;
 use crate::scheme::{Eip3009Payment, PERMIT2, Permit2Payment};
 use crate::settle::SettleRequest;
 
@@ -19,6 +20,18 @@ sol! {
     /// The upto proxy's witness.
     struct UptoWitness { address to; address facilitator; uint256 validAfter; }
 
+    /// The x402 proxies' EIP-2612 permit for Permit2 (`eip2612GasSponsoring`).
+    struct EIP2612Permit { uint256 value; uint256 deadline; bytes32 r; bytes32 s; uint8 v; }
+
+    /// `x402ExactPermit2Proxy.settleWithPermit`: applies the payer's EIP-2612 permit, then settles.
+    function settleWithPermit(
+        EIP2612Permit permit2612, PermitTransferFrom permit, address owner, ExactWitness witness, bytes signature
+    );
+    /// `x402UptoPermit2Proxy.settleWithPermit`.
+    function settleWithPermit(
+        EIP2612Permit permit2612, PermitTransferFrom permit, uint256 amount, address owner, UptoWitness witness,
+        bytes signature
+    );
     /// `x402ExactPermit2Proxy.settle`: moves `permit.permitted.amount` to `witness.to`.
     function settle(PermitTransferFrom permit, address owner, ExactWitness witness, bytes signature);
     /// `x402UptoPermit2Proxy.settle`: moves `amount` (at most the permitted maximum) to `witness.to`; only
@@ -38,6 +51,7 @@ sol! {
 
 /// The chain's view of one payment.
 #[derive(Debug, Clone, Copy)]
+#[allow(clippy::large_enum_variant)] // a value on the stack per call, never stored in bulk
 pub(crate) enum OnChain<'a> {
     /// `transferWithAuthorization` on the token.
     Eip3009 {
@@ -46,12 +60,14 @@ pub(crate) enum OnChain<'a> {
         /// The authorization.
         payment: &'a Eip3009Payment,
     },
-    /// `settle` on the proxy named as spender.
+    /// `settle` on the proxy named as spender (`settleWithPermit` with the payer's EIP-2612 permit).
     Permit2 {
         /// The signed permit.
         payment: &'a Permit2Payment,
         /// What the settlement moves: the permitted amount (`exact`) or the charge (`upto`).
         amount: U256,
+        /// The payer's EIP-2612 permit for Permit2 (`eip2612GasSponsoring`), when it sent one that reads.
+        sponsored: Option<Eip2612Permit>,
     },
 }
 
@@ -79,6 +95,7 @@ impl<'a> OnChain<'a> {
             .map(|payment| OnChain::Permit2 {
                 payment,
                 amount: request.amount_to_settle(),
+                sponsored: sponsoring(request, payment, 0).and_then(Result::ok),
             })
     }
 
@@ -94,7 +111,11 @@ impl<'a> OnChain<'a> {
     pub(crate) fn calldata(&self) -> Bytes {
         match *self {
             OnChain::Eip3009 { payment, .. } => transfer_calldata(payment),
-            OnChain::Permit2 { payment: p, amount } => {
+            OnChain::Permit2 {
+                payment: p,
+                amount,
+                sponsored,
+            } => {
                 let permit = PermitTransferFrom {
                     permitted: TokenPermissions {
                         token: p.token,
@@ -103,32 +124,58 @@ impl<'a> OnChain<'a> {
                     nonce: p.nonce,
                     deadline: p.deadline,
                 };
-                match p.facilitator {
-                    None => settle_0Call {
+                let (owner, signature) = (p.from, p.signature.clone());
+                let exact = || ExactWitness {
+                    to: p.to,
+                    validAfter: p.valid_after,
+                };
+                let upto = |facilitator| UptoWitness {
+                    to: p.to,
+                    facilitator,
+                    validAfter: p.valid_after,
+                };
+                let permit2612 = sponsored.map(|s| EIP2612Permit {
+                    value: s.value,
+                    deadline: s.deadline,
+                    r: s.r,
+                    s: s.s,
+                    v: s.v,
+                });
+                match (p.facilitator, permit2612) {
+                    (None, None) => settle_0Call {
                         permit,
-                        owner: p.from,
-                        witness: ExactWitness {
-                            to: p.to,
-                            validAfter: p.valid_after,
-                        },
-                        signature: p.signature.clone(),
+                        owner,
+                        witness: exact(),
+                        signature,
                     }
-                    .abi_encode()
-                    .into(),
-                    Some(facilitator) => settle_1Call {
+                    .abi_encode(),
+                    (Some(f), None) => settle_1Call {
                         permit,
                         amount,
-                        owner: p.from,
-                        witness: UptoWitness {
-                            to: p.to,
-                            facilitator,
-                            validAfter: p.valid_after,
-                        },
-                        signature: p.signature.clone(),
+                        owner,
+                        witness: upto(f),
+                        signature,
                     }
-                    .abi_encode()
-                    .into(),
+                    .abi_encode(),
+                    (None, Some(permit2612)) => settleWithPermit_0Call {
+                        permit2612,
+                        permit,
+                        owner,
+                        witness: exact(),
+                        signature,
+                    }
+                    .abi_encode(),
+                    (Some(f), Some(permit2612)) => settleWithPermit_1Call {
+                        permit2612,
+                        permit,
+                        amount,
+                        owner,
+                        witness: upto(f),
+                        signature,
+                    }
+                    .abi_encode(),
                 }
+                .into()
             }
         }
     }
@@ -142,7 +189,9 @@ impl<'a> OnChain<'a> {
                 to: payment.authorization.to,
                 value: payment.authorization.value,
             },
-            OnChain::Permit2 { payment, amount } => Movement {
+            OnChain::Permit2 {
+                payment, amount, ..
+            } => Movement {
                 token: payment.token,
                 from: payment.from,
                 to: payment.to,
@@ -205,17 +254,21 @@ impl<'a> OnChain<'a> {
         if to != p.spender {
             return false;
         }
-        let (owner, nonce) = match p.facilitator {
-            None => match settle_0Call::abi_decode(input) {
-                Ok(c) => (c.owner, c.permit.nonce),
-                Err(_) => return false,
-            },
-            Some(_) => match settle_1Call::abi_decode(input) {
-                Ok(c) => (c.owner, c.permit.nonce),
-                Err(_) => return false,
-            },
+        // With or without a permit: the buyer's permit may have been applied by whoever settled.
+        let decoded = if p.facilitator.is_none() {
+            settle_0Call::abi_decode(input)
+                .map(|c| (c.owner, c.permit.nonce))
+                .or_else(|_| {
+                    settleWithPermit_0Call::abi_decode(input).map(|c| (c.owner, c.permit.nonce))
+                })
+        } else {
+            settle_1Call::abi_decode(input)
+                .map(|c| (c.owner, c.permit.nonce))
+                .or_else(|_| {
+                    settleWithPermit_1Call::abi_decode(input).map(|c| (c.owner, c.permit.nonce))
+                })
         };
-        owner == p.from && nonce == p.nonce
+        decoded.is_ok_and(|(owner, nonce)| owner == p.from && nonce == p.nonce)
     }
 
     /// Whether Permit2's `UnorderedNonceInvalidation` log data (`word`, `mask`) cancels this payment's nonce.
@@ -230,6 +283,24 @@ impl<'a> OnChain<'a> {
         let mask = U256::from_be_slice(&data[32..64]);
         word == payment.nonce >> 8 && mask.bit(bit_of(payment.nonce))
     }
+}
+
+/// The payer's EIP-2612 permit in `request`'s extensions, read and checked at `now` (0: the deadline is not
+/// checked), if it sent one.
+pub(crate) fn sponsoring(
+    request: &SettleRequest,
+    payment: &Permit2Payment,
+    now: u64,
+) -> Option<Result<Eip2612Permit, &'static str>> {
+    let crate::proto::PaymentPayload::V2(p) = &request.payload else {
+        return None;
+    };
+    Eip2612Permit::read(
+        p.extensions.as_ref()?.get(),
+        payment.from,
+        payment.token,
+        now,
+    )
 }
 
 /// The payment of `request` as the chain sees it. Every entry point of the settler refuses a payment it

@@ -221,3 +221,87 @@ async fn a_reader_pays_from_the_paywall_with_a_browser_wallet_and_the_chain_move
         );
     }
 }
+
+/// An article priced in a token without EIP-3009 is paid from the paywall over Permit2 by a wallet that never
+/// allowed Permit2: where the server settles on chain it declares gas sponsoring, and the wallet signs an
+/// EIP-2612 permit with the payment, sending no transaction (exactly the price moves); where it does not,
+/// the wallet sends one approval transaction first.
+#[tokio::test]
+async fn a_reader_pays_over_permit2_from_the_paywall_with_a_permit_or_an_approval() {
+    use workspace_tests::chain::{DEV_KEYS, PERMIT2_CHAIN_ID};
+    let chain = Chain::start_as(PERMIT2_CHAIN_ID).await;
+    let plain = chain.install_permit2().await;
+    let plain_token = plain.to_checksum(None);
+    let selling = |c: &mut reference_server::config::Config| {
+        c.payment.network = format!("eip155:{PERMIT2_CHAIN_ID}");
+        c.payment.asset = Some(plain_token.clone());
+        c.payment.asset_name = Some("Plain Dollar".into());
+        c.payment.asset_version = Some("1".into());
+        c.payment.transfer_methods = vec!["permit2".into()];
+    };
+    let rpc_url = chain.anvil.url.clone();
+    let sponsored = RefServer::start(|c| {
+        selling(c);
+        c.payment.rpc_url = Some(rpc_url);
+        c.payment.settler_key = Some(DEV_KEYS[1].into());
+    })
+    .await;
+    let approval = RefServer::start(selling).await;
+    let (key, from) = payer(9);
+    chain.mint_plain(plain, from, 1_000_000).await;
+    let shots = screenshots();
+    let r = run_js_json(
+        "browser-permit2.mjs",
+        &[
+            &sponsored.article_url(),
+            &approval.article_url(),
+            &chain.anvil.url,
+            key,
+            tools::chromium().to_str().expect("path"),
+            shots.to_str().expect("path"),
+        ],
+    )
+    .await;
+
+    assert_eq!(r["consoleErrors"], serde_json::json!([]), "{r}");
+    assert!(
+        r["sponsoredReady"]
+            .as_str()
+            .unwrap()
+            .contains("signs a permit for Permit2"),
+        "{r}"
+    );
+    assert_eq!(
+        r["sponsoredSigned"],
+        serde_json::json!(["Permit", "PermitWitnessTransferFrom"]),
+        "{r}"
+    );
+    assert_eq!(r["sponsoredTransactions"], 0, "{r}");
+    let price = U256::from(ARTICLE_PRICE);
+    assert_eq!(
+        chain.balance_of(plain, from).await,
+        U256::from(1_000_000u64) - price
+    );
+    assert_eq!(chain.balance_of(plain, pay_to()).await, price);
+
+    assert!(
+        r["approvalReady"]
+            .as_str()
+            .unwrap()
+            .contains("first sends one transaction"),
+        "{r}"
+    );
+    assert_eq!(
+        r["approvalSigned"],
+        serde_json::json!(["PermitWitnessTransferFrom"]),
+        "{r}"
+    );
+    assert_eq!(r["approvalTransactions"], 1, "{r}");
+    assert!(
+        r["approvalReceipt"]
+            .as_str()
+            .unwrap()
+            .starts_with("Your license"),
+        "{r}"
+    );
+}

@@ -9,8 +9,8 @@
 // phone viewport. Screenshots go to <screenshot dir>. Any console error or page error fails the run. Prints one JSON
 // line with the observations; exits 1 on a failure (printed on stderr).
 import puppeteer from "puppeteer-core";
-import { createPublicClient, http } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
+import { TIMEOUT, open as openPage, status, wallet } from "./browser-wallet.mjs";
 
 const [articleUrl, rpcUrl, key, chromium, shots, twoLicenseUrl] = process.argv.slice(2);
 if (!articleUrl || !rpcUrl || !key || !chromium || !shots || !twoLicenseUrl) {
@@ -21,97 +21,18 @@ const account = privateKeyToAccount(key);
 // A key with no USDC, and a stranger whose signature the server must refuse.
 const empty = privateKeyToAccount("0x" + "11".repeat(32));
 const stranger = privateKeyToAccount("0x" + "22".repeat(32));
-const chain = createPublicClient({ transport: http(rpcUrl) });
 const out = { consoleErrors: [] };
-const TIMEOUT = 20_000;
 
-// The wallet, on the Node side: answers the page's EIP-1193 requests.
-function wallet(mode) {
-  const me = mode === "poor" ? empty : account;
-  return async (method, params) => {
-    try {
-      switch (method) {
-        case "eth_requestAccounts":
-        case "eth_accounts":
-          return { result: [me.address] };
-        case "eth_chainId":
-          // "elsewhere": the wallet sits on another chain and cannot switch to an unknown one.
-          return { result: mode === "elsewhere" ? "0x1" : `0x${(await chain.getChainId()).toString(16)}` };
-        case "wallet_switchEthereumChain":
-          if (mode === "elsewhere") return { error: { code: 4902, message: "Unrecognized chain ID." } };
-          return { result: null };
-        case "eth_call":
-          return { result: await chain.request({ method, params }) };
-        case "eth_signTypedData_v4": {
-          if (mode === "reject") return { error: { code: 4001, message: "User rejected the request." } };
-          const typed = JSON.parse(params[1]);
-          const { EIP712Domain, ...types } = typed.types;
-          const m = typed.message;
-          const message = { ...m, value: BigInt(m.value), validAfter: BigInt(m.validAfter), validBefore: BigInt(m.validBefore) };
-          const signer = mode === "badsig" ? stranger : account;
-          const signature = await signer.signTypedData({ domain: typed.domain, types, primaryType: typed.primaryType, message });
-          if (mode !== "badsig") out.signed = (out.signed ?? 0) + 1;
-          return { result: signature };
-        }
-        default:
-          return { error: { code: 4200, message: `unsupported method ${method}` } };
-      }
-    } catch (e) {
-      return { error: { code: -32603, message: String(e?.message ?? e) } };
-    }
-  };
-}
-
-// The page side: window.ethereum and an EIP-6963 announcement, forwarding to the exposed function.
-function inject() {
-  const provider = {
-    isTestWallet: true,
-    async request({ method, params }) {
-      const r = await window.__x402Wallet(method, params ?? []);
-      if (r.error) {
-        const e = new Error(r.error.message);
-        e.code = r.error.code;
-        throw e;
-      }
-      return r.result;
-    },
-    on() {},
-    removeListener() {},
-  };
-  window.ethereum = provider;
-  const announce = () =>
-    window.dispatchEvent(
-      new CustomEvent("eip6963:announceProvider", {
-        detail: Object.freeze({ info: { uuid: "00000000-0000-4000-8000-000000000000", name: "Test wallet", icon: "data:image/svg+xml,<svg xmlns='http://www.w3.org/2000/svg'/>", rdns: "org.example.test" }, provider }),
-      }),
-    );
-  window.addEventListener("eip6963:requestProvider", announce);
-}
-
-async function open(browser, mode, url = articleUrl) {
-  const page = await browser.newPage();
-  page.on("console", (m) => {
-    // The paywall document itself answers 402 by design: Chromium logs that as a failed load. Anything else
-    // (another failed resource, a script error, a CSP violation) is an error.
-    // So is the answer this test cuts on purpose (the lost answer of the purchase).
-    const own = m.location()?.url === url && (/status of 402/.test(m.text()) || (mode === "pay" && /ERR_CONNECTION_RESET/.test(m.text())) || (mode === "second" && /ERR_CONNECTION_REFUSED/.test(m.text())));
-    if (m.type() === "error" && !own) out.consoleErrors.push(`${mode}: ${m.text()} (${m.location()?.url})`);
-  });
-  page.on("pageerror", (e) => out.consoleErrors.push(`${mode}: ${e.message}`));
-  if (mode !== "none") {
-    await page.exposeFunction("__x402Wallet", wallet(mode));
-    await page.evaluateOnNewDocument(inject);
-  }
-  await page.setViewport({ width: 1000, height: 900 });
-  const res = await page.goto(url, { waitUntil: "load" });
-  out[`${mode}Status`] = res.status();
-  await page.waitForSelector("#x402-connect:not([disabled])", { timeout: TIMEOUT });
-  return page;
-}
-
-async function status(page) {
-  return page.$eval("#x402-status", (e) => e.textContent.trim());
-}
+const walletFor = wallet({
+  rpcUrl,
+  accountOf: (mode) => (mode === "poor" ? empty : account),
+  signerOf: (mode) => (mode === "badsig" ? stranger : account),
+  out,
+});
+// The answers this test cuts on purpose (the lost answer of the purchase, the refused connection).
+const expected = (mode, text) =>
+  (mode === "pay" && /ERR_CONNECTION_RESET/.test(text)) || (mode === "second" && /ERR_CONNECTION_REFUSED/.test(text));
+const open = (browser, mode, url = articleUrl) => openPage(browser, { url, mode, walletFor, out, expected });
 
 const browser = await puppeteer.launch({
   executablePath: chromium,

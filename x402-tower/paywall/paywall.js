@@ -10,6 +10,7 @@
   var state = { provider: null, account: null, pending: null };
   // The server's reasons in words: the table of src/paywall.rs, sent with the requirements.
   var REASONS = data.reasons || {};
+  var UNIT = data.unit || "USDC";
   function say(text, kind) {
     var s = $("x402-status");
     s.textContent = text;
@@ -47,9 +48,103 @@
       }
     }
   }
+  function word(address) { return address.slice(2).toLowerCase().padStart(64, "0"); }
+  async function read(p, to, data) {
+    return BigInt(await p.request({ method: "eth_call", params: [{ to: to, data: data }, "latest"] }));
+  }
   async function balance(p, account) {
-    var call = { to: offer.asset, data: "0x70a08231" + account.slice(2).toLowerCase().padStart(64, "0") };
-    return BigInt(await p.request({ method: "eth_call", params: [call, "latest"] }));
+    return read(p, offer.asset, "0x70a08231" + word(account));
+  }
+  // `exact` over Permit2 (a token without EIP-3009): Permit2 moves the tokens, once the wallet allowed it to;
+  // a wallet that has not signs an EIP-2612 permit the server applies (`eip2612GasSponsoring`), or else
+  // sends one approval transaction first.
+  var PERMIT2 = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
+  var EXACT_PROXY = "0x402085c248EeA27D92E8b30b2C58ed07f9E20001";
+  var SPONSORING = "eip2612GasSponsoring";
+  function overPermit2() { return !!(offer.extra && offer.extra.assetTransferMethod === "permit2"); }
+  function sponsored() { return !!(data.extensions && data.extensions[SPONSORING]); }
+  async function allowanceShort(p, account) {
+    if (!overPermit2()) return false;
+    return (await read(p, offer.asset, "0xdd62ed3e" + word(account) + word(PERMIT2))) < BigInt(offer.amount);
+  }
+  function ready(short) {
+    var price = units(offer.amount, data.decimals) + " " + UNIT;
+    if (!short) return "Ready to pay " + price + ".";
+    return sponsored()
+      ? "Ready to pay " + price + ": your wallet also signs a permit for Permit2, applied with the payment (no gas)."
+      : "Ready to pay " + price + ": your wallet first sends one transaction allowing Permit2 to move the token (it needs a little ETH for gas).";
+  }
+  function domainType(withVersion) {
+    var t = [{ name: "name", type: "string" }];
+    if (withVersion) t.push({ name: "version", type: "string" });
+    return t.concat([{ name: "chainId", type: "uint256" }, { name: "verifyingContract", type: "address" }]);
+  }
+  async function sign(p, from, typed) {
+    return p.request({ method: "eth_signTypedData_v4", params: [from, JSON.stringify(typed)] });
+  }
+  // The EIP-2612 permit for Permit2 (the extension's info), signed under the token's own domain.
+  async function permitForPermit2(p, from, deadline) {
+    var nonce = (await read(p, offer.asset, "0x7ecebe00" + word(from))).toString();
+    var message = { owner: from, spender: PERMIT2, value: offer.amount, nonce: nonce, deadline: deadline };
+    var signature = await sign(p, from, {
+      types: {
+        EIP712Domain: domainType(true),
+        Permit: [{ name: "owner", type: "address" }, { name: "spender", type: "address" }, { name: "value", type: "uint256" },
+          { name: "nonce", type: "uint256" }, { name: "deadline", type: "uint256" }],
+      },
+      primaryType: "Permit",
+      domain: { name: offer.extra.name, version: offer.extra.version, chainId: chainId, verifyingContract: offer.asset },
+      message: message,
+    });
+    return { from: from, asset: offer.asset, spender: PERMIT2, amount: offer.amount, nonce: nonce, deadline: deadline, signature: signature, version: "1" };
+  }
+  // One approval transaction, waited for (bounded).
+  async function approvePermit2(p, from) {
+    var data = "0x095ea7b3" + word(PERMIT2) + "f".repeat(64);
+    var hash = await p.request({ method: "eth_sendTransaction", params: [{ from: from, to: offer.asset, data: data }] });
+    for (var i = 0; i < 120; i++) {
+      var receipt = await p.request({ method: "eth_getTransactionReceipt", params: [hash] });
+      if (receipt) {
+        if (receipt.status !== "0x1") throw new Error("The approval transaction failed.");
+        return;
+      }
+      await new Promise(function (r) { setTimeout(r, 1000); });
+    }
+    throw new Error("The approval transaction was not mined within two minutes.");
+  }
+  // The payload of `exact` over Permit2, as the official clients write it, and the extensions to send.
+  async function payPermit2(p, from, deadline, extensions) {
+    if (await allowanceShort(p, from)) {
+      if (sponsored()) {
+        extensions[SPONSORING] = { info: await permitForPermit2(p, from, deadline) };
+      } else {
+        say("Confirm the approval of Permit2 in your wallet...", "");
+        await approvePermit2(p, from);
+      }
+    }
+    var nonce = BigInt(randomNonce()).toString();
+    var authorization = {
+      from: from,
+      permitted: { token: offer.asset, amount: offer.amount },
+      spender: EXACT_PROXY,
+      nonce: nonce,
+      deadline: deadline,
+      witness: { to: offer.payTo, validAfter: "0" },
+    };
+    say("Confirm the payment in your wallet...", "");
+    var signature = await sign(p, from, {
+      types: {
+        EIP712Domain: domainType(false),
+        PermitWitnessTransferFrom: [{ name: "permitted", type: "TokenPermissions" }, { name: "spender", type: "address" },
+          { name: "nonce", type: "uint256" }, { name: "deadline", type: "uint256" }, { name: "witness", type: "Witness" }],
+        TokenPermissions: [{ name: "token", type: "address" }, { name: "amount", type: "uint256" }],
+        Witness: [{ name: "to", type: "address" }, { name: "validAfter", type: "uint256" }],
+      },
+      primaryType: "PermitWitnessTransferFrom",
+      domain: { name: "Permit2", chainId: chainId, verifyingContract: PERMIT2 },
+      message: { permitted: authorization.permitted, spender: EXACT_PROXY, nonce: nonce, deadline: deadline, witness: authorization.witness },
+    });
+    return { signature: signature, permit2Authorization: authorization };
   }
   async function connect() {
     var p = pickProvider();
@@ -64,15 +159,15 @@
       await ensureChain(p);
       var have = await balance(p, state.account);
       $("x402-account").textContent = state.account;
-      $("x402-balance").textContent = units(have, data.decimals) + " USDC";
+      $("x402-balance").textContent = units(have, data.decimals) + " " + UNIT;
       $("x402-wallet").hidden = false;
       $("x402-connect").hidden = true;
       if (have < BigInt(offer.amount)) {
-        say("Your balance is lower than the price: add USDC on " + data.networkName + " to pay.", "error");
+        say("Your balance is lower than the price: add " + UNIT + " on " + data.networkName + " to pay.", "error");
         return;
       }
       $("x402-pay").disabled = false;
-      say("Ready to pay " + units(offer.amount, data.decimals) + " USDC.", "");
+      say(ready(await allowanceShort(p, state.account)), "");
     } catch (e) {
       say(e && e.code === 4001 ? "You declined the connection." : (e && e.message) || "The wallet could not connect.", "error");
     }
@@ -91,12 +186,26 @@
     $("x402-pay").disabled = true;
     if (state.pending) return send(state.pending);
     var p = state.provider, from = state.account;
+    var deadline = String(Math.floor(Date.now() / 1000) + (offer.maxTimeoutSeconds || 300));
+    var extensions = Object.assign({}, data.extensions || {});
+    delete extensions[SPONSORING];
+    if (overPermit2()) {
+      var permitted;
+      try {
+        permitted = await payPermit2(p, from, deadline, extensions);
+      } catch (e) {
+        say(e && e.code === 4001 ? "You rejected it in your wallet. Nothing was charged." : "The wallet could not sign: " + ((e && e.message) || e), "error");
+        $("x402-pay").disabled = false;
+        return;
+      }
+      return sendNew({ x402Version: 2, resource: data.resource, accepted: offer, payload: permitted, extensions: extensions });
+    }
     var authorization = {
       from: from,
       to: offer.payTo,
       value: offer.amount,
       validAfter: "0",
-      validBefore: String(Math.floor(Date.now() / 1000) + (offer.maxTimeoutSeconds || 300)),
+      validBefore: deadline,
       nonce: randomNonce(),
     };
     var typed = {
@@ -123,8 +232,11 @@
       $("x402-pay").disabled = false;
       return;
     }
-    var payment = { x402Version: 2, resource: data.resource, accepted: offer, payload: { signature: signature, authorization: authorization } };
-    if (data.extensions) payment.extensions = data.extensions;
+    return sendNew({ x402Version: 2, resource: data.resource, accepted: offer, payload: { signature: signature, authorization: authorization }, extensions: extensions });
+  }
+  // A new signed payment: kept until it is answered (a retry sends it again, never signs anew).
+  function sendNew(payment) {
+    if (Object.keys(payment.extensions).length === 0) delete payment.extensions;
     state.pending = b64(JSON.stringify(payment));
     lockChoices(true);
     return send(state.pending);
@@ -224,11 +336,11 @@
     try {
       await ensureChain(state.provider);
       var have = await balance(state.provider, state.account);
-      $("x402-balance").textContent = units(have, data.decimals) + " USDC";
+      $("x402-balance").textContent = units(have, data.decimals) + " " + UNIT;
       var enough = have >= BigInt(offer.amount);
       $("x402-pay").disabled = !enough;
-      say(enough ? "Ready to pay " + units(offer.amount, data.decimals) + " USDC."
-        : "Your balance is lower than the price: add USDC on " + data.networkName + " to pay.", enough ? "" : "error");
+      say(enough ? ready(await allowanceShort(state.provider, state.account))
+        : "Your balance is lower than the price: add " + UNIT + " on " + data.networkName + " to pay.", enough ? "" : "error");
     } catch (e) {
       say((e && e.message) || "The wallet could not be read.", "error");
     }

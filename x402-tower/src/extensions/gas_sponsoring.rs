@@ -56,8 +56,22 @@ struct Info<'a> {
     info: Option<&'a RawValue>,
 }
 
+/// The info's members. A client that signed no permit may echo the server's declaration, whose `info` has
+/// none of them: as the official facilitator does, info without all of them is no permit at all.
 #[derive(Deserialize)]
 struct Fields {
+    from: Option<String>,
+    asset: Option<String>,
+    spender: Option<String>,
+    amount: Option<String>,
+    nonce: Option<String>,
+    deadline: Option<String>,
+    signature: Option<String>,
+    version: Option<String>,
+}
+
+/// [`Fields`] all present and not empty.
+struct Present {
     from: String,
     asset: String,
     spender: String,
@@ -68,12 +82,29 @@ struct Fields {
     version: String,
 }
 
+impl Fields {
+    fn present(self) -> Option<Present> {
+        let some = |v: Option<String>| v.filter(|s| !s.is_empty());
+        Some(Present {
+            from: some(self.from)?,
+            asset: some(self.asset)?,
+            spender: some(self.spender)?,
+            amount: some(self.amount)?,
+            nonce: some(self.nonce)?,
+            deadline: some(self.deadline)?,
+            signature: some(self.signature)?,
+            version: some(self.version)?,
+        })
+    }
+}
+
 /// The official facilitator's code for info it cannot read.
 pub const INVALID_FORMAT: &str = "invalid_eip2612_extension_format";
 
 impl Eip2612Permit {
-    /// The permit in a payment's `extensions` (its JSON text), if the buyer sent one: `Some(Err(code))` when
-    /// it is malformed or does not fit the payment (`invalid_eip2612_extension_format`,
+    /// The permit in a payment's `extensions` (its JSON text), if the buyer sent one (info with every
+    /// member; an echo of the declaration is none): `Some(Err(code))` when it is malformed or does not fit
+    /// the payment (`invalid_eip2612_extension_format`,
     /// `eip2612_from_mismatch`, `eip2612_asset_mismatch`, `eip2612_spender_not_permit2`,
     /// `eip2612_deadline_expired`: less than 6 s left at `now`).
     pub fn read(
@@ -84,16 +115,20 @@ impl Eip2612Permit {
     ) -> Option<Result<Eip2612Permit, &'static str>> {
         let wrapper: Wrapper<'_> = serde_json::from_str(extensions).ok()?;
         let info = wrapper.sponsoring?.info?;
-        Some(Self::check(info.get(), payer, token, now))
+        let fields = match serde_json::from_str::<Fields>(info.get()) {
+            Ok(fields) => fields.present()?,
+            // Members that are not strings.
+            Err(_) => return Some(Err(INVALID_FORMAT)),
+        };
+        Some(Self::check(fields, payer, token, now))
     }
 
     fn check(
-        info: &str,
+        f: Present,
         payer: Address,
         token: Address,
         now: u64,
     ) -> Result<Eip2612Permit, &'static str> {
-        let f: Fields = serde_json::from_str(info).map_err(|_| INVALID_FORMAT)?;
         let address = |s: &str| {
             (s.len() == 42 && s.starts_with("0x"))
                 .then(|| s.parse::<Address>().ok())
@@ -200,9 +235,12 @@ mod tests {
         assert_eq!(code(|i| i["amount"] = "-1".into()), INVALID_FORMAT);
         assert_eq!(code(|i| i["signature"] = "0x1234".into()), INVALID_FORMAT);
         assert_eq!(code(|i| i["version"] = "one".into()), INVALID_FORMAT);
+        assert_eq!(code(|i| i["nonce"] = 7.into()), INVALID_FORMAT);
+        // An echo of the server's declaration, or info missing a member, is no permit.
+        assert_eq!(read(&format!(r#"{{"{KEY}":{}}}"#, declaration())), None);
         assert_eq!(
-            code(|i| i["nonce"] = serde_json::Value::Null),
-            INVALID_FORMAT
+            read(&extensions(|i| i["nonce"] = serde_json::Value::Null)),
+            None
         );
     }
 }

@@ -6,7 +6,10 @@
 //!   installed, else `window.ethereum`): connect, switch to the offer's chain, show the USDC balance, sign the
 //!   EIP-3009 authorization with `eth_signTypedData_v4`, repeat the request with `PAYMENT-SIGNATURE` and show
 //!   the paid answer in place (HTML replaces the page; JSON is rendered: an article with its receipt links, or
-//!   pretty-printed). Plain JavaScript compiled into the crate (about 10 KB, no CDN, works offline), the page
+//!   pretty-printed). When the offers are `exact` over Permit2 (a token without EIP-3009), it signs the Permit2
+//!   permit instead; a wallet that has not allowed Permit2 signs an EIP-2612 permit too when the 402 declares
+//!   `eip2612GasSponsoring`, or else sends one approval transaction first (it needs gas). Plain JavaScript
+//!   compiled into the crate (about 16 KB, no CDN, works offline), the page
 //!   rendered by an askama template (escaping by default), sent with a `Content-Security-Policy` that allows
 //!   only its own inline script and style (by hash) and requests to its own origin.
 //!
@@ -206,6 +209,10 @@ struct Builtin<'a> {
     nav: &'a [(String, String)],
     /// A test network's notice; empty on a mainnet.
     notice: String,
+    /// What the prices are in: `USDC`, or another token's EIP-712 name.
+    unit: &'a str,
+    /// The choices are paid over Permit2.
+    permit2: bool,
     choices: Vec<Choice<'a>>,
     /// The first offer's price (the one chosen when the page opens).
     price: String,
@@ -347,10 +354,16 @@ pub(crate) fn render(
                     )
                 })
                 .unwrap_or_default();
+            // USDC (its EIP-712 name is "USD Coin" on mainnets, "USDC" on test networks), else the token's name.
+            let unit = match first.token.name.as_str() {
+                "USD Coin" | "USDC" | "" => "USDC",
+                name => name,
+            };
             let data = format!(
-                "{{\"networkName\":{},\"decimals\":{},\"reasons\":{},{chain}{back}{}",
+                "{{\"networkName\":{},\"decimals\":{},\"unit\":{},\"reasons\":{},{chain}{back}{}",
                 serde_json::to_string(&network).unwrap_or_default(),
                 first.token.decimals,
+                serde_json::to_string(unit).unwrap_or_default(),
                 *REASONS_JSON,
                 page.payment_required.get(1..).unwrap_or("}")
             )
@@ -361,15 +374,16 @@ pub(crate) fn render(
                 _ if !first.description.is_empty() => first.description.as_str(),
                 _ => page.resource_url,
             };
-            // The page signs `exact` over EIP-3009: it lists those offers (a service puts them first; offers
-            // over Permit2 or `upto` after them are for programs).
+            // The page signs `exact`, over EIP-3009 or over Permit2: it lists the offers that start the list
+            // and move the token as the first one does (a service puts the EIP-3009 ones first, which need
+            // no approval; offers over Permit2 after them, and `upto`, are for programs). A token without
+            // EIP-3009 is sold over Permit2 alone, and the page pays that way.
+            let method = |o: &PaymentOffer| o.extra.get("assetTransferMethod").cloned();
+            let first_method = method(first);
             let choices: Vec<Choice<'_>> = page
                 .offers
                 .iter()
-                .take_while(|o| {
-                    o.scheme == crate::proto::SCHEME_EXACT
-                        && !o.extra.contains_key("assetTransferMethod")
-                })
+                .take_while(|o| o.scheme == crate::proto::SCHEME_EXACT && method(o) == first_method)
                 .enumerate()
                 .map(|(i, o)| {
                     let given = details.and_then(|d| d.choices.get(i));
@@ -384,10 +398,13 @@ pub(crate) fn render(
                 })
                 .collect();
             let notice = match first.network.info() {
-                Some(n) if n.is_testnet() => format!(
+                Some(n) if n.is_testnet() && unit == "USDC" => format!(
                     "{} is a test network: its USDC comes free from a faucet, and no real money moves.",
                     n.v1_name
                 ),
+                Some(n) if n.is_testnet() => {
+                    format!("{} is a test network: no real money moves.", n.v1_name)
+                }
                 // The chain ids of local development chains (anvil, Hardhat, Ganache).
                 None if matches!(first.network.chain_id(), 31337 | 1337) => format!(
                     "{} is a local development chain: no real money moves.",
@@ -401,6 +418,8 @@ pub(crate) fn render(
                 back: details.and_then(|d| d.back.as_ref()),
                 nav: details.map_or(&[], |d| d.nav.as_slice()),
                 notice,
+                unit,
+                permit2: first_method.as_deref() == Some(crate::scheme::PERMIT2_TRANSFER_METHOD),
                 price: choices.first().map(|c| c.price.clone()).unwrap_or_default(),
                 choices,
                 network,

@@ -490,3 +490,65 @@ pub(crate) async fn get_paid(url: &str, header: &str) -> reqwest::Response {
         .await
         .expect("GET")
 }
+
+/// The command-line flags of a child reference server selling the articles in `chain`'s USDC over `methods`
+/// (`--transfer-methods`) as `http://shop.test` on chain `chain_id`, settling on chain with dev account #1 as
+/// relayer; then `extra`.
+pub(crate) fn onchain_flags(
+    chain: &Chain,
+    chain_id: u64,
+    methods: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    use workspace_tests::chain::{DEV_KEYS, TOKEN_NAME, TOKEN_VERSION};
+    let network = format!("eip155:{chain_id}");
+    let usdc = chain.usdc.to_checksum(None);
+    [
+        "--public-url",
+        "http://shop.test",
+        "--network",
+        &network,
+        "--asset",
+        &usdc,
+        "--asset-name",
+        TOKEN_NAME,
+        "--asset-version",
+        TOKEN_VERSION,
+        "--transfer-methods",
+        methods,
+        "--rpc-url",
+        &chain.anvil.url,
+        "--settler-key",
+        DEV_KEYS[1],
+    ]
+    .iter()
+    .chain(extra)
+    .map(|f| f.to_string())
+    .collect()
+}
+
+/// An official server's configuration selling `chain`'s USDC on `network` for 10,000 atomic units to
+/// [`PAY_TO`] through `facilitator` (which wants [`FACILITATOR_TOKEN`]).
+pub(crate) fn express_config(
+    chain: &Chain,
+    network: &str,
+    facilitator: String,
+) -> workspace_tests::clients::ExpressConfig {
+    workspace_tests::clients::ExpressConfig {
+        facilitator,
+        network: network.to_owned(),
+        asset: chain.usdc.to_checksum(None),
+        name: workspace_tests::chain::TOKEN_NAME.into(),
+        version: workspace_tests::chain::TOKEN_VERSION.into(),
+        pay_to: PAY_TO.into(),
+        amount: "10000".into(),
+        facilitator_token: Some(FACILITATOR_TOKEN.into()),
+    }
+}
+
+/// An address in a JSON answer.
+pub(crate) fn address_in(v: &Value) -> Address {
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an address: {v}"))
+}

@@ -69,11 +69,7 @@ async fn the_official_client_pays_an_article_over_permit2_on_chain_and_a_resend_
     let tx = check_purchase(&purchase, from).await;
     let auth = permit_of(&purchase);
     assert_eq!(
-        auth["spender"]
-            .as_str()
-            .unwrap()
-            .parse::<Address>()
-            .unwrap(),
+        crate::common::address_in(&auth["spender"]),
         x402_tower::scheme::EXACT_PERMIT2_PROXY
     );
     let price = U256::from(ARTICLE_PRICE);
@@ -84,7 +80,7 @@ async fn the_official_client_pays_an_article_over_permit2_on_chain_and_a_resend_
         .await
         .expect("mined");
     assert_eq!(
-        mined["to"].as_str().unwrap().parse::<Address>().unwrap(),
+        crate::common::address_in(&mined["to"]),
         x402_tower::scheme::EXACT_PERMIT2_PROXY,
         "settled through the exact proxy"
     );
@@ -138,11 +134,7 @@ async fn the_official_client_buys_registry_records_with_upto_and_is_charged_per_
     let auth = permit_of(&purchase);
     assert_eq!(auth["permitted"]["amount"], (10 * per_record).to_string());
     assert_eq!(
-        auth["witness"]["facilitator"]
-            .as_str()
-            .unwrap()
-            .parse::<Address>()
-            .unwrap(),
+        crate::common::address_in(&auth["witness"]["facilitator"]),
         relayer,
         "the relayer settles"
     );
@@ -153,7 +145,7 @@ async fn the_official_client_buys_registry_records_with_upto_and_is_charged_per_
         .await
         .expect("mined");
     assert_eq!(
-        mined["to"].as_str().unwrap().parse::<Address>().unwrap(),
+        crate::common::address_in(&mined["to"]),
         x402_tower::scheme::UPTO_PERMIT2_PROXY
     );
     assert_eq!(chain.balance(from).await, start.0 - charged);
@@ -294,27 +286,7 @@ async fn on_postgres_two_instances_settle_one_permit2_payment_once() {
     chain.mint(from, 1_000_000).await;
     chain.approve_permit2(chain.usdc, from).await;
     let dir = crate::common::ChildDir::on_postgres("permit2-two-instances").await;
-    let flags: Vec<String> = [
-        "--public-url",
-        "http://shop.test",
-        "--network",
-        &format!("eip155:{PERMIT2_CHAIN_ID}"),
-        "--asset",
-        &chain.usdc.to_checksum(None),
-        "--asset-name",
-        TOKEN_NAME,
-        "--asset-version",
-        TOKEN_VERSION,
-        "--transfer-methods",
-        "permit2",
-        "--rpc-url",
-        &chain.anvil.url,
-        "--settler-key",
-        DEV_KEYS[1],
-    ]
-    .iter()
-    .map(|f| f.to_string())
-    .collect();
+    let flags = crate::common::onchain_flags(&chain, PERMIT2_CHAIN_ID, "permit2", &[]);
     let a = crate::common::ChildServer::start(&dir, &flags);
     let b = crate::common::ChildServer::start(&dir, &flags);
     let required = crate::common::offer(&a.article_url()).await;

@@ -4,14 +4,12 @@
 
 use alloy_primitives::{B256, U256};
 use serde_json::{Value, json};
-use workspace_tests::chain::{
-    CHAIN_ID, Chain, DEV_KEYS, PERMIT2_CHAIN_ID, TOKEN_NAME, TOKEN_VERSION, quantity,
-};
-use workspace_tests::clients::{Client, ExpressConfig, ExpressServer, buy};
+use workspace_tests::chain::{CHAIN_ID, Chain, PERMIT2_CHAIN_ID, quantity};
+use workspace_tests::clients::{Client, ExpressServer, buy};
 use workspace_tests::pay::{Knobs, cancel_calldata, decode_b64_json, now, pay_permit2, pay_v2};
 
 use crate::common::{
-    ARTICLE_PRICE, ChildDir, ChildServer, FACILITATOR_TOKEN, PAY_TO, RefServer,
+    ARTICLE_PRICE, ChildDir, ChildServer, FACILITATOR_TOKEN, RefServer,
     assert_balance_and_nothing_sent, broadcast_elsewhere, check_purchase, facilitator_for,
     get_paid, http, offer, pay_to, payer, receipt_of, relayer_transactions, settlements_at,
 };
@@ -79,16 +77,11 @@ async fn accepted_payments(server: &RefServer) -> u64 {
 async fn official_express_server_settles_through_the_reference_facilitator() {
     let chain = Chain::start().await;
     let facilitator = facilitator_for(&chain).await;
-    let express = ExpressServer::start(&ExpressConfig {
+    let express = ExpressServer::start(&crate::common::express_config(
+        &chain,
+        &format!("eip155:{CHAIN_ID}"),
         facilitator,
-        network: format!("eip155:{CHAIN_ID}"),
-        asset: chain.usdc.to_checksum(None),
-        name: TOKEN_NAME.into(),
-        version: TOKEN_VERSION.into(),
-        pay_to: PAY_TO.into(),
-        amount: "10000".into(),
-        facilitator_token: Some(FACILITATOR_TOKEN.into()),
-    })
+    ))
     .await;
     let (key, from) = payer(3);
     chain.mint(from, 1_000_000).await;
@@ -450,38 +443,25 @@ async fn killed_after_broadcasting(dir: ChildDir, method: Method) {
         chain.approve_permit2(chain.usdc, from).await;
     }
     let sent_before = relayer_transactions(&chain).await;
-    let flags: Vec<String> = [
-        "--public-url",
-        "http://shop.test",
-        "--network",
-        &format!("eip155:{chain_id}"),
-        "--asset",
-        &chain.usdc.to_checksum(None),
-        "--asset-name",
-        TOKEN_NAME,
-        "--asset-version",
-        TOKEN_VERSION,
-        "--transfer-methods",
-        match method {
-            Method::Eip3009 => "eip3009",
-            Method::Permit2 => "permit2",
-        },
-        "--rpc-url",
-        &chain.anvil.url,
-        "--settler-key",
-        DEV_KEYS[1],
-        "--rpc-receipt-timeout-secs",
-        "5",
-        "--rpc-timeout-secs",
-        "2",
-        "--payment-stale-after-secs",
-        "10",
-        "--api-token",
-        "op",
-    ]
-    .iter()
-    .map(|f| f.to_string())
-    .collect();
+    let methods = match method {
+        Method::Eip3009 => "eip3009",
+        Method::Permit2 => "permit2",
+    };
+    let flags = crate::common::onchain_flags(
+        &chain,
+        chain_id,
+        methods,
+        &[
+            "--rpc-receipt-timeout-secs",
+            "5",
+            "--rpc-timeout-secs",
+            "2",
+            "--payment-stale-after-secs",
+            "10",
+            "--api-token",
+            "op",
+        ],
+    );
     let first = ChildServer::start(&dir, &flags);
     let required = offer(&first.article_url()).await;
     let header = match method {

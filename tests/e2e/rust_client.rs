@@ -6,16 +6,14 @@
 
 use alloy_primitives::{Address, B256, U256};
 use workspace_tests::buyer::{Bought, buy_with_layer, buy_with_middleware, policy};
-use workspace_tests::chain::{CHAIN_ID, Chain, PERMIT2_CHAIN_ID, TOKEN_NAME, TOKEN_VERSION};
-use workspace_tests::clients::{ExpressConfig, ExpressServer, Server};
+use workspace_tests::chain::{CHAIN_ID, Chain, PERMIT2_CHAIN_ID};
+use workspace_tests::clients::{ExpressServer, Server};
 use x402_tower::client::ReceiptError;
 use x402_tower::extensions::bazaar::{DiscoveryQuery, list_resources};
 use x402_tower::extensions::offer_receipt::ProofError;
 use x402_tower::network::Network;
 
-use crate::common::{
-    ARTICLE_PRICE, FACILITATOR_TOKEN, PAY_TO, RefServer, facilitator_for, http, pay_to, payer,
-};
+use crate::common::{ARTICLE_PRICE, PAY_TO, RefServer, facilitator_for, http, pay_to, payer};
 
 /// Checks a settled purchase of `price` by `from` on `chain`: 200, the receipt's transaction is mined, the
 /// balances moved by exactly the price.
@@ -45,16 +43,7 @@ async fn official(server: Server, chain: &Chain, network: &str, payer_index: usi
     let facilitator = facilitator_for(chain).await;
     let official = ExpressServer::start_kind(
         server,
-        &ExpressConfig {
-            facilitator,
-            network: network.to_owned(),
-            asset: chain.usdc.to_checksum(None),
-            name: TOKEN_NAME.into(),
-            version: TOKEN_VERSION.into(),
-            pay_to: PAY_TO.into(),
-            amount: "10000".into(),
-            facilitator_token: Some(FACILITATOR_TOKEN.into()),
-        },
+        &crate::common::express_config(chain, network, facilitator),
     )
     .await;
     let (key, from) = payer(payer_index);
@@ -97,16 +86,11 @@ async fn buys_permit2_and_upto_from_the_official_express_v2_server_money_moving_
     let chain = Chain::start_as(PERMIT2_CHAIN_ID).await;
     chain.install_permit2().await;
     let facilitator = facilitator_for(&chain).await;
-    let official = ExpressServer::start(&ExpressConfig {
+    let official = ExpressServer::start(&crate::common::express_config(
+        &chain,
+        &format!("eip155:{PERMIT2_CHAIN_ID}"),
         facilitator,
-        network: format!("eip155:{PERMIT2_CHAIN_ID}"),
-        asset: chain.usdc.to_checksum(None),
-        name: TOKEN_NAME.into(),
-        version: TOKEN_VERSION.into(),
-        pay_to: PAY_TO.into(),
-        amount: "10000".into(),
-        facilitator_token: Some(FACILITATOR_TOKEN.into()),
-    })
+    ))
     .await;
     let (key, from) = payer(8);
     chain.mint(from, 1_000_000).await;

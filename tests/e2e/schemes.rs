@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use alloy_primitives::Address;
 use axum::Router;
 use axum::routing::get;
 use workspace_tests::clients::{Client, buy};
@@ -84,17 +83,10 @@ async fn the_official_client_pays_exact_over_permit2() {
     let sent = decode_b64_json(purchase.payment_header.as_str().expect("payment header"));
     let auth = &sent["payload"]["permit2Authorization"];
     assert_eq!(
-        auth["spender"]
-            .as_str()
-            .unwrap()
-            .parse::<Address>()
-            .unwrap(),
+        crate::common::address_in(&auth["spender"]),
         EXACT_PERMIT2_PROXY
     );
-    assert_eq!(
-        auth["from"].as_str().unwrap().parse::<Address>().unwrap(),
-        address
-    );
+    assert_eq!(crate::common::address_in(&auth["from"]), address);
     assert_eq!(auth["permitted"]["amount"], "10000");
     let receipt = &purchase.receipt;
     assert_eq!(receipt["success"], true, "{receipt}");
@@ -111,11 +103,7 @@ async fn the_official_client_pays_upto_and_is_charged_what_was_used() {
         let sent = decode_b64_json(purchase.payment_header.as_str().expect("payment header"));
         let auth = &sent["payload"]["permit2Authorization"];
         assert_eq!(
-            auth["spender"]
-                .as_str()
-                .unwrap()
-                .parse::<Address>()
-                .unwrap(),
+            crate::common::address_in(&auth["spender"]),
             UPTO_PERMIT2_PROXY
         );
         assert_eq!(

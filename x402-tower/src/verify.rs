@@ -318,6 +318,24 @@ fn unreadable(what: &str, why: impl std::fmt::Display) -> Rejection {
     Rejection::unreadable(what, why)
 }
 
+/// Reads `text` as a `T`, refusing it as `what` otherwise, with the member where reading failed named
+/// (`permit2Authorization.nonce: invalid type: integer ...`). The usual case is one `serde_json` pass; only
+/// a failure is read again to find its path.
+pub(crate) fn read_json<'de, T: serde::Deserialize<'de>>(
+    text: &'de str,
+    what: &str,
+) -> Result<T, Rejection> {
+    serde_json::from_str(text).map_err(|plain| {
+        let mut de = serde_json::Deserializer::from_str(text);
+        match serde_path_to_error::deserialize::<_, T>(&mut de) {
+            Err(e) if !matches!(e.path().to_string().as_str(), "" | ".") => {
+                unreadable(what, format_args!("{}: {}", e.path(), e.inner()))
+            }
+            _ => unreadable(what, plain),
+        }
+    })
+}
+
 /// Decodes a payment header (already length-capped) into its typed form and its JSON text as sent.
 pub(crate) fn decode(header: &[u8]) -> Result<Decoded, Rejection> {
     let trimmed = header.trim_ascii();
@@ -421,12 +439,11 @@ pub(crate) fn payload_at(text: &str) -> Result<(PaymentPayload, Option<Range<usi
     let version = serde_json::from_str::<Version>(text)
         .map_err(|e| unreadable("the decoded payment header is not JSON", e))?;
     match version.version.as_u64() {
-        Some(1) => serde_json::from_str::<PaymentPayloadV1>(text)
-            .map(|p| (PaymentPayload::V1(p), None))
-            .map_err(|e| unreadable("not a v1 PaymentPayload", e)),
-        Some(2) => serde_json::from_str::<V2<'_>>(text)
-            .map(|p| p.into_payload(text))
-            .map_err(|e| unreadable("not a v2 PaymentPayload", e)),
+        Some(1) => read_json::<PaymentPayloadV1>(text, "not a v1 PaymentPayload")
+            .map(|p| (PaymentPayload::V1(p), None)),
+        Some(2) => {
+            read_json::<V2<'_>>(text, "not a v2 PaymentPayload").map(|p| p.into_payload(text))
+        }
         _ => Err(reject(
             RejectReason::InvalidX402Version,
             "x402Version must be 1 or 2",

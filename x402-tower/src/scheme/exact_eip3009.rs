@@ -103,8 +103,8 @@ impl Scheme for ExactEip3009 {
     }
 
     fn read(&self, payload: &RawValue, offer: &PaymentOffer) -> Result<Authorized, Rejection> {
-        let exact: ExactEvmPayload = serde_json::from_str(payload.get())
-            .map_err(|e| Rejection::unreadable("not an exact/EVM payload", e))?;
+        let exact: ExactEvmPayload =
+            crate::verify::read_json(payload.get(), "not an exact/EVM payload")?;
         let auth = exact.authorization;
         let key = PaymentKey {
             chain_id: offer.network.chain_id(),
@@ -303,5 +303,57 @@ mod tests {
         assert!(scheme.sells(&offer.clone().extra("assetTransferMethod", "eip3009")));
         assert!(!scheme.sells(&offer.clone().extra("assetTransferMethod", "permit2")));
         assert!(!scheme.sells(&offer.scheme("upto")));
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::json;
+
+        use super::super::*;
+        use crate::scheme::properties::{set, wrong};
+
+        const MEMBERS: [&[&str]; 7] = [
+            &["signature"],
+            &["authorization", "from"],
+            &["authorization", "to"],
+            &["authorization", "value"],
+            &["authorization", "validAfter"],
+            &["authorization", "validBefore"],
+            &["authorization", "nonce"],
+        ];
+
+        proptest! {
+            /// One member missing or of the wrong kind: refused before anything else, naming the member.
+            #[test]
+            fn a_payload_with_one_wrong_member_is_refused_naming_it(
+                member in 0..MEMBERS.len(),
+                value in wrong(false),
+                text in wrong(true),
+                as_text in any::<bool>(),
+            ) {
+                let path = MEMBERS[member];
+                // A signature that is a string but not hex is read (as no signature) and refused by the check.
+                let value = if as_text && path != ["signature"] { text } else { value };
+                let mut payload = json!({
+                    "signature": format!("0x{}1b", "11".repeat(64)),
+                    "authorization": {
+                        "from": Address::repeat_byte(1), "to": Address::repeat_byte(3), "value": "10000",
+                        "validAfter": "0", "validBefore": "1800000000", "nonce": B256::repeat_byte(9),
+                    },
+                });
+                set(&mut payload, path, value.clone());
+                let raw = RawValue::from_string(payload.to_string()).unwrap();
+                let offer = crate::PaymentOffer::usdc(
+                    "base-sepolia".parse().unwrap(),
+                    Address::repeat_byte(3),
+                    crate::Price::from(10_000u64),
+                )
+                .unwrap();
+                let refused = ExactEip3009::default().read(&raw, &offer).unwrap_err();
+                prop_assert_eq!(refused.reason, RejectReason::InvalidPayload);
+                let name = path.last().unwrap();
+                prop_assert!(refused.detail.contains(name), "{:?} -> {}", value, refused.detail);
+            }
+        }
     }
 }

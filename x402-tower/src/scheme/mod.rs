@@ -323,3 +323,41 @@ impl Schemes {
             .collect()
     }
 }
+
+/// What the property tests of the schemes' readers share.
+#[cfg(test)]
+pub(crate) mod properties {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    /// A value no member takes (`None`: the member is left out); `text` adds strings that are not
+    /// numbers, addresses or hex.
+    pub(crate) fn wrong(text: bool) -> BoxedStrategy<Option<Value>> {
+        let mut cases = vec![
+            Just(None).boxed(),
+            any::<bool>().prop_map(|b| Some(json!(b))).boxed(),
+            any::<i64>().prop_map(|n| Some(json!(n))).boxed(),
+            Just(Some(Value::Null)).boxed(),
+            Just(Some(json!([]))).boxed(),
+            Just(Some(json!({}))).boxed(),
+        ];
+        if text {
+            cases.push("[g-z ]{0,12}".prop_map(|s| Some(json!(s))).boxed());
+        }
+        proptest::strategy::Union::new(cases).boxed()
+    }
+
+    /// Sets the member at `path` to `value`, or removes it.
+    pub(crate) fn set(v: &mut Value, path: &[&str], value: Option<Value>) {
+        let (last, parents) = path.split_last().unwrap();
+        let mut at = v;
+        for p in parents {
+            at = &mut at[*p];
+        }
+        let object = at.as_object_mut().unwrap();
+        match value {
+            Some(value) => object.insert((*last).to_owned(), value),
+            None => object.remove(*last),
+        };
+    }
+}

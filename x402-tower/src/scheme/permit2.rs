@@ -266,8 +266,7 @@ fn read(
     payload: &RawValue,
     offer: &PaymentOffer,
 ) -> Result<Authorized, Rejection> {
-    let p: WirePayload = serde_json::from_str(payload.get())
-        .map_err(|e| Rejection::unreadable("not a Permit2 payload", e))?;
+    let p: WirePayload = crate::verify::read_json(payload.get(), "not a Permit2 payload")?;
     let a = p.permit2_authorization;
     let nonce = parse_nonce(&a.nonce).ok_or_else(|| {
         Rejection::new(
@@ -597,5 +596,81 @@ mod tests {
             UptoPermitWitnessTransferFrom::eip712_encode_type(),
             "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,uint256 deadline,Witness witness)TokenPermissions(address token,uint256 amount)Witness(address to,address facilitator,uint256 validAfter)"
         );
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        use super::super::*;
+        use crate::scheme::properties::{set, wrong};
+
+        /// A valid payload's members, by path.
+        const MEMBERS: [&[&str]; 9] = [
+            &["signature"],
+            &["permit2Authorization", "from"],
+            &["permit2Authorization", "permitted", "token"],
+            &["permit2Authorization", "permitted", "amount"],
+            &["permit2Authorization", "spender"],
+            &["permit2Authorization", "nonce"],
+            &["permit2Authorization", "deadline"],
+            &["permit2Authorization", "witness", "to"],
+            &["permit2Authorization", "witness", "validAfter"],
+        ];
+
+        fn valid() -> Value {
+            json!({
+                "signature": format!("0x{}1b", "11".repeat(64)),
+                "permit2Authorization": {
+                    "from": Address::repeat_byte(1), "spender": EXACT_PERMIT2_PROXY,
+                    "permitted": {"token": Address::repeat_byte(2), "amount": "10000"},
+                    "nonce": "12345", "deadline": "1800000000",
+                    "witness": {"to": Address::repeat_byte(3), "validAfter": "0"},
+                },
+            })
+        }
+
+        fn offer() -> PaymentOffer {
+            PaymentOffer::usdc(
+                "base-sepolia".parse().unwrap(),
+                Address::repeat_byte(3),
+                crate::Price::from(10_000u64),
+            )
+            .unwrap()
+            .extra("assetTransferMethod", TRANSFER_METHOD)
+        }
+
+        proptest! {
+            /// One member missing or of the wrong kind: refused before anything else, naming the member.
+            #[test]
+            fn a_payload_with_one_wrong_member_is_refused_naming_it(
+                member in 0..MEMBERS.len(),
+                value in wrong(false),
+                text in wrong(true),
+                as_text in any::<bool>(),
+            ) {
+                let path = MEMBERS[member];
+                // A signature that is a string but not hex is read (as no signature) and refused by the check.
+                let value = if as_text && path != ["signature"] { text } else { value };
+                let mut payload = valid();
+                set(&mut payload, path, value.clone());
+                let raw = RawValue::from_string(payload.to_string()).unwrap();
+                let refused = read(Kind::Exact, "exact", &raw, &offer()).unwrap_err();
+                prop_assert_eq!(refused.reason, RejectReason::InvalidPayload);
+                let name = path.last().unwrap();
+                prop_assert!(refused.detail.contains(name), "{:?} -> {}", value, refused.detail);
+            }
+
+            /// Any text at all: an answer, never a panic.
+            #[test]
+            fn any_text_is_answered(text in ".{0,200}") {
+                if let Ok(raw) = RawValue::from_string(json!(text).to_string()) {
+                    prop_assert!(read(Kind::Upto, "upto", &raw, &offer()).is_err());
+                }
+                if let Ok(raw) = RawValue::from_string(text.clone()) {
+                    let _ = read(Kind::Exact, "exact", &raw, &offer());
+                }
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@ use alloy_primitives::{Address, B256, Bytes, U256, address, keccak256};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::token::Transfer;
+use super::token::{AuthorizationCanceled, AuthorizationUsed, Transfer};
 use super::*;
 use crate::network::{Network, Token};
 use crate::offer::PaymentOffer;
@@ -21,6 +21,7 @@ use crate::proto::{
     PaymentRequirementsV2,
 };
 use crate::scheme::Scheme as _;
+use alloy_sol_types::SolEvent as _;
 
 const TOKEN: Address = address!("0x5FbDB2315678afecb367f032d93F642f64180aa3");
 const FROM: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");

@@ -53,7 +53,10 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         for (x402_version, now) in [(1, 0), (2, 1_765_000_000), (2, u64::MAX)] {
-            let _ = scheme.check(&paid, Check { offer, prepared, x402_version, now });
+            for contract_wallets in [false, true] {
+                let check = Check { offer, prepared, x402_version, now, contract_wallets };
+                let _ = scheme.check(&paid, check);
+            }
         }
     }
 });

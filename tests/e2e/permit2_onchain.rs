@@ -453,3 +453,77 @@ async fn selector_of(chain: &Chain, receipt: &Value) -> &'static str {
         .find(|f| input.starts_with(&alloy_primitives::keccak256(f.as_bytes()).to_string()[..10]))
         .unwrap_or_else(|| panic!("not a proxy call: {}", &input[..10]))
 }
+
+/// A contract wallet (EIP-1271: it accepts its owner's signatures) pays over Permit2: the server leaves the
+/// signature, which is not the wallet's own key's, to the chain, where Permit2 asks the wallet. A signature by
+/// somebody else is refused by the wallet in the simulation, and nothing moves. The same wallet pays over
+/// EIP-3009 too.
+#[tokio::test]
+async fn a_contract_wallet_pays_over_permit2_with_its_owners_signature() {
+    let (chain, _) = chain().await;
+    let server = server(&chain, &["permit2"], |_| {}).await;
+    let (owner_key, owner) = payer(4);
+    let wallet: Address = "0x00000000000000000000000000000000c0de1271"
+        .parse()
+        .unwrap();
+    let code = chain.erc1271_wallet_code(owner).await;
+    chain.set_code(wallet, &code).await;
+    // Its owner lives in storage slot 0, which anvil_setCode does not copy.
+    chain
+        .rpc
+        .call(
+            "anvil_setStorageAt",
+            serde_json::json!([wallet, "0x0", owner.into_word()]),
+        )
+        .await;
+    chain.mint(wallet, 1_000_000).await;
+    // The wallet approves Permit2 (its own transaction, sent here by impersonation).
+    chain
+        .rpc
+        .call("anvil_impersonateAccount", serde_json::json!([wallet]))
+        .await;
+    chain
+        .rpc
+        .call(
+            "anvil_setBalance",
+            serde_json::json!([wallet, "0xde0b6b3a7640000"]),
+        )
+        .await;
+    chain.approve_permit2(chain.usdc, wallet).await;
+    let required = crate::common::offer(&server.article_url()).await;
+
+    let (stranger_key, _) = payer(5);
+    let forged = workspace_tests::pay::pay_permit2(stranger_key, &required, |p| p.from = wallet);
+    let resp = server.pay(&forged).await;
+    assert_eq!(resp.status(), 402);
+    let body: Value = resp.json().await.expect("402 body");
+    assert_eq!(body["error"], "invalid_permit2_signature", "{body}");
+    assert_eq!(chain.balance(wallet).await, U256::from(1_000_000u64));
+
+    let header = workspace_tests::pay::pay_permit2(owner_key, &required, |p| p.from = wallet);
+    let resp = server.pay(&header).await;
+    let status = resp.status();
+    assert_eq!(status, 200, "{}", resp.text().await.unwrap_or_default());
+    assert_eq!(
+        chain.balance(wallet).await,
+        U256::from(1_000_000 - ARTICLE_PRICE)
+    );
+    assert_eq!(chain.balance(pay_to()).await, U256::from(ARTICLE_PRICE));
+
+    // The same wallet pays over EIP-3009 (FiatToken asks the wallet too).
+    let usdc_server = self::server(&chain, &["eip3009"], |_| {}).await;
+    let required = crate::common::offer(&usdc_server.article_url()).await;
+    let knobs = workspace_tests::pay::Knobs {
+        from: Some(wallet),
+        ..Default::default()
+    };
+    let resp = usdc_server
+        .pay(&workspace_tests::pay::pay_v2(owner_key, &required, &knobs))
+        .await;
+    let status = resp.status();
+    assert_eq!(status, 200, "{}", resp.text().await.unwrap_or_default());
+    assert_eq!(
+        chain.balance(wallet).await,
+        U256::from(1_000_000 - 2 * ARTICLE_PRICE)
+    );
+}

@@ -54,7 +54,8 @@ impl PaymentEngine {
                         let version = m.decoded.payload.x402_version();
                         // Past its validBefore, checked as of its last valid second: only its record
                         // may answer it.
-                        let check = |at| compiled.check(&m.authorized, version, at);
+                        let wallets = self.settler.checks_contract_wallets();
+                        let check = |at| compiled.check(&m.authorized, version, at, wallets);
                         match check(now) {
                             Ok(fingerprint) => Ok((m, fingerprint, None)),
                             Err(r) => verify::as_of_last_valid_second(

@@ -371,6 +371,7 @@ impl PaymentEngine {
                         prepared: &prepared,
                         x402_version: request.payload.x402_version(),
                         now: at,
+                        contract_wallets: self.settler.checks_contract_wallets(),
                     },
                 )
             };

@@ -56,12 +56,14 @@ impl CompiledOffer {
         })
     }
 
-    /// Checks `paid` (read for this offer) as of `now`, in the payment's version: its fingerprint.
+    /// Checks `paid` (read for this offer) as of `now`, in the payment's version, a signature that does not
+    /// recover to the payer left to the settler when it judges `contract_wallets`: its fingerprint.
     pub(crate) fn check(
         &self,
         paid: &Authorized,
         x402_version: u8,
         now: u64,
+        contract_wallets: bool,
     ) -> Result<B256, Rejection> {
         self.scheme.check(
             paid,
@@ -70,6 +72,7 @@ impl CompiledOffer {
                 prepared: &self.prepared,
                 x402_version,
                 now,
+                contract_wallets,
             },
         )
     }

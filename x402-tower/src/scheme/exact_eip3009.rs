@@ -147,6 +147,7 @@ impl Scheme for ExactEip3009 {
             check.offer,
             &separator,
             check.now,
+            check.contract_wallets,
         )
     }
 }
@@ -160,6 +161,7 @@ pub(crate) fn check_eip3009(
     offer: &PaymentOffer,
     domain_separator: &B256,
     now: u64,
+    contract_wallets: bool,
 ) -> Result<B256, Rejection> {
     let auth = &payment.authorization;
     // 2. recipient.
@@ -211,12 +213,18 @@ pub(crate) fn check_eip3009(
             "signature is not 0x-prefixed hex",
         ));
     }
-    check_signature_digest(auth, &payment.signature, domain_separator).map_err(|r| {
-        Rejection::new(
+    match check_signature_digest(auth, &payment.signature, domain_separator) {
+        Ok(digest) => Ok(digest),
+        // A contract wallet's signature (EIP-1271), of any length: the token asks the wallet in the
+        // settlement, which the settler simulates first.
+        Err(_) if contract_wallets => {
+            Ok(crate::verify::authorization_digest(auth, domain_separator))
+        }
+        Err(r) => Err(Rejection::new(
             r,
             "signature is not a canonical 65-byte signature by authorization.from",
-        )
-    })
+        )),
+    }
 }
 
 /// Steps 2 to 5 of the spec's verification of an `exact` payment over EIP-3009 against the offer it pays
@@ -245,6 +253,7 @@ pub fn check_authorization(
         offer,
         domain_separator,
         now,
+        false,
     )?;
     Ok(payment.signature.to_vec())
 }

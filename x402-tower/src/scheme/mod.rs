@@ -206,6 +206,11 @@ pub struct Check<'a> {
     pub x402_version: u8,
     /// Unix seconds to judge the time window at.
     pub now: u64,
+    /// The settler judges signatures a contract wallet makes (EIP-1271), before the handler runs
+    /// ([`Settler::checks_contract_wallets`](crate::settle::Settler::checks_contract_wallets)): a signature
+    /// that does not recover to the payer may be its wallet's, so the scheme leaves it to the settler
+    /// instead of refusing it. Everything else is checked as always.
+    pub contract_wallets: bool,
 }
 
 /// A payment as its scheme read it ([`Scheme::read`]): what the engine and the settlers need of any scheme,

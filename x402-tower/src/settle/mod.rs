@@ -133,6 +133,14 @@ pub trait Settler: Send + Sync + 'static {
         true
     }
 
+    /// Whether this settler judges, before the handler runs ([`verify`](Self::verify), or a settlement
+    /// before the handler), signatures a contract wallet makes (EIP-1271) (default `false`). When it does,
+    /// the schemes leave a signature that does not recover to the payer to it instead of refusing it
+    /// ([`Check::contract_wallets`](crate::scheme::Check::contract_wallets)): the contract judges it.
+    fn checks_contract_wallets(&self) -> bool {
+        false
+    }
+
     /// Finds out what became of a settlement whose outcome was [`SettleOutcome::Unknown`] (with the
     /// transaction it reported, if any), **without moving money a second time**:
     ///

@@ -751,6 +751,12 @@ impl Settler for OnchainSettler {
         Box::pin(self.inner.settle(request).instrument(span))
     }
 
+    /// The simulation in [`verify`](Settler::verify) and the gas estimate of a settlement run the token's or
+    /// Permit2's own signature check, which asks a payer with code (EIP-1271).
+    fn checks_contract_wallets(&self) -> bool {
+        true
+    }
+
     /// The send phase (chain id, gas estimate beside the fee quote, relayer nonce, two send attempts: at most
     /// five JSON-RPC calls one after the other; a settlement waiting for another's chain id or fee quote
     /// takes that answer) and the wait for the receipt.

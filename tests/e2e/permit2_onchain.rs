@@ -527,3 +527,71 @@ async fn a_contract_wallet_pays_over_permit2_with_its_owners_signature() {
         U256::from(1_000_000 - 2 * ARTICLE_PRICE)
     );
 }
+
+/// An `X402Layer` selling `upto` settled on chain, whose handler reports a charge above the signed maximum:
+/// the buyer gets a 500 and nothing is sent or moved (the official core would ask the facilitator to settle
+/// it). The same route charging within the maximum settles exactly that.
+#[tokio::test]
+async fn an_upto_charge_above_the_maximum_is_refused_before_any_transaction() {
+    use std::sync::Arc;
+    use x402_tower::network::Token;
+    use x402_tower::scheme::{Charge, FACILITATOR_ADDRESS};
+    use x402_tower::settle::onchain::OnchainSettler;
+    use x402_tower::{PaymentEngine, PaymentOffer, Price, X402Layer};
+
+    let (chain, _) = chain().await;
+    let settler = OnchainSettler::builder(&chain.anvil.url, DEV_KEYS[1])
+        .build()
+        .expect("settler");
+    let engine = Arc::new(
+        PaymentEngine::builder()
+            .settler(Arc::new(settler.clone()))
+            .build()
+            .expect("engine"),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("address"));
+    let offer = PaymentOffer::new(
+        format!("eip155:{PERMIT2_CHAIN_ID}")
+            .parse()
+            .expect("network"),
+        Token::new(chain.usdc, TOKEN_NAME, TOKEN_VERSION, 6),
+        pay_to(),
+        Price::from(10_000u64),
+    )
+    .scheme("upto")
+    .extra(FACILITATOR_ADDRESS, settler.relayer().to_checksum(None));
+    let charging = |amount: u128| {
+        move || async move {
+            let mut res = axum::response::Response::new(axum::body::Body::from("records"));
+            res.extensions_mut().insert(Charge::atomic(amount));
+            res
+        }
+    };
+    let layer = X402Layer::builder(&base)
+        .offer(offer)
+        .engine(engine)
+        .build()
+        .expect("layer");
+    let app = axum::Router::new()
+        .route("/over", axum::routing::get(charging(10_001)))
+        .route("/within", axum::routing::get(charging(9_999)))
+        .route_layer(layer);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let (key, from) = payer(5);
+    chain.mint(from, 1_000_000).await;
+    chain.approve_permit2(chain.usdc, from).await;
+    let sent = crate::common::relayer_transactions(&chain).await;
+    let over = buy(Client::JsV2, &format!("{base}/over"), key).await;
+    assert_eq!(over.status, 500, "{over:?}");
+    crate::common::assert_balance_and_nothing_sent(&chain, from, U256::from(1_000_000u64), sent)
+        .await;
+
+    let within = buy(Client::JsV2, &format!("{base}/within"), key).await;
+    assert_eq!(within.status, 200, "{within:?}");
+    assert_eq!(within.receipt["amount"], "9999", "{}", within.receipt);
+    assert_eq!(chain.balance(from).await, U256::from(1_000_000u64 - 9_999));
+}

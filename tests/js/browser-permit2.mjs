@@ -30,6 +30,7 @@ try {
     const page = await open(browser, { url, mode, walletFor, out });
     await page.click("#x402-connect");
     await page.waitForSelector("#x402-pay:not([disabled])", { timeout: TIMEOUT });
+    await page.waitForFunction(() => /Ready to pay/.test(document.querySelector("#x402-status").textContent), { timeout: TIMEOUT });
     out[`${mode}Ready`] = await status(page);
     await page.screenshot({ path: `${shots}/paywall-permit2-${mode}.png`, fullPage: true });
     out.signedTypes = [];

@@ -166,8 +166,9 @@
         say("Your balance is lower than the price: add " + UNIT + " on " + data.networkName + " to pay.", "error");
         return;
       }
+      var short = await allowanceShort(p, state.account);
       $("x402-pay").disabled = false;
-      say(ready(await allowanceShort(p, state.account)), "");
+      say(ready(short), "");
     } catch (e) {
       say(e && e.code === 4001 ? "You declined the connection." : (e && e.message) || "The wallet could not connect.", "error");
     }
@@ -338,8 +339,9 @@
       var have = await balance(state.provider, state.account);
       $("x402-balance").textContent = units(have, data.decimals) + " " + UNIT;
       var enough = have >= BigInt(offer.amount);
+      var short = enough && await allowanceShort(state.provider, state.account);
       $("x402-pay").disabled = !enough;
-      say(enough ? ready(await allowanceShort(state.provider, state.account))
+      say(enough ? ready(short)
         : "Your balance is lower than the price: add " + UNIT + " on " + data.networkName + " to pay.", enough ? "" : "error");
     } catch (e) {
       say((e && e.message) || "The wallet could not be read.", "error");

@@ -298,6 +298,23 @@ const REASONS: &[(&str, &str)] = &[
         "settlement_pending",
         "The payment is being confirmed on chain. Try again in a moment: you will not be charged twice.",
     ),
+    (
+        "permit2_allowance_required",
+        "Your wallet has not allowed Permit2 to move this token: approve it once, then pay again.",
+    ),
+    (
+        "permit2_insufficient_balance",
+        "Your balance of this token is too low for this payment.",
+    ),
+    (
+        "invalid_permit2_signature",
+        "The wallet's signature was not accepted.",
+    ),
+    ("permit2_invalid_nonce", "This payment was already used."),
+    (
+        "permit2_deadline_expired",
+        "The payment expired before it arrived. Try again.",
+    ),
 ];
 
 /// [`REASONS`] as the JSON object the script reads, serialised once.

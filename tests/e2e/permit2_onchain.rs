@@ -227,27 +227,9 @@ async fn permit2_payments_the_contracts_would_refuse_get_the_official_error_and_
         wordPos: nonce >> 8,
         mask: U256::from(1u8) << (0x78usize),
     };
-    let hash = chain
-        .rpc
-        .call(
-            "eth_sendTransaction",
-            serde_json::json!([{
-                "from": from,
-                "to": x402_tower::scheme::PERMIT2,
-                "data": alloy_primitives::Bytes::from(cancel.abi_encode()),
-            }]),
-        )
+    chain
+        .transact_from(from, x402_tower::scheme::PERMIT2, cancel.abi_encode())
         .await;
-    for _ in 0..100 {
-        if chain
-            .receipt(hash.as_str().unwrap().parse().unwrap())
-            .await
-            .is_some()
-        {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
     refused_permit2(&server, key, |p| p.nonce = nonce, "permit2_invalid_nonce").await;
 
     crate::common::assert_balance_and_nothing_sent(&chain, from, U256::from(1_000_000u64), sent)

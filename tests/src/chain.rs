@@ -292,8 +292,11 @@ impl Chain {
         chain
     }
 
+    /// Waits (up to 30 s: anvil mines at once, a loaded machine may answer late) for the receipt of `hash`,
+    /// which must have succeeded.
     async fn wait(&self, hash: &Value) -> Value {
-        for _ in 0..200 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
             let receipt = self
                 .rpc
                 .call("eth_getTransactionReceipt", json!([hash]))
@@ -320,14 +323,7 @@ impl Chain {
 
     /// Sends `data` to `to` from the admin and waits for success.
     pub async fn transact(&self, to: Address, data: Vec<u8>) -> Value {
-        let hash = self
-            .rpc
-            .call(
-                "eth_sendTransaction",
-                json!([{"from": self.admin, "to": to, "data": Bytes::from(data)}]),
-            )
-            .await;
-        self.wait(&hash).await
+        self.transact_from(self.admin, to, data).await
     }
 
     async fn deploy(&self, code: Vec<u8>) -> Address {
@@ -348,14 +344,7 @@ impl Chain {
 
     /// Sends `data` to the token from the admin and waits for success.
     pub async fn send(&self, data: Vec<u8>) -> Value {
-        let hash = self
-            .rpc
-            .call(
-                "eth_sendTransaction",
-                json!([{"from": self.admin, "to": self.usdc, "data": Bytes::from(data)}]),
-            )
-            .await;
-        self.wait(&hash).await
+        self.transact_from(self.admin, self.usdc, data).await
     }
 
     /// Mints `amount` atomic units to `to`.
@@ -436,14 +425,20 @@ impl Chain {
             amount: U256::MAX,
         }
         .abi_encode();
+        self.transact_from(owner, token, data).await;
+    }
+
+    /// Sends `data` to `to` from `from` (an unlocked or impersonated account) and waits for success: the
+    /// receipt.
+    pub async fn transact_from(&self, from: Address, to: Address, data: Vec<u8>) -> Value {
         let hash = self
             .rpc
             .call(
                 "eth_sendTransaction",
-                json!([{"from": owner, "to": token, "data": Bytes::from(data)}]),
+                json!([{"from": from, "to": to, "data": Bytes::from(data)}]),
             )
             .await;
-        self.wait(&hash).await;
+        self.wait(&hash).await
     }
 
     /// Mints `amount` of the plain token at `token` to `to` (anyone may).

@@ -335,6 +335,41 @@ pub(crate) mod properties {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
+    /// One of `members` (paths in a valid payload) and a value it does not take (`None`: left out). A
+    /// `signature` that is a string but not hex is read (as no signature) and refused by the check, so it
+    /// gets no strings.
+    pub(crate) fn broken(
+        members: &'static [&'static [&'static str]],
+    ) -> impl Strategy<Value = (&'static [&'static str], Option<Value>)> {
+        (0..members.len(), wrong(false), wrong(true), any::<bool>()).prop_map(
+            move |(member, value, text, as_text)| {
+                let path = members[member];
+                let value = if as_text && path != ["signature"] {
+                    text
+                } else {
+                    value
+                };
+                (path, value)
+            },
+        )
+    }
+
+    /// `refused` is an unreadable payload whose detail names the last member of `path`.
+    pub(crate) fn names_member(
+        refused: &crate::verify::Rejection,
+        path: &[&str],
+    ) -> Result<(), TestCaseError> {
+        prop_assert_eq!(refused.reason, crate::verify::RejectReason::InvalidPayload);
+        let name = path.last().copied().unwrap_or_default();
+        prop_assert!(
+            refused.detail.contains(name),
+            "{}: {}",
+            name,
+            refused.detail
+        );
+        Ok(())
+    }
+
     /// A value no member takes (`None`: the member is left out); `text` adds strings that are not
     /// numbers, addresses or hex.
     pub(crate) fn wrong(text: bool) -> BoxedStrategy<Option<Value>> {
